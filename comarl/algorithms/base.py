@@ -1,0 +1,46 @@
+"""An algorithm is a record of the components that differ; the loop is shared.
+
+``advantage(samples, config) -> [G, K]`` turns one agent's credited returns
+into advantages. ``min_generations`` is the smallest K for which the estimator
+is defined (a group baseline needs K >= 2). ``greedy_baseline`` asks the
+rollout for one extra greedy joint response per node (MAReMax).
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ..config_io import ConfigError
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    name: str
+    advantage: Callable[..., torch.Tensor]
+    min_generations: int = 1
+    greedy_baseline: bool = False
+    summary: str = ""
+
+
+_REGISTRY: dict[str, Algorithm] = {}
+_BUILTIN_MODULES = {
+    "magrpo": "comarl.algorithms.magrpo",
+    "grpo": "comarl.algorithms.magrpo",
+}
+
+
+def register_algorithm(alg: Algorithm) -> Algorithm:
+    _REGISTRY[alg.name] = alg
+    return alg
+
+
+def get_algorithm(name: str) -> Algorithm:
+    if name not in _REGISTRY and name in _BUILTIN_MODULES:
+        importlib.import_module(_BUILTIN_MODULES[name])
+    if name not in _REGISTRY:
+        raise ConfigError(f"train.algorithm: unknown algorithm {name!r}; known: "
+                          f"{', '.join(sorted(set(_REGISTRY) | set(_BUILTIN_MODULES)))}")
+    return _REGISTRY[name]

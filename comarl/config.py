@@ -1,0 +1,200 @@
+"""Experiment configuration: dataclasses filled from YAML and ``key=value`` overrides.
+
+A YAML file has four sections::
+
+    agents: [ {model: ..., max_new_tokens: ..., lr: ...}, ... ]   # AgentConfig each
+    env:    {name: demo_writing, args: {...}}                      # EnvConfig
+    data:   {train: {source, split, limit}, eval: {...}}           # DataConfig
+    train:  {algorithm: magrpo, num_generations: 4, ...}           # TrainConfig
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .agents import AgentConfig
+from .config_io import ConfigError, apply_overrides, from_dict
+from .losses import NORMALISATIONS
+
+
+@dataclass
+class TrainConfig:
+    """How to train. One docstring line per field."""
+
+    algorithm: str = "magrpo"
+    """Algorithm name (magrpo, grpo, ...; see comarl.algorithms)."""
+    num_generations: int = 4
+    """K: samples per agent per node (per item at turn 1)."""
+    joint_mode: str = "aligned"
+    """aligned: K joint actions (k-th samples together); cross: all K^N combinations."""
+    num_turns: int = 1
+    """Turns per episode; > 1 branches every joint action through the env transition."""
+    discount: float = 1.0
+    """gamma: G_t = r_t + gamma * V(child)."""
+    early_stop_reward: float | None = None
+    """A branch ends when its (mean) reward reaches this value; None = never."""
+    max_samples_per_item: int = 4096
+    """Refuse configs whose tree would generate more completions per item than this."""
+    scale_advantages: bool = False
+    """Divide group-relative advantages by the group std (off: see algorithms/magrpo.py)."""
+    loss_normalization: str = "sequence"
+    """sequence (GRPO mean per sequence) | token (mean over all tokens) | constant (Dr. GRPO: / max_new_tokens)."""
+    clip_low: float = 0.2
+    """Lower clip epsilon of the importance ratio."""
+    clip_high: float = 0.2
+    """Upper clip epsilon of the importance ratio."""
+    ratio_level: str = "token"
+    """token (PPO/GRPO) or sequence (GSPO) importance ratio."""
+    num_iterations: int = 1
+    """Optimisation passes (optimizer steps) over each rollout batch."""
+    epochs: int = 1
+    """Passes over the training set (ignored when max_steps > 0)."""
+    max_steps: int = 0
+    """Stop after this many training steps (0 = run the epochs)."""
+    batch_size: int = 4
+    """Items per training step (per rank)."""
+    gradient_accumulation_steps: int = 1
+    """Split each step's items into this many rollout chunks (memory), one optimizer step after all."""
+    micro_batch_size: int = 16
+    """Sequences per forward/backward pass (memory only; the loss is identical)."""
+    generation_batch_size: int = 0
+    """Prompts per generate call (0 = all of a turn in one call)."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping per agent (0 = off)."""
+    lr_scheduler: str = "constant"
+    """constant | cosine | linear (all with warmup_steps of linear warm-up)."""
+    warmup_steps: int = 0
+    """Linear warm-up optimizer steps."""
+    seed: int = 0
+    """Seed for data order, sampling and initialisation."""
+    shuffle: bool = True
+    """Reshuffle the training items every epoch."""
+    eval_steps: int = 0
+    """Evaluate on the eval set every this many steps (0 = only when asked)."""
+    eval_num_generations: int = 1
+    """Samples per item at evaluation."""
+    logging_steps: int = 1
+    """Write metrics every this many steps."""
+    log_samples_steps: int = 10
+    """Write sample completions every this many steps (0 = never)."""
+    save_steps: int = 0
+    """Checkpoint every this many steps (0 = only at the end when output_dir is set)."""
+    save_total_limit: int = 2
+    """Keep at most this many checkpoints (oldest removed)."""
+    output_dir: str | None = None
+    """Where logs and checkpoints go (None = no files)."""
+    resume: str | None = None
+    """Checkpoint folder to resume from, or "latest" (newest in output_dir)."""
+    report_to: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])
+    """Metric sinks: jsonl, tensorboard, wandb."""
+    wandb_project: str = "comarl"
+    """W&B project when report_to has wandb."""
+    progress_bar: bool = True
+    """Show a progress bar with step, reward and s/step."""
+
+    def validate(self, num_agents: int, min_generations: int = 1) -> None:
+        def bad(key, msg):
+            raise ConfigError(f"train.{key}: {msg}")
+
+        if num_agents < 1:
+            raise ConfigError("agents: at least one agent is required (N >= 1)")
+        if self.num_generations < min_generations:
+            bad("num_generations", f"{self.algorithm} needs K >= {min_generations} (a group baseline), "
+                                   f"got {self.num_generations}")
+        if self.num_generations < 1:
+            bad("num_generations", f"must be >= 1, got {self.num_generations}")
+        if self.joint_mode not in ("aligned", "cross"):
+            bad("joint_mode", f"must be aligned or cross, got {self.joint_mode!r}")
+        if self.num_turns < 1:
+            bad("num_turns", f"must be >= 1, got {self.num_turns}")
+        if not 0 <= self.discount <= 1:
+            bad("discount", f"must be in [0, 1], got {self.discount}")
+        if self.loss_normalization not in NORMALISATIONS:
+            bad("loss_normalization", f"must be one of {list(NORMALISATIONS)}, got {self.loss_normalization!r}")
+        if self.ratio_level not in ("token", "sequence"):
+            bad("ratio_level", f"must be token or sequence, got {self.ratio_level!r}")
+        if self.clip_low < 0 or self.clip_high < 0:
+            bad("clip_low", "clip epsilons must be >= 0")
+        for key in ("num_iterations", "batch_size", "gradient_accumulation_steps", "micro_batch_size",
+                    "epochs", "eval_num_generations", "logging_steps"):
+            if getattr(self, key) < 1:
+                bad(key, f"must be >= 1, got {getattr(self, key)}")
+        for key in ("max_steps", "generation_batch_size", "warmup_steps", "eval_steps", "save_steps",
+                    "log_samples_steps", "max_samples_per_item"):
+            if getattr(self, key) < 0:
+                bad(key, f"must be >= 0, got {getattr(self, key)}")
+        if self.batch_size % self.gradient_accumulation_steps:
+            bad("gradient_accumulation_steps", f"must divide batch_size ({self.batch_size}), "
+                                               f"got {self.gradient_accumulation_steps}")
+        if self.lr_scheduler not in ("constant", "cosine", "linear"):
+            bad("lr_scheduler", f"must be constant, cosine or linear, got {self.lr_scheduler!r}")
+        for sink in self.report_to:
+            if sink not in ("jsonl", "tensorboard", "wandb"):
+                bad("report_to", f"unknown sink {sink!r} (jsonl, tensorboard, wandb)")
+        if self.max_grad_norm < 0:
+            bad("max_grad_norm", f"must be >= 0, got {self.max_grad_norm}")
+
+
+@dataclass
+class DataSource:
+    """Where items come from: a hub dataset id or a local file/folder (None = the env's default)."""
+
+    source: str | None = None
+    """Hub id or local path."""
+    split: str | None = None
+    """Dataset split."""
+    limit: int | None = None
+    """Use only the first `limit` items."""
+
+
+@dataclass
+class DataConfig:
+    train: DataSource = field(default_factory=DataSource)
+    """Training items."""
+    eval: DataSource | None = None
+    """Evaluation items (None = no eval set)."""
+
+
+@dataclass
+class EnvConfig:
+    name: str = "demo_writing"
+    """Registered environment name (see comarl.envs.registry)."""
+    args: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the environment's build(num_agents, **args)."""
+
+
+@dataclass
+class ExperimentConfig:
+    agents: list[AgentConfig] = field(default_factory=lambda: [AgentConfig()])
+    env: EnvConfig = field(default_factory=EnvConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def validate(self) -> None:
+        from .algorithms import get_algorithm
+
+        if not self.agents:
+            raise ConfigError("agents: at least one agent is required (N >= 1)")
+        for i, a in enumerate(self.agents):
+            a.validate(f"agents.{i}")
+        alg = get_algorithm(self.train.algorithm)
+        self.train.validate(len(self.agents), alg.min_generations)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Read a YAML experiment (or start from defaults), apply overrides, validate."""
+    data: dict = {}
+    if path is not None:
+        p = Path(path)
+        if not p.exists():
+            raise ConfigError(f"config file {p} does not exist")
+        data = yaml.safe_load(p.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{p}: top level must be a mapping with agents/env/data/train")
+    apply_overrides(data, overrides or [])
+    cfg = from_dict(ExperimentConfig, data)
+    cfg.validate()
+    return cfg

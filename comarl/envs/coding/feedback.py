@@ -1,0 +1,85 @@
+"""Feedback text for the next turn of a multi-turn coding episode.
+
+``plain``: only asks for a revision (the previous attempt is shown by the
+``revise`` template). ``diagnosis``: what went wrong: syntax error with line
+and message, an error raised while defining the program, each failed test
+with its error (at most ``max_failures``), the pass count and, with a helper,
+whether the main function calls it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+FEEDBACK_MODES = ("plain", "diagnosis")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a joint attempt did, as the feedback needs it.
+
+    Attributes:
+        main_defined: the entry point (or, for ClassEval, any method) was written.
+        compiled / syntax_error: whether the program parses, and why not.
+        program_error: exception while defining the program, if any.
+        tests / passed / errors: test snippets as shown to agents, and their results.
+        helper: helper name when there is a helper role, else None.
+        calls_helper / thin_wrapper: cooperation checks on the main function.
+        entry_point: the function (or class) name the task asks for.
+    """
+
+    main_defined: bool
+    compiled: bool
+    syntax_error: str | None
+    program_error: str | None
+    tests: tuple[str, ...]
+    passed: tuple[bool, ...]
+    errors: tuple[str | None, ...]
+    entry_point: str
+    helper: str | None = None
+    calls_helper: bool = False
+    thin_wrapper: bool = False
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _short(text: str, limit: int = 300) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def _test_line(snippet: str) -> str:
+    """The assert (or last line) of a test snippet: what the agent should see."""
+    lines = [l for l in snippet.strip().splitlines() if l.strip()]
+    asserts = [l.strip() for l in lines if l.strip().startswith("assert")]
+    return asserts[-1] if asserts else lines[-1].strip() if lines else ""
+
+
+def feedback_text(mode: str, o: Outcome, max_failures: int = 3) -> str:
+    """The feedback paragraph for ``mode`` ("plain" or "diagnosis")."""
+    if mode == "plain":
+        return "Your code did not pass all tests."
+    if mode != "diagnosis":
+        raise ValueError(f"env.args.feedback: must be one of {FEEDBACK_MODES}, got {mode!r}")
+    out = ["Diagnosis of the joint program:"]
+    if not o.main_defined:
+        out.append(f"- `{o.entry_point}` is not defined.")
+    if not o.compiled:
+        out.append(f"- Syntax error at {o.syntax_error}.")
+    elif o.program_error:
+        out.append(f"- Error while defining the program: {_short(o.program_error)}")
+    if o.compiled and o.tests:
+        n_pass = sum(o.passed)
+        out.append(f"- Tests passed: {n_pass}/{len(o.tests)}.")
+        failed = [(t, e) for t, p, e in zip(o.tests, o.passed, o.errors) if not p]
+        for test, err in failed[:max_failures]:
+            out.append(f"- Failed: `{_short(_test_line(test), 200)}` -> {_short(err or 'failed', 200)}")
+        if len(failed) > max_failures:
+            out.append(f"- ... and {len(failed) - max_failures} more failed tests.")
+    if o.helper is not None and o.main_defined:
+        if not o.calls_helper:
+            out.append(f"- `{o.entry_point}` does not call the helper `{o.helper}`.")
+        elif o.thin_wrapper:
+            out.append(f"- `{o.entry_point}` only returns `{o.helper}(...)`; it should add its own logic.")
+        else:
+            out.append(f"- `{o.entry_point}` calls the helper `{o.helper}`.")
+    out.extend(f"- {n}" for n in o.notes)
+    return "\n".join(out)

@@ -1,0 +1,75 @@
+"""Benchmark tests -> sandbox test snippets (one snippet = one counted test).
+
+A snippet runs after the program in its namespace and passes if it raises
+nothing (the sandbox's ``TestJob`` contract).
+"""
+from __future__ import annotations
+
+import ast
+import textwrap
+
+
+def check_snippets(test: str, entry_point: str) -> list[str]:
+    """Split a HumanEval-style ``def check(candidate)`` into snippets.
+
+    When the body of ``check`` is only ``assert`` statements (docstrings
+    aside), each assert becomes its own snippet:
+    ``<module-level test code>; candidate = <entry_point>; assert ...`` so the
+    pass fraction counts asserts. Otherwise (loops, local variables) the whole
+    test is one snippet that ends with ``check(<entry_point>)``.
+    """
+    whole = [f"{test.rstrip()}\n\ncheck({entry_point})\n"]
+    try:
+        tree = ast.parse(test)
+    except SyntaxError:
+        return whole
+    checks = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"]
+    if len(checks) != 1:
+        return whole
+    check = checks[0]
+    body = [s for s in check.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if not body or not all(isinstance(s, ast.Assert) for s in body):
+        return whole
+    arg = check.args.args[0].arg if check.args.args else "candidate"
+    lines = test.splitlines()
+    module = "\n".join(ast.get_source_segment(test, n) or "" for n in tree.body if n is not check)
+    out = []
+    for s in body:
+        src = textwrap.dedent("\n".join(lines[s.lineno - 1:s.end_lineno]))
+        out.append(f"{module}\n{arg} = {entry_point}\n{src}\n".lstrip("\n"))
+    return out
+
+
+def assert_snippets(test_list: list[str], test_imports: list[str] | None = None) -> list[str]:
+    """MBPP ``test_list`` asserts (each with the ``test_imports`` lines) as snippets."""
+    head = "\n".join(test_imports or [])
+    return [f"{head}\n{t}\n".lstrip("\n") for t in test_list]
+
+
+UNITTEST_SETUP = '''
+import io as _io
+import unittest as _unittest
+
+__file__ = "test_classeval.py"  # ClassEval tests build paths from the test file's folder
+
+
+def _run_test_class(cls):
+    """Run one unittest.TestCase class; raise AssertionError naming failures."""
+    suite = _unittest.TestLoader().loadTestsFromTestCase(cls)
+    result = _unittest.TextTestRunner(stream=_io.StringIO(), verbosity=0).run(suite)
+    bad = result.failures + result.errors
+    if bad or result.testsRun == 0:
+        names = ", ".join(t.id().split(".")[-1] for t, _ in bad[:5])
+        first = bad[0][1].strip().splitlines()[-1] if bad else "no tests ran"
+        raise AssertionError(f"{len(bad)}/{result.testsRun} failed ({names}): {first}")
+'''
+
+
+def unittest_snippets(test: str, test_classes: list[str]) -> tuple[list[str], str]:
+    """ClassEval: one snippet per ``unittest.TestCase`` class, plus the trusted setup.
+
+    Each snippet defines the benchmark's test module and runs one class with
+    ``_run_test_class`` (defined by the setup, which the sandbox runs as
+    trusted code). Returns (snippets, setup).
+    """
+    return [f"{test.rstrip()}\n\n_run_test_class({name})\n" for name in test_classes], UNITTEST_SETUP

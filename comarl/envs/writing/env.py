@@ -1,0 +1,230 @@
+"""The writing environment: N agents each write one part of a joint text.
+
+One turn. Agent ``i`` gets its role's prompt (a template with ``{text}``
+replaced by the item's source text); the parts are scored together by
+:func:`reward.score_parts`. With one agent (the single-agent baseline) the
+agent writes all parts in one response separated by ``marker``, which the
+environment splits before scoring.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..base import EnvState, EvalRecord, Transition
+from . import reward as R
+from . import words
+
+
+@dataclass(frozen=True)
+class WritingTask:
+    """What a writing task defines (TL;DR, arXiv...).
+
+    Attributes:
+        name: registered environment name.
+        roles: agent count -> role names, for every supported N >= 2.
+        prompts: agent count -> default prompt templates (same length as roles).
+        single_prompt: default template for the one-agent baseline (``{text}``,
+            ``{marker}``); it writes the parts of ``roles[2]``.
+        reward: default reward configuration.
+        reference_field: item field holding a reference text for ROUGE, or None.
+    """
+
+    name: str
+    roles: Mapping[int, tuple[str, ...]]
+    prompts: Mapping[int, tuple[str, ...]]
+    single_prompt: str
+    reward: R.RewardConfig
+    reference_field: str | None = None
+
+
+ARG_KEYS = ("prompts", "single_prompt", "marker", "reward")
+
+
+def split_marker(text: str, marker: str, parts: int) -> tuple[list[str], bool]:
+    """Split one response into ``parts`` pieces at ``marker`` (stripped).
+
+    Missing pieces are empty strings (scored as degenerate); text after a
+    surplus marker stays in the last piece. Returns ``(pieces, all_markers_found)``.
+
+    ``split_marker("a b\\n---\\nc d", "---", 2) -> (["a b", "c d"], True)``.
+    """
+    pieces = [p.strip() for p in text.split(marker.strip(), parts - 1)]
+    found = len(pieces) == parts
+    return pieces + [""] * (parts - len(pieces)), found
+
+
+class WritingEnv:
+    """A one-turn cooperative writing environment (see module docstring).
+
+    Args:
+        task: the task definition.
+        num_agents: 1 (single-agent baseline) or a key of ``task.roles``.
+        prompts: one template per agent (must contain ``{text}``); None -> defaults.
+        single_prompt: template for ``num_agents == 1``; None -> default.
+        marker: separator between parts in the single-agent response.
+        reward: the reward configuration.
+    """
+
+    max_turns = 1
+
+    def __init__(self, task: WritingTask, num_agents: int, prompts: Sequence[str], single_prompt: str,
+                 marker: str, reward: R.RewardConfig):
+        self.task = task
+        self.num_agents = num_agents
+        self.roles = task.roles[2] if num_agents == 1 else task.roles[num_agents]
+        self.prompts = tuple(prompts)
+        self.single_prompt = single_prompt
+        self.marker = marker
+        self.reward_cfg = reward
+        self.max_reward = R.max_reward(reward)
+
+    # -- protocol
+    def reset(self, item: Mapping[str, Any]) -> EnvState:
+        text = item["text"]
+        if self.num_agents == 1:
+            prompts = (self.single_prompt.replace("{marker}", self.marker).replace("{text}", text),)
+        else:
+            prompts = tuple(t.replace("{text}", text) for t in self.prompts)
+        return EnvState(item=item, prompts=prompts)
+
+    def parts(self, responses: Sequence[str]) -> tuple[list[str], bool]:
+        """The role-ordered parts of one joint response, and whether the single
+        agent's markers were all found (always True with N >= 2)."""
+        if len(responses) != self.num_agents:
+            raise ValueError(f"{self.task.name}: joint action has {len(responses)} responses, environment has {self.num_agents} agents")
+        if self.num_agents == 1:
+            return split_marker(responses[0], self.marker, len(self.roles))
+        return list(responses), True
+
+    def step_batch(self, states: Sequence[EnvState], responses: Sequence[Sequence[str]]) -> list[Transition]:
+        out = []
+        for _state, resp in zip(states, responses, strict=True):
+            parts, found = self.parts(resp)
+            value, metrics = R.score_parts(parts, self.reward_cfg)
+            if self.num_agents == 1:
+                metrics["marker_found"] = float(found)
+            out.append(Transition(value, True, None, metrics))
+        return out
+
+    # -- evaluation
+    def summarize(self, records: Sequence[EvalRecord]) -> dict[str, Any]:
+        """Aggregate ``comarl eval`` records into a JSON-able dict.
+
+        Keys: ``items``, ``samples``, ``num_agents``, ``roles``, ``reward``
+        (mean, min, max, max_possible), ``levels`` (share of samples passing
+        each level, ``mean_level``, ``degenerate`` share), ``length_ratio``
+        (n, mean, q10/q25/q50/q75/q90 over samples where every part has words;
+        for P > 2 parts the mean over pairs), and ``rouge`` (when items carry a
+        non-empty reference: mean F1 of rouge1/rouge2/rougeL of each role's part
+        and of all parts joined, against the reference).
+        """
+        rewards, levels, ratios = [], [], []
+        level_hits = {f"level{k}": 0 for k in range(1, 5)}
+        degenerate = 0
+        pairs: list[tuple[list[str], str]] = []
+        ref_field = self.task.reference_field
+        for rec in records:
+            ref = str(rec.item.get(ref_field) or "").strip() if ref_field else ""
+            for resp, tr in zip(rec.responses, rec.transitions, strict=True):
+                rewards.append(float(tr.reward))
+                m = tr.metrics
+                levels.append(float(m.get("level", 0.0)))
+                degenerate += int(m.get("degenerate", 0.0) > 0)
+                for k in level_hits:
+                    level_hits[k] += int(m.get(k, 0.0) > 0)
+                parts, _ = self.parts(resp)
+                lengths = [words.length_words(p) for p in parts]
+                rs = R.pair_ratios(lengths)
+                if all(r is not None for r in rs):
+                    ratios.append(sum(rs) / len(rs))
+                if ref:
+                    pairs.append((parts, ref))
+        n = len(rewards)
+        out: dict[str, Any] = {
+            "items": len(records), "samples": n, "num_agents": self.num_agents, "roles": list(self.roles),
+            "reward": {"mean": _mean(rewards), "min": min(rewards) if n else None,
+                       "max": max(rewards) if n else None, "max_possible": self.max_reward},
+            "levels": {**{k: (v / n if n else None) for k, v in level_hits.items()},
+                       "mean_level": _mean(levels), "degenerate": degenerate / n if n else None},
+            "length_ratio": _distribution(ratios),
+        }
+        if pairs:
+            out["rouge"] = rouge_summary(pairs, self.roles)
+        return out
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return float(sum(xs) / len(xs)) if xs else None
+
+
+def _distribution(xs: Sequence[float]) -> dict[str, float | int | None]:
+    """n, mean and the 10/25/50/75/90 % quantiles (linear interpolation)."""
+    if not xs:
+        return {"n": 0, "mean": None, "q10": None, "q25": None, "q50": None, "q75": None, "q90": None}
+    q = np.quantile(np.asarray(xs, dtype=float), [0.1, 0.25, 0.5, 0.75, 0.9])
+    return {"n": len(xs), "mean": float(np.mean(xs)), **{f"q{p}": float(v) for p, v in zip((10, 25, 50, 75, 90), q)}}
+
+
+def rouge_summary(pairs: Sequence[tuple[Sequence[str], str]], roles: Sequence[str]) -> dict[str, Any]:
+    """Mean ROUGE F1 (``rouge-score``, Porter stemming) of each role's part and
+    of the parts joined by a space, against the reference.
+
+    Args:
+        pairs: ``(parts, reference)`` per sample, parts in role order.
+        roles: role names (the keys of the result besides ``"joint"``).
+    Returns:
+        ``{role: {"rouge1", "rouge2", "rougeL"}, ..., "joint": {...}, "n": samples}``.
+    """
+    from rouge_score import rouge_scorer
+
+    kinds = ("rouge1", "rouge2", "rougeL")
+    scorer = rouge_scorer.RougeScorer(list(kinds), use_stemmer=True)
+    names = list(roles) + ["joint"]
+    sums = {name: dict.fromkeys(kinds, 0.0) for name in names}
+    for parts, ref in pairs:
+        for name, text in zip(names, list(parts) + [" ".join(parts)]):
+            scores = scorer.score(ref, text)
+            for kind in kinds:
+                sums[name][kind] += scores[kind].fmeasure
+    n = len(pairs)
+    return {**{name: {k: v / n for k, v in s.items()} for name, s in sums.items()}, "n": n}
+
+
+def build_env(task: WritingTask, num_agents: int, args: Mapping[str, Any]) -> WritingEnv:
+    """Check ``env.args`` and build the environment.
+
+    Raises:
+        ValueError: naming the bad key (``env.args.<key>``) or ``num_agents``.
+    """
+    if isinstance(num_agents, bool) or not isinstance(num_agents, int) or num_agents < 1:
+        raise ValueError(f"{task.name}: num_agents must be a positive integer, got {num_agents!r}")
+    supported = [1] + sorted(task.roles)
+    if num_agents not in supported:
+        raise ValueError(f"{task.name}: {num_agents} agents not supported (number of agents = len(agents)); "
+                         f"this task defines roles for {supported} agents: "
+                         + "; ".join(f"{n}: {', '.join(task.roles[n])}" for n in sorted(task.roles)))
+    unknown = set(args) - set(ARG_KEYS)
+    if unknown:
+        raise ValueError(f"env.args: unknown key(s) {sorted(unknown)} for {task.name}; known: {', '.join(ARG_KEYS)}")
+    marker = args.get("marker", "---")
+    if not isinstance(marker, str) or not marker.strip():
+        raise ValueError(f"env.args.marker: expected a non-blank string, got {marker!r}")
+    single = args.get("single_prompt") or task.single_prompt
+    if not isinstance(single, str) or "{text}" not in single:
+        raise ValueError("env.args.single_prompt: the template must contain {text}")
+    prompts = args.get("prompts")
+    if prompts is None:
+        prompts = task.prompts[num_agents] if num_agents > 1 else ()
+    elif num_agents == 1:
+        raise ValueError("env.args.prompts: one agent uses env.args.single_prompt, not a prompt list")
+    else:
+        if isinstance(prompts, str) or not isinstance(prompts, Sequence) or len(prompts) != num_agents:
+            raise ValueError(f"env.args.prompts: expected a list of {num_agents} templates (one per agent), got {prompts!r}")
+        for i, p in enumerate(prompts):
+            if not isinstance(p, str) or "{text}" not in p:
+                raise ValueError(f"env.args.prompts[{i}]: the template for agent {i + 1} must be a string containing {{text}}")
+    cfg = R.reward_config(args.get("reward"), task.reward)
+    return WritingEnv(task, num_agents, prompts, single, marker, cfg)

@@ -1,0 +1,84 @@
+"""Policy-gradient losses: pure functions on token log-probs.
+
+Shapes: S sequences, T completion tokens (padded). ``mask [S, T]`` is 1 on real
+completion tokens (the EOS included, padding after it excluded).
+
+The normalisation is expressed as per-token *weights* computed once over the
+whole batch (all micro-batches, all ranks), so that summing
+``loss_tokens * weights`` over micro-batches gives exactly the full-batch loss
+whatever the micro-batch size.
+"""
+from __future__ import annotations
+
+import torch
+
+NORMALISATIONS = ("sequence", "token", "constant")
+
+
+def token_weights(lengths: torch.Tensor, width: int, mode: str, num_sequences: int, num_tokens: int,
+                  max_new_tokens: int) -> torch.Tensor:
+    """Weight of every token in the batch loss.
+
+    Args:
+        lengths: [S] real completion lengths of these sequences.
+        width: T, padded width of the returned tensor.
+        mode: ``sequence``: mean over each sequence's tokens, then mean over the
+            S_total sequences (GRPO), w = 1 / (S_total * len_s);
+            ``token``: one mean over all T_total real tokens (DAPO), w = 1 / T_total;
+            ``constant``: sum over tokens divided by S_total * max_new_tokens
+            (Dr. GRPO), w = 1 / (S_total * max_new_tokens).
+        num_sequences: S_total over the whole batch (every micro-batch and rank).
+        num_tokens: T_total real tokens over the whole batch.
+        max_new_tokens: the constant of the ``constant`` mode.
+    Returns:
+        [S, T] weights, zero on padding.
+    """
+    mask = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).float()
+    if mode == "sequence":
+        w = 1.0 / (num_sequences * lengths.clamp(min=1).float())
+        return mask * w.unsqueeze(1)
+    if mode == "token":
+        return mask / max(num_tokens, 1)
+    if mode == "constant":
+        return mask / (num_sequences * max_new_tokens)
+    raise ValueError(f"loss normalisation must be one of {NORMALISATIONS}, got {mode!r}")
+
+
+def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                        weights: torch.Tensor, clip_low: float = 0.2, clip_high: float = 0.2,
+                        ratio_level: str = "token") -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO-style clipped surrogate, summed with ``weights``.
+
+    ``ratio = exp(logp - old_logp)`` per token (``ratio_level="token"``), or one
+    ratio per sequence ``exp(mean_t (logp - old_logp))`` broadcast over its tokens
+    (``"sequence"``, as in GSPO). Per token::
+
+        l_t = -min(ratio * A, clip(ratio, 1 - clip_low, 1 + clip_high) * A)
+
+    and the loss is ``sum_{s,t} weights[s,t] * l[s,t]``. With ``old_logp =
+    logp.detach()`` (one pass on fresh samples) the ratio is 1 and the gradient
+    is the plain policy gradient ``-A * grad logp``.
+
+    Args:
+        logp, old_logp, weights: [S, T]; advantages: [S].
+    Returns:
+        (scalar loss, stats: clip fraction and mean ratio over real tokens).
+    """
+    mask = (weights > 0).float()
+    diff = logp - old_logp
+    if ratio_level == "sequence":
+        seq = (diff * mask).sum(1) / mask.sum(1).clamp(min=1)
+        diff = seq.unsqueeze(1).expand_as(logp)
+    elif ratio_level != "token":
+        raise ValueError(f"ratio_level must be 'token' or 'sequence', got {ratio_level!r}")
+    ratio = torch.exp(diff)
+    adv = advantages.unsqueeze(1)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * adv
+    per_token = -torch.minimum(unclipped, clipped)
+    loss = (per_token * weights).sum()
+    with torch.no_grad():
+        n = mask.sum().clamp(min=1)
+        stats = {"clip_frac": ((unclipped != clipped).float() * mask).sum() / n,
+                 "ratio_mean": (ratio * mask).sum() / n}
+    return loss, stats

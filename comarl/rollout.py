@@ -1,0 +1,225 @@
+"""Rollouts: joint actions, the multi-turn tree, credited returns.
+
+The tree is generated breadth-first: at each turn, every live node of every
+item sends its prompts through one ``generate`` call per agent. Each joint
+action of a node is scored by one ``env.step_batch`` call for the whole turn,
+and (multi-turn) continues as a child node with its own environment state.
+
+Returns (per agent, so per-agent rewards work too)::
+
+    G_j = r_j + gamma * V(child_j),   V(node) = mean_j G_j over the node's joint actions
+
+with V = 0 when the branch ended. Credit: agent i's sample k gets the mean of
+G_j[i] over the joint actions j that contain it. In ``aligned`` mode that is
+exactly one joint action (j = k); in ``cross`` mode it is the K^(N-1) joint
+actions of the Cartesian product that use sample k of agent i.
+"""
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from .envs.base import AgentRewards, EnvState, Environment, EvalRecord
+from .generation import generate
+from .types import AgentSamples, Rollout
+
+
+def joint_actions(mode: str, k: int, n: int) -> torch.Tensor:
+    """Joint actions as sample indices: [J, N] with J = K (aligned) or K^N (cross)."""
+    if mode == "aligned":
+        return torch.arange(k).unsqueeze(1).repeat(1, n)
+    if mode == "cross":
+        return torch.tensor(list(itertools.product(range(k), repeat=n)), dtype=torch.long).reshape(-1, n)
+    raise ValueError(f"joint_mode must be 'aligned' or 'cross', got {mode!r}")
+
+
+def credit_returns(joint_returns: torch.Tensor, joints: torch.Tensor, k: int) -> torch.Tensor:
+    """Credit each agent's samples with the mean return of the joint actions containing them.
+
+    Args:
+        joint_returns: [J, N] return of each joint action for each agent.
+        joints: [J, N] sample index of agent i in joint action j.
+        k: samples per agent.
+    Returns:
+        [N, K]: ``out[i, k] = mean_{j: joints[j, i] == k} joint_returns[j, i]``.
+    """
+    n = joints.shape[1]
+    out = torch.zeros(n, k, dtype=joint_returns.dtype)
+    count = torch.zeros(n, k, dtype=joint_returns.dtype)
+    for i in range(n):
+        out[i].index_add_(0, joints[:, i], joint_returns[:, i])
+        count[i].index_add_(0, joints[:, i], torch.ones_like(joint_returns[:, i]))
+    return out / count.clamp(min=1)
+
+
+def discounted_returns(rewards: torch.Tensor, child_values: torch.Tensor, gamma: float) -> torch.Tensor:
+    """G = r + gamma * V(child) elementwise; ``child_values`` is 0 where the branch ended. Shapes [J, N]."""
+    return rewards + gamma * child_values
+
+
+def samples_per_item(mode: str, k: int, n: int, turns: int) -> int:
+    """Completions generated for one item when no branch ends early: N*K*sum_t b^t, b = K or K^N."""
+    branching = k if mode == "aligned" else k ** n
+    return n * k * sum(branching ** t for t in range(turns))
+
+
+def check_tree_size(mode: str, k: int, n: int, turns: int, limit: int) -> None:
+    """Refuse, before any generation, a tree larger than ``limit`` completions per item."""
+    total = samples_per_item(mode, k, n, turns)
+    if total > limit:
+        raise ValueError(
+            f"train.max_samples_per_item: joint_mode={mode}, num_generations={k}, {n} agents, num_turns={turns} "
+            f"generates {total} completions per item (> limit {limit}); lower num_generations/num_turns, use "
+            f"aligned mode, or raise train.max_samples_per_item")
+
+
+def reward_vector(reward, n: int, where: str) -> torch.Tensor:
+    """Team float -> [N] copies; AgentRewards -> its values (length checked)."""
+    if isinstance(reward, AgentRewards):
+        if len(reward.values) != n:
+            raise ValueError(f"{where}: AgentRewards has {len(reward.values)} values for {n} agents")
+        return torch.tensor(reward.values, dtype=torch.float64)
+    try:
+        return torch.full((n,), float(reward), dtype=torch.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{where}: reward must be a float or AgentRewards, got {type(reward).__name__}") from None
+
+
+@dataclass
+class _Node:
+    item: int
+    state: EnvState
+    turn: int
+    joints: torch.Tensor | None = None  # [J, N]
+    rewards: torch.Tensor | None = None  # [J, N]
+    children: list = field(default_factory=list)  # [J] of _Node | None
+    sample_start: list[int] = field(default_factory=list)  # per agent: index of sample 0 in that agent's lists
+    returns: torch.Tensor | None = None  # [J, N]
+    greedy_reward: torch.Tensor | None = None  # [N]
+
+
+@dataclass
+class RolloutSettings:
+    num_generations: int
+    joint_mode: str = "aligned"
+    num_turns: int = 1
+    discount: float = 1.0
+    early_stop_reward: float | None = None
+    greedy_baseline: bool = False
+    generation_batch_size: int = 0
+    num_examples: int = 2
+    keep_records: bool = False
+
+
+def collect_rollout(agents: Sequence, env: Environment, items: Sequence[dict], s: RolloutSettings) -> Rollout:
+    """Generate the whole tree for ``items`` and return per-agent samples with credited returns."""
+    n, k = len(agents), s.num_generations
+    if env.num_agents != n:
+        raise ValueError(f"environment expects {env.num_agents} agents, {n} were given")
+    per_agent = [dict(prompt_ids=[], completion_ids=[], truncated=[], texts=[]) for _ in range(n)]
+    groups: list[_Node] = []
+    level = [_Node(b, env.reset(item), 0) for b, item in enumerate(items)]
+    metric_sums: dict[str, float] = defaultdict(float)
+    metric_counts: dict[str, int] = defaultdict(int)
+    examples: list[dict] = []
+    records: list[EvalRecord] = []
+    num_completions = 0
+    joints = joint_actions(s.joint_mode, k, n)
+    for turn in range(s.num_turns):
+        if not level:
+            break
+        texts_per_agent = []
+        for i, agent in enumerate(agents):
+            p_ids = agent.encode_prompts([node.state.prompts[i] for node in level])
+            comp = generate(agent, p_ids, k, batch_size=s.generation_batch_size)
+            num_completions += len(comp.ids)
+            store = per_agent[i]
+            for g, node in enumerate(level):
+                node.sample_start.append(len(store["completion_ids"]))
+                store["prompt_ids"] += [p_ids[g]] * k
+            store["completion_ids"] += comp.ids
+            store["truncated"] += comp.truncated
+            store["texts"] += comp.texts
+            texts_per_agent.append(comp.texts)
+        states, responses = [], []
+        for g, node in enumerate(level):
+            node.joints = joints
+            for j in joints.tolist():
+                states.append(node.state)
+                responses.append(tuple(texts_per_agent[i][g * k + j[i]] for i in range(n)))
+        if s.greedy_baseline:
+            greedy_texts = []
+            for i, agent in enumerate(agents):
+                p_ids = agent.encode_prompts([node.state.prompts[i] for node in level])
+                greedy_texts.append(generate(agent, p_ids, 1, greedy=True, batch_size=s.generation_batch_size).texts)
+                num_completions += len(level)
+            g_trans = env.step_batch([node.state for node in level],
+                                     [tuple(greedy_texts[i][g] for i in range(n)) for g in range(len(level))])
+            for g, (node, tr) in enumerate(zip(level, g_trans)):
+                node.greedy_reward = reward_vector(tr.reward, n, f"greedy step of item {node.item}")
+        transitions = env.step_batch(states, responses)
+        if len(transitions) != len(states):
+            raise ValueError(f"env.step_batch returned {len(transitions)} transitions for {len(states)} joint actions")
+        next_level = []
+        t_idx = 0
+        for node in level:
+            rewards, children = [], []
+            for _ in range(len(joints)):
+                tr = transitions[t_idx]
+                r = reward_vector(tr.reward, n, f"turn {turn} of item {node.item}")
+                rewards.append(r)
+                for key, val in tr.metrics.items():
+                    metric_sums[f"env/{key}"] += float(val)
+                    metric_counts[f"env/{key}"] += 1
+                stop = tr.done or tr.next_state is None or turn + 1 >= s.num_turns
+                if not stop and s.early_stop_reward is not None and float(r.mean()) >= s.early_stop_reward:
+                    stop = True
+                child = None if stop else _Node(node.item, tr.next_state, turn + 1)
+                children.append(child)
+                if child is not None:
+                    next_level.append(child)
+                if turn == 0 and node.item < s.num_examples and len(examples) < s.num_examples * 2 and \
+                        t_idx % len(joints) < 2:
+                    examples.append({"item": node.item, "prompts": list(node.state.prompts),
+                                     "responses": list(responses[t_idx]), "reward": float(r.mean())})
+                t_idx += 1
+            if turn == 0 and s.keep_records:
+                first = t_idx - len(joints)
+                records.append(EvalRecord(item=items[node.item], responses=list(responses[first:t_idx]),
+                                          transitions=list(transitions[first:t_idx])))
+            node.rewards = torch.stack(rewards)
+            node.children = children
+            metric_sums[f"reward/turn{turn}"] += float(node.rewards.mean()) * len(joints)
+            metric_counts[f"reward/turn{turn}"] += len(joints)
+            groups.append(node)
+        level = next_level
+    # returns bottom-up (children were appended after their parents)
+    for node in reversed(groups):
+        child_v = torch.stack([c.returns.mean(0) if c is not None else torch.zeros(n, dtype=torch.float64)
+                               for c in node.children])
+        node.returns = discounted_returns(node.rewards, child_v, s.discount)
+    out = []
+    for i in range(n):
+        st = per_agent[i]
+        # groups were visited in generation order, so group g's samples start at sample_start[i] == g*K
+        credited = torch.stack([credit_returns(node.returns, node.joints, k)[i] for node in groups])
+        baseline = None
+        if s.greedy_baseline:
+            baseline = torch.stack([node.greedy_reward[i] for node in groups])
+        out.append(AgentSamples(prompt_ids=st["prompt_ids"], completion_ids=st["completion_ids"],
+                                truncated=torch.tensor(st["truncated"], dtype=torch.bool), texts=st["texts"],
+                                returns=credited.float(), turns=torch.tensor([nd.turn for nd in groups]),
+                                baseline=None if baseline is None else baseline.float()))
+    metrics = {key: metric_sums[key] / metric_counts[key] for key in metric_sums}
+    roots = [g for g in groups if g.turn == 0]
+    metrics["return/mean"] = float(torch.stack([r.returns.mean() for r in roots]).mean())
+    metrics["tree/nodes"] = float(len(groups))
+    for i, agent in enumerate(agents):
+        lens = torch.tensor([len(c) for c in out[i].completion_ids], dtype=torch.float)
+        metrics[f"{agent.name}/completion_len"] = float(lens.mean())
+        metrics[f"{agent.name}/truncated"] = float(out[i].truncated.float().mean())
+    return Rollout(agents=out, metrics=metrics, examples=examples, num_completions=num_completions, records=records)

@@ -1,0 +1,194 @@
+"""Parent side of one job: spawn the harness, feed it, watch the clock, read results."""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from comarl.sandbox.types import SandboxLimits, TestJob, TestReport
+from comarl.sandbox.uids import kill_uid
+
+HARNESS = Path(__file__).with_name("harness.py")
+MAX_RESULT_BYTES = 1 << 20
+DRAIN_S = 1.0  # after the child exits, how long leftover output may still arrive
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (not the program): e.g. isolation was refused."""
+
+
+def child_env(workdir: str) -> dict[str, str]:
+    """A minimal environment: nothing of the trainer's variables is passed on."""
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir,
+            "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+class _Capped:
+    """Keeps the first ``cap`` bytes written to it and counts the rest."""
+
+    def __init__(self, cap: int):
+        self.cap, self.data, self.dropped = cap, bytearray(), 0
+
+    def add(self, chunk: bytes) -> None:
+        room = self.cap - len(self.data)
+        self.data += chunk[:max(room, 0)]
+        self.dropped += max(len(chunk) - max(room, 0), 0)
+
+    def text(self) -> str:
+        return self.data.decode("utf-8", errors="replace")
+
+
+def _kill(pid: int, uid: int | None) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if uid is not None:
+        kill_uid(uid)  # also the processes that left the group (setsid)
+
+
+def _exit_text(returncode: int | None) -> str:
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+def run_job(job: TestJob, limits: SandboxLimits, uid: int | None) -> TestReport:
+    """Run ``job`` in a fresh isolated child; ``uid`` None keeps the current user."""
+    start = time.monotonic()
+    deadline = start + limits.total_timeout_s
+    workdir = tempfile.mkdtemp(prefix="comarl-sbx-")
+    nonce = secrets.token_hex(16)
+    try:
+        if uid is not None:
+            os.chown(workdir, uid, uid)
+        payload = json.dumps({"nonce": nonce, "program": job.program, "tests": list(job.tests),
+                              "setup": job.setup, "workdir": workdir, "uid": uid, "gid": uid,
+                              "limits": asdict(limits)}).encode()
+        rfd, wfd = os.pipe()
+        try:
+            proc = subprocess.Popen([sys.executable, "-I", str(HARNESS), str(wfd)], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(wfd,),
+                                    cwd=workdir, env=child_env(workdir), start_new_session=True)
+        except BaseException:
+            os.close(rfd)
+            raise
+        finally:
+            os.close(wfd)
+        out, err = _Capped(limits.max_output_bytes), _Capped(limits.max_output_bytes)
+        res = _Capped(MAX_RESULT_BYTES)
+        try:
+            timed_out = _pump(proc, payload, {proc.stdout.fileno(): out, proc.stderr.fileno(): err, rfd: res},
+                              deadline, uid)
+        finally:
+            _kill(proc.pid, uid)
+            proc.wait()
+            for f in (proc.stdin, proc.stdout, proc.stderr):
+                f.close()
+            os.close(rfd)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    records = _parse(res.data, nonce)
+    return _report(job, records, timed_out, proc.returncode, out, err, time.monotonic() - start)
+
+
+def _pump(proc: subprocess.Popen, payload: bytes, sinks: dict, deadline: float, uid: int | None) -> bool:
+    """Write the job, read every pipe into its sink; True when the total timeout hit."""
+    sel = selectors.DefaultSelector()
+    stdin_fd = proc.stdin.fileno()
+    os.set_blocking(stdin_fd, False)
+    sel.register(stdin_fd, selectors.EVENT_WRITE)
+    for fd in sinks:
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ)
+    sent, exited_at = 0, None
+    while sel.get_map():
+        now = time.monotonic()
+        if exited_at is None and proc.poll() is not None:
+            exited_at = now
+            _kill(proc.pid, uid)  # leftovers that still hold our pipes open
+        limit = deadline if exited_at is None else min(deadline, exited_at + DRAIN_S)
+        if now >= limit:
+            return exited_at is None
+        for key, _ in sel.select(timeout=min(0.05, limit - now)):
+            fd = key.fd
+            try:
+                if fd == stdin_fd:
+                    sent += os.write(fd, payload[sent:sent + 65536])
+                    if sent >= len(payload):
+                        sel.unregister(fd)
+                        proc.stdin.close()
+                    continue
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            except (BrokenPipeError, OSError):
+                sel.unregister(fd)
+                continue
+            if chunk:
+                sinks[fd].add(chunk)
+            else:
+                sel.unregister(fd)
+    return False
+
+
+def _parse(data: bytes, nonce: str) -> list[dict]:
+    """The harness's records; lines without the nonce (forged) are dropped."""
+    prefix = nonce.encode() + b" "
+    records = []
+    for line in bytes(data).split(b"\n"):
+        if line.startswith(prefix):
+            try:
+                rec = json.loads(line[len(prefix):])
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                records.append(rec)
+    return records
+
+
+def _report(job: TestJob, records: list[dict], timed_out: bool, returncode: int | None,
+            out: _Capped, err: _Capped, duration: float) -> TestReport:
+    first: dict = {}
+    tests: dict[int, str | None] = {}
+    for rec in records:
+        k = rec.get("k")
+        if k == "test" and isinstance(rec.get("i"), int):
+            tests.setdefault(rec["i"], rec.get("error"))
+        elif k not in first:
+            first[k] = rec
+    if "setup_failed" in first:
+        raise SandboxError(f"sandbox isolation failed: {first['setup_failed'].get('error')}; "
+                           f"stderr: {err.text()[-2000:]}")
+    done = "done" in first
+    died = "Timeout (total)" if timed_out else f"Crashed: {_exit_text(returncode)}"
+    compiled = "compiled" in first and first["compiled"].get("error") is None
+    syntax_error = first["compiled"].get("error") if "compiled" in first else None
+    if not compiled:
+        program_error = None if "compiled" in first else died
+        not_run = "NotRun: syntax error" if "compiled" in first else died
+    elif "program" in first:
+        program_error = first["program"].get("error")
+        not_run = "NotRun: program failed" if program_error else died
+    else:
+        program_error = died
+        not_run = "NotRun: program failed"
+    errors = [tests[i] if i in tests else not_run for i in range(len(job.tests))]
+    passed = [i in tests and tests[i] is None for i in range(len(job.tests))]
+    return TestReport(compiled=compiled, syntax_error=syntax_error, program_error=program_error,
+                      passed=passed, errors=errors, timed_out=timed_out, crashed=not done and not timed_out,
+                      stdout=out.text(), stderr=err.text(), duration_s=duration)

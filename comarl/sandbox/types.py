@@ -1,0 +1,105 @@
+"""The records that go in and out of the sandbox: limits, jobs and reports."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits applied to every job's child process.
+
+    Attributes:
+        test_timeout_s: wall clock per test snippet (and for the program body).
+        total_timeout_s: wall clock for the whole job (start-up, program and all
+            tests); the child's process group is killed after it.
+        cpu_time_s: RLIMIT_CPU of the child, in seconds.
+        memory_mb: RLIMIT_AS (address space) of the child, in MiB.
+        file_size_mb: RLIMIT_FSIZE (largest file it may write), in MiB.
+        max_processes: RLIMIT_NPROC; counts the child's uid, so it only bounds
+            the job when privileges are dropped to a uid of its own.
+        max_output_bytes: bytes of stdout and of stderr kept; the rest is read
+            and discarded.
+        drop_privileges: when the trainer runs as root, run the child as an
+            unprivileged uid/gid reserved for one worker.
+        no_network: best effort: put the child in a new, empty network
+            namespace where the OS allows it.
+    """
+
+    test_timeout_s: float = 3.0
+    total_timeout_s: float = 20.0
+    cpu_time_s: int = 20
+    memory_mb: int = 1024
+    file_size_mb: int = 16
+    max_processes: int = 64
+    max_output_bytes: int = 65536
+    drop_privileges: bool = True
+    no_network: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("test_timeout_s", "total_timeout_s", "cpu_time_s", "memory_mb",
+                     "file_size_mb", "max_processes", "max_output_bytes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"SandboxLimits.{name} must be > 0, got {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True)
+class TestJob:
+    """One program and the test snippets that check it.
+
+    Attributes:
+        program: the code under test (defines functions/classes).
+        tests: code snippets, each exec'd after the program in the program's
+            namespace with its own timeout; a snippet passes if it raises nothing.
+        setup: trusted code run before the program (imports, helpers).
+    """
+
+    __test__ = False  # not a pytest test class
+
+    program: str
+    tests: tuple[str, ...]
+    setup: str = ""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tests, str):
+            raise TypeError("TestJob.tests must be a tuple of snippets, got one str")
+        object.__setattr__(self, "tests", tuple(self.tests))
+
+
+@dataclass
+class TestReport:
+    """What happened to one job.
+
+    Attributes:
+        compiled: the program parsed (``compile()`` succeeded).
+        syntax_error: e.g. ``"line 3: invalid syntax"`` when not compiled.
+        program_error: exception raised by the setup or program body, e.g.
+            ``"NameError: name 'x' is not defined"``; also set when the process
+            died or timed out before the program body finished.
+        passed: one bool per test snippet.
+        errors: per test: None when passed, else e.g. ``"AssertionError: msg"``,
+            ``"Timeout"``, ``"ZeroDivisionError: division by zero"``.
+        timed_out: the total timeout was hit and the process group killed.
+        crashed: the child died without reporting the end of the job
+            (segfault, ``os._exit``, killed by a resource limit...).
+        stdout: the child's stdout, cut at ``max_output_bytes``.
+        stderr: the child's stderr, cut at ``max_output_bytes``.
+        duration_s: wall clock of the whole job in the parent.
+    """
+
+    __test__ = False
+
+    compiled: bool
+    syntax_error: str | None
+    program_error: str | None
+    passed: list[bool]
+    errors: list[str | None]
+    timed_out: bool
+    crashed: bool
+    stdout: str
+    stderr: str
+    duration_s: float
+
+    @property
+    def pass_fraction(self) -> float:
+        """Fraction of test snippets passed; 0.0 for a job without tests."""
+        return sum(self.passed) / len(self.passed) if self.passed else 0.0

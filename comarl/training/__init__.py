@@ -1,0 +1,1 @@
+"""The one training loop and what it uses: checkpoints, logging, distributed helpers."""

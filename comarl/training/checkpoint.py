@@ -1,0 +1,127 @@
+"""Checkpoints: per agent model (or adapter) + tokenizer + optimiser + scheduler, plus step and RNG states.
+
+A checkpoint is written to ``checkpoint-<step>.tmp`` and renamed to
+``checkpoint-<step>`` only when complete, so a kill during a save leaves the
+previous checkpoint intact (a leftover ``.tmp`` folder is ignored and cleaned).
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+_NAME = re.compile(r"^checkpoint-(\d+)$")
+
+
+def rng_state() -> dict:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_agent_weights(agent, folder: Path) -> None:
+    """save_pretrained of the model (a peft model writes its adapter only) and tokenizer."""
+    folder.mkdir(parents=True, exist_ok=True)
+    agent.model.save_pretrained(str(folder))
+    agent.tokenizer.save_pretrained(str(folder))
+
+
+def save_checkpoint(output_dir: str | Path, step: int, agents, optimizers, schedulers, state: dict,
+                    keep: int = 2) -> Path:
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    final = out / f"checkpoint-{step}"
+    tmp = out / f"checkpoint-{step}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    for i, agent in enumerate(agents):
+        save_agent_weights(agent, tmp / f"agent{i}")
+        torch.save({"optimizer": optimizers[i].state_dict(), "scheduler": schedulers[i].state_dict()},
+                   tmp / f"agent{i}" / "optimizer.pt")
+    torch.save(rng_state(), tmp / "rng.pt")
+    (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **state}, indent=2))
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _prune(out, keep)
+    return final
+
+
+def _prune(out: Path, keep: int) -> None:
+    ckpts = sorted(list_checkpoints(out), key=lambda p: int(_NAME.match(p.name).group(1)))
+    for p in ckpts[:-keep] if keep > 0 else []:
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def list_checkpoints(output_dir: str | Path) -> list[Path]:
+    out = Path(output_dir)
+    if not out.exists():
+        return []
+    return [p for p in out.iterdir() if p.is_dir() and _NAME.match(p.name)
+            and (p / "trainer_state.json").exists()]
+
+
+def latest_checkpoint(output_dir: str | Path) -> Path | None:
+    ckpts = list_checkpoints(output_dir)
+    return max(ckpts, key=lambda p: int(_NAME.match(p.name).group(1))) if ckpts else None
+
+
+def load_checkpoint(path: str | Path, agents, optimizers, schedulers) -> dict:
+    """Load weights, optimiser/scheduler and RNG states in place; returns trainer_state."""
+    path = Path(path)
+    if not (path / "trainer_state.json").exists():
+        raise FileNotFoundError(f"train.resume: {path} is not a complete checkpoint (no trainer_state.json)")
+    for i, agent in enumerate(agents):
+        folder = path / f"agent{i}"
+        if not folder.exists():
+            raise FileNotFoundError(f"train.resume: {folder} missing (checkpoint has fewer agents?)")
+        load_agent_weights(agent, folder)
+        opt = torch.load(folder / "optimizer.pt", weights_only=False)
+        optimizers[i].load_state_dict(opt["optimizer"])
+        schedulers[i].load_state_dict(opt["scheduler"])
+    set_rng_state(torch.load(path / "rng.pt", weights_only=False))
+    return json.loads((path / "trainer_state.json").read_text())
+
+
+def load_agent_weights(agent, folder: Path) -> None:
+    """Put saved weights (full model, or a peft adapter) back into the live model."""
+    model = agent.model
+    if hasattr(model, "load_adapter") and (folder / "adapter_config.json").exists() and hasattr(model, "peft_config"):
+        from peft import set_peft_model_state_dict
+        from peft.utils import load_peft_weights
+
+        set_peft_model_state_dict(model, load_peft_weights(str(folder)))
+        return
+    from safetensors.torch import load_file
+
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no safetensors weights in {folder}")
+    state = {}
+    for f in files:
+        state.update(load_file(str(f)))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    real_missing = [m for m in missing if not _tied(model, m)]
+    if real_missing or unexpected:
+        raise RuntimeError(f"checkpoint {folder} does not match the model: missing {real_missing[:3]}, "
+                           f"unexpected {unexpected[:3]}")
+
+
+def _tied(model, name: str) -> bool:
+    return name.endswith("lm_head.weight") and getattr(model.config, "tie_word_embeddings", False)
