@@ -10,12 +10,14 @@ from __future__ import annotations
 import ctypes
 import os
 import resource
+import signal
 import stat
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWPID = 0x20000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
-MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 
@@ -125,10 +127,41 @@ def expose(paths: list[str]) -> list[str]:
     return covered
 
 
+def new_pid_namespace(remount_proc: bool) -> str:
+    """Continue as pid 1 of a new pid namespace; the original process only waits.
+
+    When pid 1 of a namespace dies, the kernel kills and reaps every process
+    left in it, so nothing the job forked outlives it, not even as a zombie
+    re-parented to the trainer. The waiting process passes on pid 1's exit
+    status, or dies of the same signal.
+    """
+    try:
+        unshare(CLONE_NEWPID)
+    except OSError as e:
+        return f"pids: host namespace ({e})"
+    pid = os.fork()
+    if pid:  # the original process: wait, then mirror the outcome
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+                break
+            except ChildProcessError:
+                os._exit(1)
+            except InterruptedError:
+                continue
+        if os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
+        os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+    if remount_proc:  # /proc showing only this namespace's processes
+        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    return "pids: new namespace" + (", private /proc" if remount_proc else "")
+
+
 def set_limits(cpu_s: int, memory_mb: int, file_size_mb: int, nproc: int | None) -> None:
     """Hard rlimits for this process and everything it spawns."""
     mib = 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_mb * mib, file_size_mb * mib))
     if nproc is not None:
@@ -154,19 +187,19 @@ def no_new_privileges() -> None:
 def isolate(workdir: str, uid: int | None, gid: int | None, limits: dict, needed_paths: list[str]) -> list[str]:
     """All isolation steps, in order. ``uid is None``: keep the current user.
 
-    Returns notes on the best-effort steps (network, mounts).
+    Namespaces and mounts need root; without it only the network step is
+    tried (through a user namespace). Returns notes on the best-effort steps.
     """
-    as_root = os.geteuid() == 0
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # before the fork: no core dumps anywhere
     notes = []
     if limits["no_network"]:
-        notes.append(new_network_namespace(as_root))
+        notes.append(new_network_namespace(as_root=os.geteuid() == 0))
     if uid is not None:
-        tmp_mb = max(64, 4 * limits["file_size_mb"])
-        notes.append(private_mounts(workdir, uid, gid, tmp_mb))
-        if notes[-1].startswith("mounts: private"):
-            covered = expose(needed_paths)
-            if covered:
-                notes.append("exposed through " + ",".join(covered))
+        notes.append(private_mounts(workdir, uid, gid, tmp_mb=max(64, 4 * limits["file_size_mb"])))
+        private = notes[-1].startswith("mounts: private")
+        if private and (covered := expose(needed_paths)):
+            notes.append("exposed through " + ",".join(covered))
+        notes.append(new_pid_namespace(remount_proc=private))
     os.chdir(workdir)
     set_limits(limits["cpu_time_s"], limits["memory_mb"], limits["file_size_mb"],
                limits["max_processes"] if uid is not None else None)

@@ -12,6 +12,7 @@ import os
 import pwd
 import signal
 import tempfile
+import time
 
 UID_RANGE = range(61000, 65000)
 
@@ -50,36 +51,32 @@ def release(claimed: list[tuple[int, int]]) -> None:
 
 
 def pids_of_uid(uid: int) -> list[int]:
-    """Pids whose real uid is ``uid`` (read from /proc)."""
+    """Live (not zombie) pids whose real uid is ``uid``, read from /proc."""
     pids = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/status", "rb") as f:
-                for line in f:
-                    if line.startswith(b"Uid:"):
-                        if int(line.split()[1]) == uid:
-                            pids.append(int(name))
-                        break
-        except (OSError, ValueError, IndexError):
+                fields = dict(line.split(b":", 1) for line in f if line[:4] in (b"Stat", b"Uid:"))
+            if int(fields[b"Uid"].split()[0]) == uid and not fields[b"State"].strip().startswith(b"Z"):
+                pids.append(int(name))
+        except (OSError, ValueError, KeyError, IndexError):
             continue  # the process is gone
     return pids
 
 
-def kill_uid(uid: int, rounds: int = 20) -> int:
-    """SIGKILL every process of ``uid`` until none is left; returns how many were hit."""
+def kill_uid(uid: int, wait_s: float = 2.0) -> int:
+    """SIGKILL every process of ``uid`` until none is alive; returns how many signals were sent."""
     if uid not in UID_RANGE:  # never the trainer's own user
         raise ValueError(f"refusing to kill uid {uid}: not a sandbox uid")
-    hit = 0
-    for _ in range(rounds):  # a fork bomb may fork between listing and killing
-        pids = pids_of_uid(uid)
-        if not pids:
-            break
+    hit, deadline = 0, time.monotonic() + wait_s
+    while (pids := pids_of_uid(uid)) and time.monotonic() < deadline:  # a fork bomb forks meanwhile
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
                 hit += 1
             except ProcessLookupError:
                 pass
+        time.sleep(0.005)
     return hit
