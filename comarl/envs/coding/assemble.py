@@ -18,7 +18,7 @@ import ast
 import builtins
 from dataclasses import dataclass
 
-from .extract import Block, extract_code, is_stub, last_def, parses, split_blocks
+from .extract import Block, extract_code, is_stub, last_def, parses, quiet_parse, split_blocks
 
 _KEEP = ("import", "def", "class", "assign")
 
@@ -46,7 +46,7 @@ def missing_imports(code: str) -> list[str]:
     ``Counter``, ``reduce``...). Returns [] when ``code`` does not parse.
     """
     try:
-        tree = ast.parse(code)
+        tree = quiet_parse(code)
     except (SyntaxError, ValueError, RecursionError):
         return []
     used, defined = set(), set(dir(builtins))

@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
+from .extract import quiet_parse
 from .testcases import assert_snippets, check_snippets, unittest_snippets
 
 # dataset -> (default hub id, hub config, file names looked for inside a folder)
@@ -81,7 +82,7 @@ def read_source(dataset: str, source: str | None, split: str | None) -> list[dic
 
 def _mbpp_prompt(row: dict[str, Any]) -> tuple[str, str]:
     """(HumanEval-style prompt, entry point) for a sanitized MBPP row."""
-    tree = ast.parse(row["code"])
+    tree = quiet_parse(row["code"])
     defs = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
     tests = " ".join(row["test_list"])
     called = [d for d in defs if f"{d.name}(" in tests]

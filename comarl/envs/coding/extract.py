@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
+import warnings
 from dataclasses import dataclass
 
 _FENCE = re.compile(r"```[ \t]*([\w+.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
@@ -22,6 +23,13 @@ _CODE_START = re.compile(
 _CONTINUES = ("(", "[", "{", ",", "\\", "=", "+", "-", "*", "/", "and", "or")
 
 
+def quiet_parse(code: str) -> ast.Module:
+    """``ast.parse`` without SyntaxWarning/DeprecationWarning noise (model code often has bad escapes)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(code)
+
+
 def _is_code_line(line: str) -> bool:
     """A column-0 line outside any string: code or prose?"""
     s = line.strip()
@@ -30,7 +38,7 @@ def _is_code_line(line: str) -> bool:
     if s.endswith(_CONTINUES):
         return True
     try:
-        tree = ast.parse(s)
+        tree = quiet_parse(s)
     except SyntaxError:
         return False
     # a lone word ("Output", "Explanation") or a lone literal is prose, not code
@@ -90,7 +98,9 @@ class Block:
 def parses(code: str) -> tuple[bool, str | None]:
     """(True, None) if ``code`` compiles, else (False, "line N: message")."""
     try:
-        compile(code, "<program>", "exec", dont_inherit=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(code, "<program>", "exec", dont_inherit=True)
     except SyntaxError as e:
         return False, f"line {e.lineno}: {e.msg}"
     except (ValueError, MemoryError, RecursionError) as e:  # null bytes, absurd nesting
@@ -156,7 +166,7 @@ def split_blocks(code: str) -> list[Block]:
     An indented snippet (e.g. a bare function body) is one "other" block.
     """
     try:
-        tree = ast.parse(code)
+        tree = quiet_parse(code)
     except (SyntaxError, ValueError, RecursionError):
         return _blocks_by_indent(code)
     lines = code.splitlines()
