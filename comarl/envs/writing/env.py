@@ -83,7 +83,10 @@ class WritingEnv:
 
     # -- protocol
     def reset(self, item: Mapping[str, Any]) -> EnvState:
-        text = item["text"]
+        text = item.get("text")
+        if not isinstance(text, str):
+            raise KeyError(f"{self.task.name}: item has no 'text' field; use the task's load_items() to build items "
+                           f"(fields: {sorted(item)})")
         if self.num_agents == 1:
             prompts = (self.single_prompt.replace("{marker}", self.marker).replace("{text}", text),)
         else:
