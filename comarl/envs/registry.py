@@ -27,6 +27,12 @@ _REGISTRY: dict[str, EnvEntry] = {}
 # name -> module that registers it (imported on first use)
 _BUILTIN_MODULES: dict[str, str] = {
     "demo_writing": "comarl.envs.demo_writing",
+    "tldr": "comarl.envs.writing.tldr",
+    "arxiv": "comarl.envs.writing.arxiv",
+    "humaneval": "comarl.envs.coding.function_env",
+    "mbpp": "comarl.envs.coding.function_env",
+    "coophumaneval": "comarl.envs.coding.function_env",
+    "classeval": "comarl.envs.coding.classeval",
 }
 
 

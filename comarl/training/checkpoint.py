@@ -36,7 +36,10 @@ def set_rng_state(state: dict) -> None:
 
 def save_agent_weights(agent, folder: Path) -> None:
     """save_pretrained of the model (a peft model writes its adapter only) and tokenizer."""
+    from transformers.utils import logging as hf_logging
+
     folder.mkdir(parents=True, exist_ok=True)
+    hf_logging.disable_progress_bar()
     agent.model.save_pretrained(str(folder))
     agent.tokenizer.save_pretrained(str(folder))
 
