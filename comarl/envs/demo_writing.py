@@ -70,14 +70,20 @@ class DemoReward:
         return reward + self.w3 * distinct
 
 
-def build(num_agents: int = 2, **args) -> FunctionEnv:
+def revise_prompts(state, responses) -> list[str]:
+    """Multi-turn transition: each agent sees its own answer, its teammate's, and is asked to revise."""
+    return [f"{state.item['text']}\nYour summary: {mine}\nYour teammate wrote: {other}\nRevise yours:"
+            for mine, other in (responses, responses[::-1])]
+
+
+def build(num_agents: int = 2, max_turns: int = 1, **args) -> FunctionEnv:
     if num_agents != 2:
         raise ValueError(f"demo_writing has two roles (short, long summary); got {num_agents} agents")
     reward = DemoReward(**args)
     return FunctionEnv(
         formatters=[lambda it: f"Summarise in one short sentence:\n{it['text']}\nSummary:",
                     lambda it: f"Summarise in detail, two to three times longer:\n{it['text']}\nSummary:"],
-        reward_fn=reward)
+        reward_fn=reward, transition_fn=revise_prompts if max_turns > 1 else None, max_turns=max_turns)
 
 
 def load_items(source: str | None = None, split: str | None = None, limit: int | None = None) -> list[dict]:
