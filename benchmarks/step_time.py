@@ -1,0 +1,116 @@
+"""Seconds per training step of the demo configuration versus a floor.
+
+The floor is the least any trainer must do for the same samples: for each agent,
+one batched ``generate`` of the same prompts x K samples, then one forward +
+backward over prompt + completion. comarl's step adds the environment, credit
+and advantages, the loss with its masks, clipping and the optimizer step.
+
+Each measurement runs in a fresh process (peak RSS is per process); the two
+modes alternate ``--repeats`` times and the table reports medians.
+
+    python benchmarks/step_time.py [--steps 20] [--repeats 3]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_comarl(steps: int, warmup: int) -> dict:
+    import comarl
+    from comarl.demo import demo_setup
+
+    agents, env, items, cfg = demo_setup("tiny", "writing", steps + warmup, None, 0)
+    cfg.progress_bar = False
+    trainer = comarl.Trainer(agents, env, items, cfg)
+    times, tokens = [], 0
+    for s in range(steps + warmup):
+        batch = trainer.next_batch()
+        t = time.perf_counter()
+        m = trainer.training_step(batch)
+        if s >= warmup:
+            times.append(time.perf_counter() - t)
+            tokens += sum(m[f"{a.name}/completion_len"] for a in trainer.agents) * cfg.batch_size * cfg.num_generations
+    return {"s_per_step": statistics.median(times), "tokens_per_s": tokens / sum(times)}
+
+
+def run_floor(steps: int, warmup: int) -> dict:
+    import torch
+
+    from comarl.agents import build_agents
+    from comarl.demo import demo_setup
+    from comarl.generation import generate
+    from comarl.logprobs import completion_logprobs
+
+    agent_cfgs, env, items, cfg = demo_setup("tiny", "writing", steps + warmup, None, 0)
+    torch.manual_seed(0)
+    agents = build_agents(agent_cfgs)
+    k, b = cfg.num_generations, cfg.batch_size
+    times, tokens = [], 0
+    for s in range(steps + warmup):
+        batch = [items[(s * b + j) % len(items)] for j in range(b)]
+        t = time.perf_counter()
+        n_tok = 0
+        for i, agent in enumerate(agents):
+            prompts = agent.encode_prompts([env.reset(it).prompts[i] for it in batch])
+            comp = generate(agent, prompts, k)
+            rep = [p for p in prompts for _ in range(k)]
+            logp, mask = completion_logprobs(agent.model, rep, comp.ids, agent.tokenizer.pad_token_id)
+            (logp.sum() / mask.sum()).backward()
+            agent.model.zero_grad(set_to_none=True)
+            n_tok += int(mask.sum())
+        if s >= warmup:
+            times.append(time.perf_counter() - t)
+            tokens += n_tok
+    return {"s_per_step": statistics.median(times), "tokens_per_s": tokens / sum(times)}
+
+
+def child(mode: str, steps: int, warmup: int) -> None:
+    import torch
+
+    torch.set_num_threads(2)
+    res = run_comarl(steps, warmup) if mode == "comarl" else run_floor(steps, warmup)
+    res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print("RESULT " + json.dumps(res))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--child", choices=["comarl", "floor"])
+    a = ap.parse_args()
+    if a.child:
+        child(a.child, a.steps, a.warmup)
+        return
+    results: dict[str, list[dict]] = {"floor": [], "comarl": []}
+    for r in range(a.repeats):
+        for mode in ("floor", "comarl"):
+            out = subprocess.run([sys.executable, __file__, "--child", mode, "--steps", str(a.steps),
+                                  "--warmup", str(a.warmup)], capture_output=True, text=True, cwd=ROOT)
+            line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+            if not line:
+                sys.exit(f"{mode} run failed:\n{out.stderr[-3000:]}")
+            results[mode].append(json.loads(line[0][7:]))
+            print(f"repeat {r + 1} {mode}: {results[mode][-1]}", file=sys.stderr)
+    med = {m: {k: statistics.median(x[k] for x in v) for k in v[0]} for m, v in results.items()}
+    ratio = med["comarl"]["s_per_step"] / med["floor"]["s_per_step"]
+    print("| run | s/step | trained tokens/s | peak RSS MB |\n|---|---:|---:|---:|")
+    for m in ("floor", "comarl"):
+        print(f"| {m} | {med[m]['s_per_step']:.3f} | {med[m]['tokens_per_s']:.0f} | {med[m]['peak_rss_mb']:.0f} |")
+    print(f"\ncomarl / floor step time: {ratio:.2f}x (target <= 1.25x); {a.repeats} alternating repeats, "
+          f"{a.steps} steps each after {a.warmup} warm-up steps")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main()
