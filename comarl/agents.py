@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from .config_io import ConfigError
+from .lora import LoraSettings, SharedBase, base_key
 
 
 @dataclass
@@ -42,7 +43,7 @@ class AgentConfig:
     betas: tuple[float, float] = (0.9, 0.999)
     """AdamW betas."""
     optimizer: str = "adamw"
-    """adamw | sgd."""
+    """adamw | sgd | adamw_8bit | paged_adamw | paged_adamw_8bit (the last three need bitsandbytes, CUDA)."""
     chat_template: bool = True
     """Wrap the environment's prompt in the tokenizer's chat template when it has one."""
     system_prompt: str | None = None
@@ -53,6 +54,8 @@ class AgentConfig:
     """Device of this agent's model (cpu, cuda, cuda:1, ...)."""
     share_weights_with: int | None = None
     """Index of an earlier agent whose model object this agent shares (default: independent copies)."""
+    lora: LoraSettings | None = None
+    """Train a LoRA adapter instead of all weights; LoRA agents with the same base model share it (docs/lora.md)."""
     gguf_file: str | None = None
     """GGUF file name inside the model folder (transformers de-quantises it)."""
     model_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -69,10 +72,16 @@ class AgentConfig:
             raise ConfigError(f"{where}.top_k must be >= 0, got {self.top_k}")
         if self.lr < 0:
             raise ConfigError(f"{where}.lr must be >= 0, got {self.lr}")
-        if self.optimizer not in ("adamw", "sgd"):
-            raise ConfigError(f"{where}.optimizer must be adamw or sgd, got {self.optimizer!r}")
+        from .training.optim import check_optimizer
+
+        check_optimizer(self.optimizer, where)
         if self.dtype not in _DTYPES:
             raise ConfigError(f"{where}.dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+        if self.lora is not None:
+            self.lora.validate(f"{where}.lora")
+            if self.share_weights_with is not None:
+                raise ConfigError(f"{where}: lora and share_weights_with exclude each other (LoRA agents on the "
+                                  f"same base share it automatically)")
 
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -162,6 +171,8 @@ def _load_model_and_tokenizer(cfg: AgentConfig, where: str):
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **kwargs)
         except (OSError, ValueError) as e:
             raise ConfigError(f"{where}.model: cannot load {src!r}: {e}") from e
+        if gguf:
+            _drop_gguf_quantizer(model, where)
         tok = cfg.tokenizer if cfg.tokenizer is not None else path
         if isinstance(tok, str):
             from transformers import AutoTokenizer
@@ -184,6 +195,23 @@ def _load_model_and_tokenizer(cfg: AgentConfig, where: str):
     return model.to(dtype=dtype), tok
 
 
+def _drop_gguf_quantizer(model, where: str) -> None:
+    """A GGUF file loaded on CPU is de-quantised into plain float weights; forget the quantizer so
+    the model trains and saves like any other (transformers refuses to save GGUF-quantised models)."""
+    q = getattr(model, "hf_quantizer", None)
+    if q is None:
+        return
+    packed = [type(m).__name__ for m in model.modules() if "gguf" in type(m).__name__.lower()
+              or "ggml" in type(m).__name__.lower()]
+    if packed or any(not p.is_floating_point() for p in model.parameters()):
+        raise ConfigError(f"{where}.model: the GGUF weights stayed quantized (GGUF kernels are installed); "
+                          "training needs float weights: convert the GGUF file to safetensors first")
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+
+
 def build_agents(configs: list[AgentConfig | str | Any]) -> list[Agent]:
     """Build agents; the same model id twice gives two independent copies unless
     ``share_weights_with`` asks for sharing. A model *object* passed twice is
@@ -193,10 +221,21 @@ def build_agents(configs: list[AgentConfig | str | Any]) -> list[Agent]:
         raise ConfigError("agents: at least one agent is required")
     agents: list[Agent] = []
     seen_objects: set[int] = set()
+    bases: dict[tuple, tuple[SharedBase, Any]] = {}  # LoRA: base key -> (shared base, tokenizer)
     for i, cfg in enumerate(cfgs):
         where = f"agents.{i}"
         cfg.validate(where)
-        if cfg.share_weights_with is not None:
+        if cfg.lora is not None:
+            key = base_key(cfg)
+            if key not in bases:
+                base, tok = _load_model_and_tokenizer(cfg, where)
+                if id(base) in seen_objects:  # a model object also used by a full fine-tuning agent
+                    base = copy.deepcopy(base)
+                seen_objects.add(id(base))
+                bases[key] = (SharedBase(base.to(cfg.device)), tok)
+            shared, tok = bases[key]
+            model, tok = shared.add(f"agent{i}", cfg.lora), copy.copy(tok)
+        elif cfg.share_weights_with is not None:
             j = cfg.share_weights_with
             if not 0 <= j < i:
                 raise ConfigError(f"{where}.share_weights_with must name an earlier agent (0..{i - 1}), got {j}")

@@ -17,7 +17,7 @@ import yaml
 
 from .agents import AgentConfig
 from .config_io import ConfigError, apply_overrides, from_dict
-from .losses import NORMALISATIONS
+from .losses import KL_ESTIMATORS, NORMALISATIONS
 
 
 @dataclass
@@ -39,7 +39,7 @@ class TrainConfig:
     max_samples_per_item: int = 4096
     """Refuse configs whose tree would generate more completions per item than this."""
     scale_advantages: bool = False
-    """Divide group-relative advantages by the group std (off: see algorithms/magrpo.py)."""
+    """Divide advantages by the group std of the returns, every estimator (off: see docs/algorithms.md)."""
     loss_normalization: str = "sequence"
     """sequence (GRPO mean per sequence) | token (mean over all tokens) | constant (Dr. GRPO: / max_new_tokens)."""
     clip_low: float = 0.2
@@ -50,6 +50,14 @@ class TrainConfig:
     """token (PPO/GRPO) or sequence (GSPO) importance ratio."""
     num_iterations: int = 1
     """Optimisation passes (optimizer steps) over each rollout batch."""
+    kl_beta: float = 0.0
+    """beta of the KL to the reference policy (0 = off; no reference is built)."""
+    kl_estimator: str = "k3"
+    """Per-token KL estimator: k1 (logp - ref_logp) or k3 (exp(d) - d - 1, d = ref_logp - logp)."""
+    kl_mode: str = "loss"
+    """loss (add beta * KL to the loss) or reward (subtract beta * sequence KL from each sample's return)."""
+    mask_truncated: bool = False
+    """Drop completions that hit max_new_tokens without EOS from the loss (their tokens get weight 0)."""
     epochs: int = 1
     """Passes over the training set (ignored when max_steps > 0)."""
     max_steps: int = 0
@@ -94,6 +102,16 @@ class TrainConfig:
     """W&B project when report_to has wandb."""
     progress_bar: bool = True
     """Show a progress bar with step, reward and s/step."""
+    agent_devices: list[str] | None = None
+    """One device per agent (cpu, cuda, cuda:1) overriding agents.<i>.device; torchrun: cuda = the rank's GPU."""
+    reference_device: str | None = None
+    """Device of the KL reference models (None = each on its agent's device); e.g. cpu to save GPU memory."""
+    gradient_checkpointing: bool = False
+    """Recompute each layer's activations in backward: much less activation memory for ~30% more compute."""
+    mixed_precision: str = "no"
+    """Training forward under autocast: no | bf16 (CUDA or CPU) | fp16 (CUDA, with dynamic loss scaling)."""
+    dist_backend: str | None = None
+    """torch.distributed backend under torchrun (None = nccl with CUDA, else gloo)."""
 
     def validate(self, num_agents: int, min_generations: int = 1) -> None:
         def bad(key, msg):
@@ -118,6 +136,12 @@ class TrainConfig:
             bad("ratio_level", f"must be token or sequence, got {self.ratio_level!r}")
         if self.clip_low < 0 or self.clip_high < 0:
             bad("clip_low", "clip epsilons must be >= 0")
+        if self.kl_beta < 0:
+            bad("kl_beta", f"must be >= 0, got {self.kl_beta}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            bad("kl_estimator", f"must be one of {list(KL_ESTIMATORS)}, got {self.kl_estimator!r}")
+        if self.kl_mode not in ("loss", "reward"):
+            bad("kl_mode", f"must be loss or reward, got {self.kl_mode!r}")
         for key in ("num_iterations", "batch_size", "gradient_accumulation_steps", "micro_batch_size",
                     "epochs", "eval_num_generations", "logging_steps"):
             if getattr(self, key) < 1:
@@ -136,6 +160,21 @@ class TrainConfig:
                 bad("report_to", f"unknown sink {sink!r} (jsonl, tensorboard, wandb)")
         if self.max_grad_norm < 0:
             bad("max_grad_norm", f"must be >= 0, got {self.max_grad_norm}")
+        self._validate_scale_out(num_agents)
+
+    def _validate_scale_out(self, num_agents: int) -> None:
+        """Device, precision and backend keys (docs/distributed.md)."""
+        from .training.placement import check_agent_devices
+        from .training.precision import MIXED_PRECISION
+
+        check_agent_devices(self.agent_devices, num_agents)
+        if self.reference_device is not None and not isinstance(self.reference_device, str):
+            raise ConfigError(f"train.reference_device: must be a device string or null, got {self.reference_device!r}")
+        if self.mixed_precision not in MIXED_PRECISION:
+            raise ConfigError(f"train.mixed_precision: must be one of {list(MIXED_PRECISION)}, "
+                              f"got {self.mixed_precision!r}")
+        if self.dist_backend not in (None, "nccl", "gloo"):
+            raise ConfigError(f"train.dist_backend: must be nccl, gloo or null, got {self.dist_backend!r}")
 
 
 @dataclass

@@ -82,3 +82,42 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
         stats = {"clip_frac": ((unclipped != clipped).float() * mask).sum() / n,
                  "ratio_mean": (ratio * mask).sum() / n}
     return loss, stats
+
+
+KL_ESTIMATORS = ("k1", "k3")
+
+
+def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> torch.Tensor:
+    """Per-token estimate of KL(pi || pi_ref) from the sampled tokens' log-probs.
+
+    With ``d = ref_logp - logp`` (tokens sampled from pi)::
+
+        k1 = -d = logp - ref_logp          (unbiased, can be negative)
+        k3 = exp(d) - d - 1                (unbiased, always >= 0; Schulman's k3)
+
+    Both have expectation KL(pi || pi_ref) under pi. Shapes: [S, T] -> [S, T]
+    (padding positions are whatever the inputs hold; weight them out).
+    """
+    d = ref_logp - logp
+    if kind == "k1":
+        return -d
+    if kind == "k3":
+        return torch.exp(d) - d - 1
+    raise ValueError(f"train.kl_estimator must be one of {list(KL_ESTIMATORS)}, got {kind!r}")
+
+
+def sequence_kl(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, kind: str = "k1") -> torch.Tensor:
+    """Summed per-token KL estimate of each sequence: ``sum_t mask * kl_t`` -> [S].
+
+    Used to subtract ``beta * KL`` from a sample's return (KL "in the reward").
+    """
+    return (kl_estimate(logp, ref_logp, kind) * mask).sum(dim=1)
+
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, weights: torch.Tensor, beta: float,
+               kind: str = "k3") -> torch.Tensor:
+    """KL "in the loss": ``beta * sum_{s,t} weights[s,t] * kl_t`` (same weights as the policy loss).
+
+    Gradient flows through ``logp`` only. Shapes: [S, T] -> scalar.
+    """
+    return beta * (kl_estimate(logp, ref_logp.detach(), kind) * weights).sum()

@@ -13,6 +13,12 @@ with V = 0 when the branch ended. Credit: agent i's sample k gets the mean of
 G_j[i] over the joint actions j that contain it. In ``aligned`` mode that is
 exactly one joint action (j = k); in ``cross`` mode it is the K^(N-1) joint
 actions of the Cartesian product that use sample k of agent i.
+
+Greedy baseline (MAReMax, ``greedy_baseline``): every node also starts a
+greedy continuation (all agents decode greedily, then again from the greedy
+branch's next state, until it ends); its discounted return is the node's
+``AgentSamples.baseline``. All chains alive at a turn share one greedy
+``generate`` call per agent.
 """
 from __future__ import annotations
 
@@ -25,6 +31,7 @@ import torch
 
 from .envs.base import AgentRewards, EnvState, Environment, EvalRecord
 from .generation import generate
+from .training.placement import device_groups, overlap_generation
 from .types import AgentSamples, Rollout
 
 
@@ -99,7 +106,7 @@ class _Node:
     children: list = field(default_factory=list)  # [J] of _Node | None
     sample_start: list[int] = field(default_factory=list)  # per agent: index of sample 0 in that agent's lists
     returns: torch.Tensor | None = None  # [J, N]
-    greedy_reward: torch.Tensor | None = None  # [N]
+    greedy_return: torch.Tensor | None = None  # [N], return of the greedy continuation from this node
 
 
 @dataclass
@@ -113,6 +120,79 @@ class RolloutSettings:
     generation_batch_size: int = 0
     num_examples: int = 2
     keep_records: bool = False
+
+
+def generate_for_agents(agents: Sequence, prompt_ids: list[list[list[int]]], k: int, greedy: bool = False,
+                        batch_size: int = 0) -> list:
+    """One ``generate`` call per agent: ``prompt_ids[i]`` are agent i's prompts; returns Completions per agent.
+
+    When the agents sit on two or more distinct CUDA devices, each device's
+    agents run in their own thread so that generation overlaps across GPUs
+    (the CUDA kernels release the GIL); otherwise (CPU, one GPU) the calls run
+    one after another. Results are in agent order either way.
+    """
+    devices = [str(getattr(a, "device", "cpu")) for a in agents]
+    out: list = [None] * len(agents)
+
+    def run(group: list[int]) -> None:
+        for i in group:
+            dev = torch.device(devices[i])
+            if dev.type == "cuda" and torch.cuda.is_available():
+                with torch.cuda.device(dev):
+                    out[i] = generate(agents[i], prompt_ids[i], k, greedy=greedy, batch_size=batch_size)
+            else:
+                out[i] = generate(agents[i], prompt_ids[i], k, greedy=greedy, batch_size=batch_size)
+
+    if overlap_generation(devices):
+        from concurrent.futures import ThreadPoolExecutor
+
+        groups = device_groups(devices)
+        with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+            for f in [pool.submit(run, g) for g in groups]:
+                f.result()
+    else:
+        run(list(range(len(agents))))
+    return out
+
+
+@dataclass
+class _GreedyChain:
+    """A greedy continuation from ``node``: greedy joint actions until the branch ends."""
+
+    node: _Node
+    state: EnvState
+    ret: torch.Tensor | float = 0.0  # [N] discounted return so far
+    scale: float = 1.0  # gamma^(turns since node)
+
+
+def _greedy_turn(agents: Sequence, env: Environment, chains: list[_GreedyChain], turn: int,
+                 s: RolloutSettings) -> list[_GreedyChain]:
+    """Advance every greedy chain by one turn (one greedy ``generate`` per agent for all of them).
+
+    Adds ``gamma^d * r`` to each chain's return; a chain that ends (done, turn
+    limit, ``early_stop_reward``) writes its return to ``node.greedy_return``.
+    Returns the chains still running.
+    """
+    n = len(agents)
+    prompts = [agent.encode_prompts([c.state.prompts[i] for c in chains]) for i, agent in enumerate(agents)]
+    texts = [c.texts for c in generate_for_agents(agents, prompts, 1, greedy=True, batch_size=s.generation_batch_size)]
+    joint = [tuple(texts[i][g] for i in range(n)) for g in range(len(chains))]
+    trans = env.step_batch([c.state for c in chains], joint)
+    if len(trans) != len(chains):
+        raise ValueError(f"env.step_batch returned {len(trans)} transitions for {len(chains)} greedy joint actions")
+    live = []
+    for c, tr in zip(chains, trans):
+        r = reward_vector(tr.reward, n, f"greedy turn {turn} of item {c.node.item}")
+        c.ret = c.ret + c.scale * r
+        stop = tr.done or tr.next_state is None or turn + 1 >= s.num_turns
+        if not stop and s.early_stop_reward is not None and float(r.mean()) >= s.early_stop_reward:
+            stop = True
+        if stop:
+            c.node.greedy_return = c.ret
+        else:
+            c.state, c.scale = tr.next_state, c.scale * s.discount
+            live.append(c)
+    return live
 
 
 def collect_rollout(agents: Sequence, env: Environment, items: Sequence[dict], s: RolloutSettings) -> Rollout:
@@ -129,13 +209,21 @@ def collect_rollout(agents: Sequence, env: Environment, items: Sequence[dict], s
     records: list[EvalRecord] = []
     num_completions = 0
     joints = joint_actions(s.joint_mode, k, n)
+    chains: list[_GreedyChain] = []  # greedy continuations still running (greedy_baseline only)
     for turn in range(s.num_turns):
+        if s.greedy_baseline:
+            chains += [_GreedyChain(node, node.state) for node in level]
+            num_completions += n * len(chains)
+            chains = _greedy_turn(agents, env, chains, turn, s) if chains else []
         if not level:
+            if chains:
+                continue
             break
         texts_per_agent = []
-        for i, agent in enumerate(agents):
-            p_ids = agent.encode_prompts([node.state.prompts[i] for node in level])
-            comp = generate(agent, p_ids, k, batch_size=s.generation_batch_size)
+        prompt_ids = [agent.encode_prompts([node.state.prompts[i] for node in level])
+                      for i, agent in enumerate(agents)]
+        comps = generate_for_agents(agents, prompt_ids, k, batch_size=s.generation_batch_size)
+        for i, (p_ids, comp) in enumerate(zip(prompt_ids, comps)):
             num_completions += len(comp.ids)
             store = per_agent[i]
             for g, node in enumerate(level):
@@ -151,16 +239,6 @@ def collect_rollout(agents: Sequence, env: Environment, items: Sequence[dict], s
             for j in joints.tolist():
                 states.append(node.state)
                 responses.append(tuple(texts_per_agent[i][g * k + j[i]] for i in range(n)))
-        if s.greedy_baseline:
-            greedy_texts = []
-            for i, agent in enumerate(agents):
-                p_ids = agent.encode_prompts([node.state.prompts[i] for node in level])
-                greedy_texts.append(generate(agent, p_ids, 1, greedy=True, batch_size=s.generation_batch_size).texts)
-                num_completions += len(level)
-            g_trans = env.step_batch([node.state for node in level],
-                                     [tuple(greedy_texts[i][g] for i in range(n)) for g in range(len(level))])
-            for g, (node, tr) in enumerate(zip(level, g_trans)):
-                node.greedy_reward = reward_vector(tr.reward, n, f"greedy step of item {node.item}")
         transitions = env.step_batch(states, responses)
         if len(transitions) != len(states):
             raise ValueError(f"env.step_batch returned {len(transitions)} transitions for {len(states)} joint actions")
@@ -209,7 +287,7 @@ def collect_rollout(agents: Sequence, env: Environment, items: Sequence[dict], s
         credited = torch.stack([credit_returns(node.returns, node.joints, k)[i] for node in groups])
         baseline = None
         if s.greedy_baseline:
-            baseline = torch.stack([node.greedy_reward[i] for node in groups])
+            baseline = torch.stack([node.greedy_return[i] for node in groups])
         out.append(AgentSamples(prompt_ids=st["prompt_ids"], completion_ids=st["completion_ids"],
                                 truncated=torch.tensor(st["truncated"], dtype=torch.bool), texts=st["texts"],
                                 returns=credited.float(), turns=torch.tensor([nd.turn for nd in groups]),

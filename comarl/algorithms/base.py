@@ -29,6 +29,13 @@ _REGISTRY: dict[str, Algorithm] = {}
 _BUILTIN_MODULES = {
     "magrpo": "comarl.algorithms.magrpo",
     "grpo": "comarl.algorithms.magrpo",
+    "mareinforce": "comarl.algorithms.reinforce",
+    "reinforce": "comarl.algorithms.reinforce",
+    "marloo": "comarl.algorithms.rloo",
+    "rloo": "comarl.algorithms.rloo",
+    "maremax": "comarl.algorithms.remax",
+    "remax": "comarl.algorithms.remax",
+    "maremax_groupmax": "comarl.algorithms.remax",
 }
 
 

@@ -105,6 +105,11 @@ def load_checkpoint(path: str | Path, agents, optimizers, schedulers) -> dict:
 def load_agent_weights(agent, folder: Path) -> None:
     """Put saved weights (full model, or a peft adapter) back into the live model."""
     model = agent.model
+    from ..lora import AdapterModel
+
+    if isinstance(model, AdapterModel):  # a LoRA agent on a shared base: its adapter only
+        model.load_adapter_weights(folder)
+        return
     if hasattr(model, "load_adapter") and (folder / "adapter_config.json").exists() and hasattr(model, "peft_config"):
         from peft import set_peft_model_state_dict
         from peft.utils import load_peft_weights

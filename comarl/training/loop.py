@@ -8,6 +8,7 @@ micro-batches -> (all-reduce) -> clip -> optimizer and scheduler step.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
@@ -25,12 +26,15 @@ from ..config import TrainConfig
 from ..config_io import ConfigError, to_dict
 from ..envs.base import Environment
 from ..logprobs import completion_logprobs
-from ..losses import clipped_policy_loss, token_weights
+from ..losses import clipped_policy_loss, kl_estimate, kl_penalty, sequence_kl, token_weights
+from ..reference import build_reference
 from ..rollout import RolloutSettings, check_tree_size, collect_rollout
 from . import checkpoint as ckpt
 from . import distributed as dist
 from .logging import MetricsLogger, Progress
-from .optim import build_optimizer, build_scheduler
+from .optim import build_optimizer, build_scheduler, rebuild_scheduler
+from .placement import agent_device_names, check_shared_devices, place_references
+from .precision import autocast, backward, check_mixed_precision, setup_memory_savers
 
 
 def seed_everything(seed: int) -> None:
@@ -77,9 +81,15 @@ class Trainer:
         self.config = cfg = config or TrainConfig()
         self.algorithm = get_algorithm(cfg.algorithm)
         cfg.validate(len(agents), self.algorithm.min_generations)
-        dist.init_from_env()
-        seed_everything(cfg.seed)
-        self.agents = list(agents) if all(isinstance(a, Agent) for a in agents) else build_agents(list(agents))
+        dist.init_from_env(cfg.dist_backend)
+        seed_everything(cfg.seed)  # the same model init on every rank ...
+        self.agents = self._place_agents(agents)
+        for m in {id(a.model): a.model for a in self.agents}.values():
+            dist.broadcast_parameters(m)  # ... made certain: rank 0's trainable weights everywhere
+        check_mixed_precision(cfg.mixed_precision, [str(a.device) for a in self.agents])
+        self.scalers = setup_memory_savers(self.agents, cfg)
+        if dist.world_size() > 1:  # ... but a different sampling stream per rank
+            seed_everything(dist.sampling_seed(cfg.seed, dist.rank()))
         self.env = env
         if getattr(env, "num_agents", len(self.agents)) != len(self.agents):
             raise ConfigError(f"agents: the environment expects {env.num_agents} agents, {len(self.agents)} given")
@@ -93,8 +103,10 @@ class Trainer:
         self.steps_per_epoch = math.ceil(len(self.train_items) / self.global_batch)
         self.total_steps = cfg.max_steps or self.steps_per_epoch * cfg.epochs
         total_opt = self.total_steps * cfg.num_iterations
-        self.optimizers = [build_optimizer(a.model, a.config) for a in self.agents]
+        self.optimizers = [build_optimizer(a.model, a.config, f"agents.{i}") for i, a in enumerate(self.agents)]
         self.schedulers = [build_scheduler(o, cfg.lr_scheduler, cfg.warmup_steps, total_opt) for o in self.optimizers]
+        self.references = self._build_references() if cfg.kl_beta > 0 else [None] * len(self.agents)
+        self.references = place_references(self.references, cfg.reference_device, self.agents)
         self.state = TrainState()
         self.history: list[dict[str, float]] = []
         self.settings = RolloutSettings(
@@ -103,6 +115,27 @@ class Trainer:
             greedy_baseline=self.algorithm.greedy_baseline, generation_batch_size=cfg.generation_batch_size)
         if cfg.resume:
             self.resume(cfg.resume)
+
+    def _place_agents(self, agents: Sequence) -> list[Agent]:
+        """Build agents on their devices (``train.agent_devices`` over ``agents.<i>.device``), or move built ones."""
+        cfg = self.config
+        if all(isinstance(a, Agent) for a in agents):
+            built = list(agents)
+            if cfg.agent_devices is not None:
+                devices = agent_device_names([a.config for a in built], cfg.agent_devices)
+                owner: dict[int, int] = {}
+                for i, (a, d) in enumerate(zip(built, devices)):
+                    j = owner.setdefault(id(a.model), i)
+                    if devices[j] != d:
+                        raise ConfigError(f"train.agent_devices: agents {j} and {i} share one model object but are "
+                                          f"placed on {devices[j]} and {d}")
+                    a.model.to(d)
+                    a.config = dataclasses.replace(a.config, device=d)
+            return built
+        configs = [a if isinstance(a, AgentConfig) else AgentConfig(model=a) for a in agents]
+        devices = agent_device_names(configs, cfg.agent_devices)
+        check_shared_devices(configs, devices)
+        return build_agents([dataclasses.replace(c, device=d) for c, d in zip(configs, devices)])
 
     # ----------------------------------------------------------------- data
     def epoch_order(self, epoch: int) -> list[int]:
@@ -136,17 +169,10 @@ class Trainer:
         metrics["reward/mean"] = metrics.get("reward/turn0", float("nan"))
         self.state.counters["completions"] += sum(r.num_completions for r in rollouts)
         trained_tokens = 0
-        for i, agent in enumerate(self.agents):
-            prompts, comps, adv = [], [], []
-            for r in rollouts:
-                s = r.agents[i]
-                s.advantages = self.algorithm.advantage(s, cfg)
-                prompts += s.prompt_ids
-                comps += s.completion_ids
-                adv.append(s.advantages.reshape(-1))
-            adv_t = torch.cat(adv) if adv else torch.zeros(0)
-            trained_tokens += sum(len(c) for c in comps)
-            metrics.update(self._update_agent(i, prompts, comps, adv_t))
+        for i in range(len(self.agents)):
+            samples = [r.agents[i] for r in rollouts]
+            trained_tokens += sum(len(c) for s in samples for c in s.completion_ids)
+            metrics.update(self._update_agent(i, samples))
         dt = time.perf_counter() - t0
         metrics.update({"time/step_s": dt, "time/rollout_s": t_roll, "time/update_s": dt - t_roll,
                         "tokens_per_s": trained_tokens / max(dt, 1e-9)})
@@ -154,37 +180,78 @@ class Trainer:
             self._last_examples = rollouts[0].examples
         return metrics
 
-    def _update_agent(self, i: int, prompts: list[list[int]], comps: list[list[int]],
-                      adv: torch.Tensor) -> dict[str, float]:
+    def _build_references(self) -> list:
+        """Frozen starting policy per agent (one per distinct model object), for the KL term."""
+        by_model: dict[int, Any] = {}
+        for a in self.agents:
+            if id(a.model) not in by_model:
+                by_model[id(a.model)] = build_reference(a)
+        return [by_model[id(a.model)] for a in self.agents]
+
+    def _update_agent(self, i: int, samples: list) -> dict[str, float]:
+        """Advantages, then ``num_iterations`` optimizer steps for agent ``i`` on its samples of every rollout chunk.
+
+        Old log-probs (the sampling policy's) are computed once, before the
+        first update, whenever a later pass or the KL-in-reward needs them;
+        reference log-probs once, when ``kl_beta`` > 0.
+        """
         cfg, agent = self.config, self.agents[i]
         model, opt, sched = agent.model, self.optimizers[i], self.schedulers[i]
         pad = agent.tokenizer.pad_token_id
         temp = agent.config.temperature
+        prompts = [p for s in samples for p in s.prompt_ids]
+        comps = [c for s in samples for c in s.completion_ids]
         lengths = torch.tensor([len(c) for c in comps], dtype=torch.long)
-        n_seq = dist.all_reduce_sum(len(comps))
+        if cfg.mask_truncated and samples:  # truncated completions leave the loss and its normalisation
+            lengths = lengths * (~torch.cat([s.truncated for s in samples])).long()
+        n_seq = dist.all_reduce_sum(int((lengths > 0).sum()))
         n_tok = dist.all_reduce_sum(int(lengths.sum()))
         mbs = cfg.micro_batch_size
         spans = [(s, min(s + mbs, len(comps))) for s in range(0, len(comps), mbs)]
-        old = None
-        if cfg.num_iterations > 1:
-            with torch.no_grad():
-                old = [completion_logprobs(model, prompts[a:b], comps[a:b], pad, temp)[0] for a, b in spans]
+        ref = self.references[i]
+        with autocast(cfg.mixed_precision, agent.device):
+            ref_out = [ref.logprobs(prompts[a:b], comps[a:b]) for a, b in spans] if ref is not None else []
+        ref_lp = [lp for lp, _ in ref_out]
+        kl_in_reward = ref is not None and cfg.kl_mode == "reward"
         model.train()
+        old = None
+        if cfg.num_iterations > 1 or kl_in_reward:
+            with torch.no_grad(), autocast(cfg.mixed_precision, agent.device):
+                old = [completion_logprobs(model, prompts[a:b], comps[a:b], pad, temp)[0] for a, b in spans]
+        if kl_in_reward:  # R <- R - beta * sum_t kl_t, before the advantages
+            seq_kl = torch.cat([sequence_kl(o, r, mask.to(o.dtype), cfg.kl_estimator).cpu()
+                                for o, (r, mask) in zip(old, ref_out)])
+            start = 0
+            for s in samples:
+                part = seq_kl[start:start + s.num_samples].reshape(s.returns.shape)
+                s.returns = s.returns - cfg.kl_beta * part.to(s.returns.dtype)
+                start += s.num_samples
+        for s in samples:
+            s.advantages = self.algorithm.advantage(s, cfg)
+        adv = torch.cat([s.advantages.reshape(-1) for s in samples]) if samples else torch.zeros(0)
         out: dict[str, float] = {}
         name = agent.name
+        kl_sum, kl_tokens = 0.0, 0
         for it in range(cfg.num_iterations):
             total, clip_frac, bad = 0.0, 0.0, False
             for m, (a, b) in enumerate(spans):
-                logp, _ = completion_logprobs(model, prompts[a:b], comps[a:b], pad, temp)
+                with autocast(cfg.mixed_precision, agent.device):  # train.mixed_precision (precision.py)
+                    logp, cmask = completion_logprobs(model, prompts[a:b], comps[a:b], pad, temp)
                 w = token_weights(lengths[a:b], logp.shape[1], cfg.loss_normalization, n_seq, n_tok,
                                   agent.config.max_new_tokens).to(logp.device)
                 old_lp = old[m] if old is not None else logp.detach()
                 loss, st = clipped_policy_loss(logp, old_lp, adv[a:b].to(logp.device, logp.dtype), w,
                                                cfg.clip_low, cfg.clip_high, cfg.ratio_level)
+                if ref is not None:
+                    if it == 0:  # metric: KL of the policy that sampled, over real tokens
+                        kl_sum += float((kl_estimate(logp.detach(), ref_lp[m], cfg.kl_estimator) * cmask).sum())
+                        kl_tokens += int(cmask.sum())
+                    if cfg.kl_mode == "loss":
+                        loss = loss + kl_penalty(logp, ref_lp[m], w, cfg.kl_beta, cfg.kl_estimator)
                 if not torch.isfinite(loss):
                     bad = True
                     break
-                loss.backward()
+                backward(loss, self.scalers.get(id(model)))  # loss.backward(), fp16: loss-scaled
                 total += loss.item()
                 clip_frac += st["clip_frac"].item() * (b - a)
             bad = dist.all_reduce_sum(int(bad)) > 0
@@ -212,6 +279,8 @@ class Trainer:
             out[f"{name}/clip_frac"] = clip_frac / max(len(comps), 1)
         out[f"{name}/lr"] = sched.get_last_lr()[0]
         out[f"{name}/advantage_abs"] = float(adv.abs().mean()) if len(adv) else 0.0
+        if ref is not None:
+            out[f"{name}/kl"] = kl_sum / max(kl_tokens, 1)
         return out
 
     # ----------------------------------------------------------------- loop
@@ -225,10 +294,15 @@ class Trainer:
         try:
             while self.state.step < self.total_steps:
                 items = self.next_batch()
+                done = self.state.counters["completions"]
                 metrics = self.training_step(items)
+                if dist.is_distributed():  # count completions over all ranks (the other counters agree already)
+                    self.state.counters["completions"] = done + int(dist.all_reduce_sum(
+                        self.state.counters["completions"] - done))
                 self.state.step += 1
                 step = self.state.step
-                metrics = dist.mean_metrics(metrics)
+                metrics = dist.reduce_metrics(metrics, weight=len(items), sum_keys=("tokens_per_s",))
+                metrics.update(_peak_memory_gb(self.agents))
                 metrics.update({f"count/{k}": v for k, v in self.state.counters.items()})
                 metrics["epoch"] = self.state.epoch
                 if cfg.eval_steps and self.eval_items and step % cfg.eval_steps == 0:
@@ -275,10 +349,19 @@ class Trainer:
         saved = ckpt.load_checkpoint(path, self.agents, self.optimizers, self.schedulers)
         self.state = TrainState(step=saved["step"], epoch=saved["epoch"], batch_in_epoch=saved["batch_in_epoch"],
                                 counters=dict(saved["counters"]))
+        cfg = self.config
         if saved.get("world_size", 1) != dist.world_size():
-            # a different number of ranks changes the global batch: restart the epoch's data position
-            seen = saved["batch_in_epoch"] * saved.get("world_size", 1) * self.config.batch_size
-            self.state.batch_in_epoch = seen // self.global_batch
+            # another number of ranks: same item order, new global batch; continue after the items already seen
+            self.state.batch_in_epoch = min(self.steps_per_epoch, dist.resume_position(
+                saved["batch_in_epoch"], saved.get("world_size", 1), dist.world_size(), cfg.batch_size))
+            if not cfg.max_steps:  # run the rest of the epochs in the new batch size
+                self.total_steps = self.state.step + dist.steps_left(
+                    self.state.epoch, self.state.batch_in_epoch, self.steps_per_epoch, cfg.epochs)
+                total_opt = self.total_steps * cfg.num_iterations
+                self.schedulers = [rebuild_scheduler(o, sch, cfg.lr_scheduler, cfg.warmup_steps, total_opt)
+                                   for o, sch in zip(self.optimizers, self.schedulers)]
+        if dist.world_size() > 1:  # the checkpoint holds rank 0's RNG: give each rank its own stream again
+            seed_everything(dist.sampling_seed(cfg.seed, dist.rank(), self.state.step))
 
     def save(self, path: str | Path) -> Path:
         """Write each agent's final model (or adapter) and tokenizer to ``path/agent<i>``."""
@@ -287,6 +370,12 @@ class Trainer:
             for i, agent in enumerate(self.agents):
                 ckpt.save_agent_weights(agent, path / f"agent{i}")
         return path
+
+
+def _peak_memory_gb(agents) -> dict[str, float]:
+    """Peak CUDA memory (GB) of each GPU the agents use, since the start (empty without CUDA)."""
+    devs = sorted({a.device for a in agents if a.device.type == "cuda"}, key=str)
+    return {f"memory/peak_gb_{d.type}{d.index}": torch.cuda.max_memory_allocated(d) / 2 ** 30 for d in devs}
 
 
 def _mean_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:

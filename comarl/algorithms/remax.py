@@ -1,0 +1,54 @@
+"""MAReMax (greedy baseline) and MAReMax-groupmax (group-max baseline, no extra generation).
+
+``maremax``: for every node of the rollout tree the rollout also decodes one
+*greedy* joint response (every agent with sampling off) and continues it
+greedily to the end of the episode; its discounted return ``b`` is the
+node's baseline, and agent i's sample k gets ``A_k = R_k - b[i]``. One greedy
+generation per agent and node per remaining turn is the extra cost.
+
+``maremax_groupmax``: ``A_k = R_k - max_j R_j`` over the agent's K samples at
+the node; the best sample gets 0, every other one a negative advantage. It
+costs nothing extra but is a different estimator: the baseline depends on
+the sample itself (biased, unlike the greedy one), and only ever pushes down.
+
+``train.scale_advantages`` divides by the group std of the returns (off by
+default; groups whose returns all agree stay unscaled).
+
+Departures from ReMax (Li et al., 2024): ReMax is single-agent and
+single-turn with one sample per prompt; here each agent has K >= 1 samples
+per node sharing one greedy baseline, and in multi-turn episodes the baseline
+is the *return* of a greedy continuation (greedy joint actions until the
+episode ends, the turn limit or ``early_stop_reward``), so that it is on the
+same scale as the credited returns it is subtracted from (the immediate
+greedy reward alone would leave the whole discounted future in every
+advantage). ReMax's loss is plain REINFORCE; here it is the shared
+clipped-ratio loss, identical when ``num_iterations`` = 1.
+"""
+from __future__ import annotations
+
+from ..advantages import external_baseline, group_max, scale_by_group_std
+from .base import Algorithm, register_algorithm
+
+
+def remax_advantage(samples, config):
+    """[G, K] credited returns and [G] greedy returns -> ``R - b`` (optionally / group std)."""
+    if samples.baseline is None:
+        raise ValueError("maremax needs the rollout's greedy baseline (AgentSamples.baseline is None); "
+                         "was the rollout run with greedy_baseline=True?")
+    adv = external_baseline(samples.returns, samples.baseline)
+    return scale_by_group_std(adv, samples.returns) if config.scale_advantages else adv
+
+
+def group_max_advantage(samples, config):
+    """[G, K] credited returns -> ``R - max_k R`` (optionally / group std)."""
+    adv = group_max(samples.returns)
+    return scale_by_group_std(adv, samples.returns) if config.scale_advantages else adv
+
+
+MAREMAX = register_algorithm(Algorithm("maremax", remax_advantage, min_generations=1, greedy_baseline=True,
+                                       summary="greedy joint response's return as baseline (one extra "
+                                               "greedy generation per agent and node)"))
+REMAX = register_algorithm(Algorithm("remax", remax_advantage, min_generations=1, greedy_baseline=True,
+                                     summary="MAReMax with a single agent"))
+GROUP_MAX = register_algorithm(Algorithm("maremax_groupmax", group_max_advantage, min_generations=2,
+                                         summary="best of the node's K samples as baseline (no extra generation)"))
