@@ -1,13 +1,24 @@
 """Data parallelism helpers. Single process unless launched by ``torchrun``.
 
-The loop calls exactly two things from here: ``shard(items)`` to pick this
-rank's items of a global batch (whole items, so a group is never split), and
-``all_reduce_grads(model)`` once per agent before its optimizer step. Loss
-weights are normalised by global counts (``all_reduce_sum``), so summing
-gradients across ranks gives the single-process gradient of the global batch.
+The loop calls ``shard(items)`` to pick this rank's items of a global batch
+(whole items, so a group -- one item's K samples or its tree -- is never split
+across ranks) and ``all_reduce_grads(model)`` once per agent before its
+optimizer step. Loss weights are normalised by global counts
+(``all_reduce_sum``), so *summing* gradients over ranks gives exactly the
+single-process gradient of the global batch::
+
+    L = sum_r sum_{s in rank r} w_s * l_s,   w_s = 1 / S_total (or 1 / T_total)
+    grad L = sum_r grad L_r                    (all_reduce SUM, no division by W)
+
+A rank that gets no item (last batch of an epoch) still joins every
+collective: its gradient is zero and its metrics carry weight 0.
+Backend: ``nccl`` when CUDA is available, else ``gloo`` (``train.dist_backend``
+overrides). Under nccl every collective runs on this rank's GPU (LOCAL_RANK).
 """
 from __future__ import annotations
 
+import atexit
+import math
 import os
 
 import torch
@@ -26,53 +37,185 @@ def world_size() -> int:
     return dist.get_world_size() if is_distributed() else 1
 
 
+def local_rank() -> int:
+    """This process's index on its node (torchrun's LOCAL_RANK; 0 when not launched by torchrun)."""
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
 def is_main() -> bool:
     return rank() == 0
 
 
 def init_from_env(backend: str | None = None) -> bool:
-    """Initialise the process group when torchrun's variables are set; returns True if distributed."""
+    """Initialise the process group when torchrun's variables are set; returns True if distributed.
+
+    ``backend`` None picks ``nccl`` when CUDA is available (and pins this
+    process to GPU ``LOCAL_RANK``), else ``gloo``.
+    """
     if is_distributed():
         return True
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return False
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    if backend == "nccl":
+        if not torch.cuda.is_available():
+            raise RuntimeError("train.dist_backend=nccl needs CUDA; use gloo on CPU")
+        torch.cuda.set_device(local_rank())
     dist.init_process_group(backend=backend)
+    atexit.register(cleanup)
     return True
 
 
+def cleanup() -> None:
+    """Destroy the process group (registered at exit by :func:`init_from_env`)."""
+    if is_distributed():
+        try:
+            dist.barrier()  # no rank tears down gloo while a peer still talks to it
+        finally:
+            dist.destroy_process_group()
+
+
+def barrier() -> None:
+    if is_distributed():
+        dist.barrier()
+
+
+def _comm_device() -> torch.device:
+    """Where collective tensors live: this rank's GPU under nccl, else the CPU."""
+    if is_distributed() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def shard(items: list, r: int | None = None, w: int | None = None) -> list:
-    """This rank's share of a global batch: items r, r+w, r+2w, ..."""
+    """This rank's share of a global batch: items r, r+w, r+2w, ... (may be empty)."""
     r = rank() if r is None else r
     w = world_size() if w is None else w
     return items[r::w]
 
 
 def all_reduce_sum(value: float | int) -> float:
+    """Sum of ``value`` over ranks (float64 on the wire; the value itself when single-process)."""
     if not is_distributed():
         return value
-    t = torch.tensor([float(value)], dtype=torch.float64)
+    t = torch.tensor([float(value)], dtype=torch.float64, device=_comm_device())
     dist.all_reduce(t)
     return t.item()
 
 
-def all_reduce_grads(model: torch.nn.Module) -> None:
-    """Sum gradients over ranks (losses are already globally normalised)."""
+def all_reduce_grads(model: torch.nn.Module, bucket_mb: float = 64.0) -> None:
+    """Sum gradients of the trainable parameters over ranks (losses are already globally normalised).
+
+    A parameter without a gradient (unused, or a rank with no items) takes part
+    with zeros. Gradients are flattened into buckets of about ``bucket_mb`` MB
+    per dtype and device, one all-reduce per bucket instead of one per tensor.
+    """
     if not is_distributed():
         return
-    for p in model.parameters():
-        if p.requires_grad:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-            dist.all_reduce(p.grad)
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    comm = _comm_device()
+    limit = int(bucket_mb * 2 ** 20)
+    groups: dict[tuple, list[torch.Tensor]] = {}
+    for p in params:
+        groups.setdefault((p.grad.dtype, p.grad.device), []).append(p.grad)
+    for grads in groups.values():
+        bucket, size = [], 0
+        for g in grads + [None]:
+            if g is not None:
+                bucket.append(g)
+                size += g.numel() * g.element_size()
+            if bucket and (g is None or size >= limit):
+                flat = torch.cat([b.reshape(-1) for b in bucket]).to(comm)
+                dist.all_reduce(flat)
+                offset = 0
+                for b in bucket:
+                    b.copy_(flat[offset:offset + b.numel()].view_as(b))
+                    offset += b.numel()
+                bucket, size = [], 0
 
 
-def mean_metrics(metrics: dict[str, float]) -> dict[str, float]:
-    """Average a metrics dict over ranks (same keys on every rank assumed)."""
+def broadcast_parameters(model: torch.nn.Module, src: int = 0) -> None:
+    """Copy rank ``src``'s trainable parameters to every rank (identical start weights).
+
+    Frozen parameters (a LoRA base) are loaded from the same files on every
+    rank and are not sent.
+    """
     if not is_distributed():
-        return metrics
-    keys = sorted(metrics)
-    t = torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64)
-    dist.all_reduce(t)
-    t /= world_size()
-    return dict(zip(keys, t.tolist()))
+        return
+    comm = _comm_device()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                t = p.data.to(comm)
+                dist.broadcast(t, src)
+                if t is not p.data:
+                    p.data.copy_(t)
+
+
+def reduce_metrics(metrics: dict[str, float], weight: float = 1.0,
+                   sum_keys: tuple[str, ...] = ()) -> dict[str, float]:
+    """Combine per-rank metrics into one dict (the same on every rank).
+
+    Each key is the ``weight``-weighted mean over the ranks that report it with
+    a finite value (``weight`` = this rank's item count, 0 for a rank without
+    items); keys in ``sum_keys`` are summed instead (throughput). Ranks may
+    report different keys.
+    """
+    if not is_distributed():
+        return dict(metrics)
+    gathered: list = [None] * world_size()
+    dist.all_gather_object(gathered, ({k: float(v) for k, v in metrics.items()}, float(weight)))
+    return combine_metrics(gathered, sum_keys)
+
+
+def combine_metrics(per_rank: list[tuple[dict[str, float], float]],
+                    sum_keys: tuple[str, ...] = ()) -> dict[str, float]:
+    """The arithmetic of :func:`reduce_metrics` on ``[(metrics, weight) per rank]``.
+
+    mean_k = sum_r w_r m_r[k] / sum_r w_r over ranks with a finite m_r[k] and
+    w_r > 0 (falling back to the plain mean over ranks with a finite value
+    when all such weights are 0); NaN when no rank has a finite value.
+    """
+    keys = sorted({k for m, _ in per_rank for k in m})
+    out = {}
+    for k in keys:
+        vals = [(m[k], w) for m, w in per_rank if k in m and math.isfinite(m[k])]
+        if not vals:
+            out[k] = float("nan")
+        elif k in sum_keys:
+            out[k] = sum(v for v, _ in vals)
+        else:
+            total = sum(w for _, w in vals if w > 0)
+            out[k] = (sum(v * w for v, w in vals if w > 0) / total if total > 0
+                      else sum(v for v, _ in vals) / len(vals))
+    return out
+
+
+def mean_metrics(metrics: dict[str, float], weight: float = 1.0) -> dict[str, float]:
+    """Average a metrics dict over ranks (``weight``-weighted; see :func:`reduce_metrics`)."""
+    return reduce_metrics(metrics, weight)
+
+
+def resume_position(batch_in_epoch: int, saved_world_size: int, world_size_now: int, batch_size: int) -> int:
+    """Batch index within the epoch to resume at when the number of ranks changed.
+
+    The epoch's item order does not depend on the world size, so the saved run
+    had consumed ``seen = batch_in_epoch * W_old * B`` items of it; the new run
+    (global batch ``W_new * B``) resumes at batch ``floor(seen / (W_new * B))``,
+    re-using at most ``W_new * B - 1`` items rather than skipping any.
+    """
+    seen = batch_in_epoch * saved_world_size * batch_size
+    return seen // (world_size_now * batch_size)
+
+
+def sampling_seed(seed: int, rank_: int, step: int = 0) -> int:
+    """Seed of rank ``rank_``'s sampling RNG (after model init): distinct per rank and per resume step."""
+    return (seed * 1_000_003 + (rank_ + 1) * 7_919 + step * 104_729) % (2 ** 63)
+
+
+def steps_left(epoch: int, batch_in_epoch: int, steps_per_epoch: int, epochs: int) -> int:
+    """Training steps left in an ``epochs``-epoch run at (epoch, batch_in_epoch): (E - e) * S - b, at least 0."""
+    return max(0, (epochs - epoch) * steps_per_epoch - batch_in_epoch)

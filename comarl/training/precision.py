@@ -1,0 +1,153 @@
+"""Memory savers for the training forward/backward: autocast, fp16 loss scaling, gradient checkpointing.
+
+``train.mixed_precision``:
+  * ``no``: the forward runs in the weights' dtype (``agents.<i>.dtype``).
+  * ``bf16``: the training forward runs under ``torch.autocast(dtype=bfloat16)``
+    with float32 master weights: matmul activations (and the memory kept for
+    backward) are half size. Works on CUDA (Ampere or newer) and on CPU.
+  * ``fp16``: the same with float16, CUDA only, plus dynamic loss scaling
+    (:class:`LossScaler`) so small gradients do not underflow.
+Log-probs are always computed in float32 from the logits (``logprobs.py``).
+
+``train.gradient_checkpointing``: keep only each decoder layer's input during
+the forward and recompute the layer in backward; activation memory falls from
+O(layers x seq x hidden x ~10-30) to O(layers x seq x hidden) for ~30% more
+compute. The loss and gradients are unchanged.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from ..config_io import ConfigError
+
+MIXED_PRECISION = {"no": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def check_mixed_precision(mode: str, devices: list[str], key: str = "train.mixed_precision") -> None:
+    """Refuse an unknown mode, fp16 off CUDA, and bf16 on a GPU without bf16; errors name ``key``."""
+    if mode not in MIXED_PRECISION:
+        raise ConfigError(f"{key}: must be one of {list(MIXED_PRECISION)}, got {mode!r}")
+    for i, d in enumerate(devices):
+        dev = torch.device(d)
+        if mode == "fp16" and dev.type != "cuda":
+            raise ConfigError(f"{key}=fp16: agent {i} is on {d}; fp16 autocast with loss scaling needs CUDA "
+                              f"(use bf16, which also works on CPU, or no)")
+        if mode == "bf16" and dev.type == "cuda" and not torch.cuda.is_bf16_supported():
+            raise ConfigError(f"{key}=bf16: {d} has no bfloat16 support (pre-Ampere GPU); use fp16")
+        if mode != "no" and dev.type not in ("cuda", "cpu"):
+            raise ConfigError(f"{key}={mode}: autocast is supported on cuda and cpu, agent {i} is on {d}")
+
+
+def autocast(mode: str, device) -> contextlib.AbstractContextManager:
+    """Context for the training forward of a model on ``device``: ``torch.autocast`` or a no-op for ``no``."""
+    dtype = MIXED_PRECISION[mode]
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=dtype)
+
+
+def model_device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def enable_gradient_checkpointing(model, where: str) -> None:
+    """Turn on Hugging Face gradient checkpointing (non-reentrant, so frozen inputs/LoRA need no extra hook)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    elif hasattr(model, "gradient_checkpointing_enable"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    else:
+        raise ConfigError(f"train.gradient_checkpointing: {where}'s model ({type(model).__name__}) supports no "
+                          f"activation/gradient checkpointing; turn the key off")
+
+
+class LossScaler:
+    """Dynamic loss scaling for fp16 autocast.
+
+    ``scale_loss(loss)`` returns ``loss * S`` for the backward pass, so the
+    float16 activation gradients do not underflow; a hook on every trainable
+    parameter divides its gradient by S before it is accumulated, so ``.grad``
+    holds the true gradient and clipping, all-reduce and the optimiser see
+    ordinary values. An overflow gives inf/NaN gradients, which the loop
+    already skips; the next ``scale_loss`` then halves S. After
+    ``growth_interval`` clean backward passes S doubles.
+    """
+
+    def __init__(self, init_scale: float = 2.0 ** 16, growth_interval: int = 1000, min_scale: float = 1.0):
+        self.scale = float(init_scale)
+        self.growth_interval = growth_interval
+        self.min_scale = min_scale
+        self.good = 0
+        self.overflows = 0
+        self._inf: dict[torch.device, torch.Tensor] = {}
+        self._backward_seen = False
+        self._handles: list = []
+
+    def install(self, model) -> "LossScaler":
+        for p in model.parameters():
+            if p.requires_grad:
+                self._handles.append(p.register_hook(self._unscale))
+        return self
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def _unscale(self, grad: torch.Tensor) -> torch.Tensor:
+        self._backward_seen = True
+        flag = self._inf.get(grad.device)
+        if flag is None:
+            flag = self._inf[grad.device] = torch.zeros((), dtype=torch.bool, device=grad.device)
+        flag.logical_or_(~torch.isfinite(grad).all())
+        return grad / self.scale
+
+    def update(self) -> None:
+        """Adjust S from the backward passes since the last call."""
+        if not self._backward_seen:
+            return
+        found = any(bool(t.item()) for t in self._inf.values())
+        for t in self._inf.values():
+            t.zero_()
+        self._backward_seen = False
+        if found:
+            self.overflows += 1
+            self.scale = max(self.min_scale, self.scale / 2)
+            self.good = 0
+        else:
+            self.good += 1
+            if self.good >= self.growth_interval:
+                self.scale *= 2
+                self.good = 0
+
+    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        """``loss * S`` (after adjusting S from the previous backward)."""
+        self.update()
+        return loss * self.scale
+
+
+def backward(loss: torch.Tensor, scaler: LossScaler | None = None) -> None:
+    """``loss.backward()``, through the fp16 loss scaler when there is one."""
+    (scaler.scale_loss(loss) if scaler is not None else loss).backward()
+
+
+def setup_memory_savers(agents, train_cfg) -> dict[int, LossScaler]:
+    """Apply ``gradient_checkpointing`` and fp16 loss scaling to each agent's model.
+
+    Returns the fp16 loss scalers keyed by ``id(model)`` (agents sharing one
+    model object share its scaler); empty unless ``mixed_precision=fp16``.
+    """
+    scalers: dict[int, LossScaler] = {}
+    seen: set[int] = set()
+    for agent in agents:
+        if id(agent.model) in seen:  # shared weights: hooks once
+            continue
+        seen.add(id(agent.model))
+        if train_cfg.gradient_checkpointing:
+            enable_gradient_checkpointing(agent.model, agent.name)
+        if train_cfg.mixed_precision == "fp16":
+            scalers[id(agent.model)] = LossScaler().install(agent.model)
+    return scalers
