@@ -291,3 +291,14 @@ def test_concurrent_callers_share_the_pool(box):
     for t in threads:
         t.join()
     assert out == {0: [True, False], 1: [True, True], 2: [True, False]}
+
+
+def test_random_is_seeded_so_scores_are_reproducible(box):
+    import random
+
+    random.seed(0)
+    first = random.random()
+    # the program's draw and each test's draw start from seed 0
+    r = run1(box, "import random\nx = random.random()\n", f"assert x == {first!r}",
+             f"import random\nassert random.random() == {first!r}")
+    assert r.passed == [True, True]

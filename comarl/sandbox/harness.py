@@ -17,6 +17,7 @@ import builtins
 import importlib.util
 import json
 import os
+import random
 import signal
 import sys
 import types
@@ -24,6 +25,7 @@ import types
 MAX_ERROR_CHARS = 1000
 # Bound now: the program may later patch builtins.exec, os.write, json.dumps...
 _exec, _write, _dumps, _setitimer, _str = builtins.exec, os.write, json.dumps, signal.setitimer, str
+_seed = random.seed
 
 
 class _Timeout(BaseException):
@@ -50,8 +52,12 @@ def describe(e: BaseException) -> str:
 
 
 def run_snippet(code, ns: dict, timeout_s: float | None) -> str | None:
-    """exec ``code`` in ``ns``; None when it raised nothing, else the error text."""
+    """exec ``code`` in ``ns``; None when it raised nothing, else the error text.
+
+    ``random`` is re-seeded with 0 first, so a program that draws random numbers scores the same
+    every time (scores are cached by program text, and a reward should not be a coin flip)."""
     global _armed
+    _seed(0)
     try:
         try:
             if timeout_s is not None:
