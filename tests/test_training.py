@@ -152,3 +152,26 @@ def test_lr_schedule_cosine_with_warmup():
     assert lr_factor(2, "cosine", 2, 10) == pytest.approx(1.0)
     assert lr_factor(6, "cosine", 2, 10) == pytest.approx(0.5)  # halfway through the decay
     assert lr_factor(10, "linear", 2, 10) == pytest.approx(0.0)
+
+
+def test_eval_every_n_steps_is_logged(tmp_path):
+    agents, env, items, cfg = demo_setup("tiny", "writing", 2, str(tmp_path), 0)
+    cfg.progress_bar, cfg.eval_steps, cfg.eval_num_generations = False, 1, 2
+    t = comarl.Trainer(agents, env, items[:8], cfg, eval_dataset=items[8:12])
+    hist = t.train()
+    assert all("eval/reward/mean" in m for m in hist)
+    logged = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert "eval/reward/mean" in logged[-1] and "agent1/grad_norm" in logged[-1]
+    samples = [json.loads(x) for x in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert samples[0]["step"] == 1 and len(samples[0]["responses"]) == 2
+
+
+def test_demo_writes_log_plot_and_summary(tmp_path, capsys):
+    from comarl.demo import run_demo
+
+    run_demo(steps=3, output_dir=str(tmp_path))
+    out = capsys.readouterr().out
+    assert "before training" in out and "after training" in out
+    assert (tmp_path / "reward.png").stat().st_size > 1000
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 3
+    assert json.loads((tmp_path / "demo_summary.json").read_text())["steps"] == 3
