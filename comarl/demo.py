@@ -27,22 +27,24 @@ def demo_setup(model: str = "tiny", task: str = "writing", steps: int = 0, outpu
         agents = [AgentConfig(model="tiny", max_new_tokens=24, lr=2e-3, temperature=1.0,
                               model_kwargs={"seed": seed + i}) for i in range(2)]
         steps = steps or 160
-    elif model == "smollm2":
-        agents = [AgentConfig(model="smollm2", max_new_tokens=48, lr=5e-6, temperature=0.9)
+    elif model == "smollm2":  # a real model writes real sentences: wider word windows, one item per step
+        agents = [AgentConfig(model="smollm2", max_new_tokens=40, lr=5e-6, temperature=0.9)
                   for _ in range(2)]
-        steps = steps or 20
+        steps = steps or 30
     else:
         raise ValueError(f"--model must be tiny or smollm2, got {model!r}")
     if task == "writing":
         entry = get_env("demo_writing")
-        env, items = entry.build(2), entry.load_items(None, None, None)
+        windows = {"short_max": 24, "long_max": 80} if model == "smollm2" else {}
+        env, items = entry.build(2, **windows), entry.load_items(None, None, None)
     elif task == "tldr":
         from .envs.writing.tldr import demo_items
 
         env, items = get_env("tldr").build(2), demo_items()
     else:
         raise ValueError(f"--task must be writing or tldr, got {task!r}")
-    cfg = TrainConfig(algorithm="magrpo", num_generations=4, batch_size=4, max_steps=steps, seed=seed,
+    cfg = TrainConfig(algorithm="magrpo", num_generations=4, batch_size=4 if model == "tiny" else 1,
+                      max_steps=steps, seed=seed,
                       output_dir=output_dir, log_samples_steps=20, report_to=["jsonl", "tensorboard"],
                       save_steps=0)
     return agents, env, items, cfg
