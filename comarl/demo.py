@@ -26,7 +26,7 @@ def demo_setup(model: str = "tiny", task: str = "writing", steps: int = 0, outpu
     if model == "tiny":
         agents = [AgentConfig(model="tiny", max_new_tokens=24, lr=2e-3, temperature=1.0,
                               model_kwargs={"seed": seed + i}) for i in range(2)]
-        steps = steps or 160
+        steps = steps or 300
     elif model == "smollm2":  # a real model writes real sentences: wider word windows, one item per step
         agents = [AgentConfig(model="smollm2", max_new_tokens=40, lr=5e-6, temperature=0.9)
                   for _ in range(2)]
