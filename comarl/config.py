@@ -112,6 +112,8 @@ class TrainConfig:
     """Training forward under autocast: no | bf16 (CUDA or CPU) | fp16 (CUDA, with dynamic loss scaling)."""
     dist_backend: str | None = None
     """torch.distributed backend under torchrun (None = nccl with CUDA, else gloo)."""
+    batch_adapters: bool = True
+    """LoRA agents on one base with equal generation settings share one generate call (docs/lora.md)."""
 
     def validate(self, num_agents: int, min_generations: int = 1) -> None:
         def bad(key, msg):

@@ -16,7 +16,9 @@ wrapped once as a ``PeftModel`` holding one named adapter per agent
 
 The base weights stay frozen (``requires_grad=False``) and bit-identical.
 ``disable_adapter()`` runs the bare base: that is the LoRA agent's reference
-policy for the KL term (no extra copy).
+policy for the KL term (no extra copy). :meth:`SharedBase.generate_mixed`
+runs several adapters in one ``generate`` call (one adapter per row); the
+rollout uses it for agents on one base (``comarl/generation/adapters.py``).
 """
 from __future__ import annotations
 
@@ -102,6 +104,20 @@ class SharedBase:
             for p in params:
                 p.requires_grad_(True)
         self.active = name
+
+    def generate_mixed(self, adapter_names: list[str], **kwargs):
+        """One ``generate`` call where row b runs adapter ``adapter_names[b]`` (peft mixed-adapter batch).
+
+        ``adapter_names`` must have one entry per input row; peft repeats it only
+        for beams, so call with ``num_return_sequences=1`` and pre-expanded rows.
+        The model must be in eval mode (peft refuses mixed batches in training).
+        """
+        unknown = sorted(set(adapter_names) - set(self.adapters))
+        if unknown:
+            raise ValueError(f"no LoRA adapter named {unknown} on this base (has {sorted(self.adapters)})")
+        if kwargs.get("num_return_sequences", 1) != 1 or kwargs.get("num_beams", 1) != 1:
+            raise ValueError("generate_mixed: expand rows yourself; num_return_sequences and num_beams must be 1")
+        return self.peft_model.generate(adapter_names=list(adapter_names), **kwargs)
 
 
 class AdapterModel(torch.nn.Module):

@@ -19,6 +19,9 @@ greedy continuation (all agents decode greedily, then again from the greedy
 branch's next state, until it ends); its discounted return is the node's
 ``AgentSamples.baseline``. All chains alive at a turn share one greedy
 ``generate`` call per agent.
+
+LoRA agents on one shared base with identical generation settings share one
+``generate`` call (``batch_adapters``, on by default), sampled and greedy.
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ from typing import Sequence
 import torch
 
 from .envs.base import AgentRewards, EnvState, Environment, EvalRecord
-from .generation import generate
+from .generation import adapter_groups, generate, generate_adapters
 from .training.placement import device_groups, overlap_generation
 from .types import AgentSamples, Rollout
 
@@ -120,28 +123,42 @@ class RolloutSettings:
     generation_batch_size: int = 0
     num_examples: int = 2
     keep_records: bool = False
+    batch_adapters: bool = True
 
 
 def generate_for_agents(agents: Sequence, prompt_ids: list[list[list[int]]], k: int, greedy: bool = False,
-                        batch_size: int = 0) -> list:
-    """One ``generate`` call per agent: ``prompt_ids[i]`` are agent i's prompts; returns Completions per agent.
+                        batch_size: int = 0, batch_adapters: bool = True) -> list:
+    """Completions per agent: ``prompt_ids[i]`` are agent i's prompts; results in agent order.
 
-    When the agents sit on two or more distinct CUDA devices, each device's
-    agents run in their own thread so that generation overlaps across GPUs
-    (the CUDA kernels release the GIL); otherwise (CPU, one GPU) the calls run
-    one after another. Results are in agent order either way.
+    With ``batch_adapters``, LoRA agents that are adapters of one shared base
+    with identical generation settings make ONE ``generate`` call together
+    (peft mixed-adapter batch, ``comarl/generation/adapters.py``); every other
+    agent makes its own call. When the calls sit on two or more distinct CUDA
+    devices, each device's calls run in their own thread so that generation
+    overlaps across GPUs (the CUDA kernels release the GIL); otherwise (CPU,
+    one GPU) they run one after another.
     """
-    devices = [str(getattr(a, "device", "cpu")) for a in agents]
+    units = adapter_groups(agents, greedy) if batch_adapters else [[i] for i in range(len(agents))]
+    devices = [str(getattr(agents[u[0]], "device", "cpu")) for u in units]
     out: list = [None] * len(agents)
 
+    def call(u: list[int]) -> None:
+        if len(u) == 1:
+            out[u[0]] = generate(agents[u[0]], prompt_ids[u[0]], k, greedy=greedy, batch_size=batch_size)
+        else:
+            comps = generate_adapters([agents[i] for i in u], [prompt_ids[i] for i in u], k, greedy=greedy,
+                                      batch_size=batch_size)
+            for i, c in zip(u, comps):
+                out[i] = c
+
     def run(group: list[int]) -> None:
-        for i in group:
-            dev = torch.device(devices[i])
+        for g in group:
+            dev = torch.device(devices[g])
             if dev.type == "cuda" and torch.cuda.is_available():
                 with torch.cuda.device(dev):
-                    out[i] = generate(agents[i], prompt_ids[i], k, greedy=greedy, batch_size=batch_size)
+                    call(units[g])
             else:
-                out[i] = generate(agents[i], prompt_ids[i], k, greedy=greedy, batch_size=batch_size)
+                call(units[g])
 
     if overlap_generation(devices):
         from concurrent.futures import ThreadPoolExecutor
@@ -151,7 +168,7 @@ def generate_for_agents(agents: Sequence, prompt_ids: list[list[list[int]]], k: 
             for f in [pool.submit(run, g) for g in groups]:
                 f.result()
     else:
-        run(list(range(len(agents))))
+        run(list(range(len(units))))
     return out
 
 
@@ -175,7 +192,8 @@ def _greedy_turn(agents: Sequence, env: Environment, chains: list[_GreedyChain],
     """
     n = len(agents)
     prompts = [agent.encode_prompts([c.state.prompts[i] for c in chains]) for i, agent in enumerate(agents)]
-    texts = [c.texts for c in generate_for_agents(agents, prompts, 1, greedy=True, batch_size=s.generation_batch_size)]
+    texts = [c.texts for c in generate_for_agents(agents, prompts, 1, greedy=True, batch_size=s.generation_batch_size,
+                                                 batch_adapters=s.batch_adapters)]
     joint = [tuple(texts[i][g] for i in range(n)) for g in range(len(chains))]
     trans = env.step_batch([c.state for c in chains], joint)
     if len(trans) != len(chains):
@@ -222,7 +240,8 @@ def collect_rollout(agents: Sequence, env: Environment, items: Sequence[dict], s
         texts_per_agent = []
         prompt_ids = [agent.encode_prompts([node.state.prompts[i] for node in level])
                       for i, agent in enumerate(agents)]
-        comps = generate_for_agents(agents, prompt_ids, k, batch_size=s.generation_batch_size)
+        comps = generate_for_agents(agents, prompt_ids, k, batch_size=s.generation_batch_size,
+                                    batch_adapters=s.batch_adapters)
         for i, (p_ids, comp) in enumerate(zip(prompt_ids, comps)):
             num_completions += len(comp.ids)
             store = per_agent[i]

@@ -1,4 +1,6 @@
 """Generators turn per-agent prompt ids into sampled completions (HF by default)."""
-from .hf import Completions, cut_at_eos, generate, left_pad
+from .adapters import adapter_groups, generate_adapters
+from .hf import Completions, cut_at_eos, generate, generation_kwargs, left_pad
 
-__all__ = ["Completions", "cut_at_eos", "generate", "left_pad"]
+__all__ = ["Completions", "adapter_groups", "cut_at_eos", "generate", "generate_adapters", "generation_kwargs",
+           "left_pad"]

@@ -60,6 +60,19 @@ def cut_at_eos(generated: torch.Tensor, eos_ids: list[int]) -> tuple[list[list[i
     return [r[:n] for r, n in zip(rows, lengths)], [not h for h in has.tolist()]
 
 
+def generation_kwargs(agent, greedy: bool = False) -> dict:
+    """``model.generate`` kwargs from the agent's settings (greedy, or temperature 0, decodes greedily)."""
+    cfg = agent.config
+    do_sample = not greedy and cfg.temperature > 0
+    kwargs = dict(max_new_tokens=cfg.max_new_tokens, do_sample=do_sample,
+                  pad_token_id=agent.tokenizer.pad_token_id, eos_token_id=agent.eos_ids)
+    if do_sample:
+        kwargs.update(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k or None)
+    else:
+        kwargs.update(temperature=None, top_p=None, top_k=None)
+    return kwargs
+
+
 @torch.no_grad()
 def generate(agent, prompt_ids: list[list[int]], num_samples: int, greedy: bool = False,
              batch_size: int = 0) -> Completions:
@@ -68,9 +81,7 @@ def generate(agent, prompt_ids: list[list[int]], num_samples: int, greedy: bool 
     ``greedy`` (or temperature 0) decodes greedily; ``batch_size`` > 0 splits
     the P prompts into chunks of that many prompts (memory cap), 0 = one call.
     """
-    cfg = agent.config
     model, tok = agent.model, agent.tokenizer
-    do_sample = not greedy and cfg.temperature > 0
     k = num_samples
     chunks = [prompt_ids] if batch_size <= 0 else [prompt_ids[i:i + batch_size]
                                                    for i in range(0, len(prompt_ids), batch_size)]
@@ -82,13 +93,8 @@ def generate(agent, prompt_ids: list[list[int]], num_samples: int, greedy: bool 
         for chunk in chunks:
             ids, mask = left_pad(chunk, tok.pad_token_id)
             ids, mask = ids.to(agent.device), mask.to(agent.device)
-            kwargs = dict(max_new_tokens=cfg.max_new_tokens, do_sample=do_sample, num_return_sequences=k,
-                          pad_token_id=tok.pad_token_id, eos_token_id=agent.eos_ids)
-            if do_sample:
-                kwargs.update(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k or None)
-            else:
-                kwargs.update(temperature=None, top_p=None, top_k=None)
-            out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+            out = model.generate(input_ids=ids, attention_mask=mask, num_return_sequences=k,
+                                 **generation_kwargs(agent, greedy))
             c_ids, c_trunc = cut_at_eos(out[:, ids.shape[1]:].cpu(), agent.eos_ids)
             all_ids += c_ids
             all_trunc += c_trunc

@@ -112,7 +112,8 @@ class Trainer:
         self.settings = RolloutSettings(
             num_generations=cfg.num_generations, joint_mode=cfg.joint_mode, num_turns=cfg.num_turns,
             discount=cfg.discount, early_stop_reward=cfg.early_stop_reward,
-            greedy_baseline=self.algorithm.greedy_baseline, generation_batch_size=cfg.generation_batch_size)
+            greedy_baseline=self.algorithm.greedy_baseline, generation_batch_size=cfg.generation_batch_size,
+            batch_adapters=cfg.batch_adapters)
         if cfg.resume:
             self.resume(cfg.resume)
 

@@ -1,0 +1,107 @@
+"""One ``generate`` call for several LoRA agents on one base (peft mixed-adapter batch).
+
+Agents whose models are :class:`~comarl.lora.AdapterModel` views of the same
+:class:`~comarl.lora.SharedBase`, on the same device, with identical
+``generate`` kwargs (:func:`~comarl.generation.hf.generation_kwargs`:
+max_new_tokens, greedy or sampling with the same temperature/top_p/top_k, pad
+and EOS ids) form a group. A group's prompts go through one call:
+
+* agent j's prompt p is repeated K times (row ``p*K + k`` is its sample k, the
+  layout ``num_return_sequences=K`` gives), agents' rows one after another;
+* row b runs adapter ``adapter_names[b]`` (peft only repeats ``adapter_names``
+  for beams, never for ``num_return_sequences``, hence the explicit repeat and
+  ``num_return_sequences=1``);
+* the rows are cut at EOS and split back into one :class:`Completions` per
+  agent, decoded with that agent's tokenizer: the same format and order as one
+  :func:`~comarl.generation.hf.generate` call per agent.
+
+Greedy rows give the same tokens as separate calls (tested); sampled rows draw
+from the same distributions, but the random stream is consumed differently.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ..lora import AdapterModel
+from .hf import Completions, cut_at_eos, generation_kwargs, left_pad
+
+
+def adapter_group_key(agent, greedy: bool = False) -> tuple | None:
+    """Agents with equal keys can share one mixed-adapter call; None = not a LoRA view (own call)."""
+    model = getattr(agent, "model", None)
+    if not isinstance(model, AdapterModel):
+        return None
+    kwargs = generation_kwargs(agent, greedy)
+    settings = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items()))
+    return id(model.shared), str(agent.device), settings
+
+
+def adapter_groups(agents: Sequence, greedy: bool = False) -> list[list[int]]:
+    """Partition agent indices into generation units, ordered by first member.
+
+    Agents with the same :func:`adapter_group_key` form one unit; every other
+    agent is a unit of its own. E.g. [lora(base A), full, lora(base A)] ->
+    [[0, 2], [1]].
+    """
+    units: list[list[int]] = []
+    by_key: dict[tuple, list[int]] = {}
+    for i, agent in enumerate(agents):
+        key = adapter_group_key(agent, greedy)
+        if key is None:
+            units.append([i])
+        elif key in by_key:
+            by_key[key].append(i)
+        else:
+            by_key[key] = [i]
+            units.append(by_key[key])
+    return units
+
+
+@torch.no_grad()
+def generate_adapters(agents: Sequence, prompt_ids: Sequence[list[list[int]]], num_samples: int,
+                      greedy: bool = False, batch_size: int = 0) -> list[Completions]:
+    """Completions for each agent of one adapter group (see :func:`adapter_groups`) from shared calls.
+
+    Args:
+        agents: agents whose models are views of one SharedBase with equal generate kwargs.
+        prompt_ids: ``prompt_ids[j]`` are agent j's P_j prompts.
+        num_samples: K completions per prompt.
+        batch_size: > 0 caps the prompts (over all agents) per call, as in ``generate``; 0 = one call.
+    Returns:
+        one Completions per agent, ``ids[p*K + k]`` = sample k of its prompt p.
+    """
+    lead = agents[0]
+    shared = lead.model.shared
+    keys = {adapter_group_key(a, greedy) for a in agents}
+    if None in keys or len(keys) != 1:
+        raise ValueError(f"generate_adapters: agents {[a.name for a in agents]} are not one adapter group "
+                         "(same LoRA base, device and generation settings)")
+    k = num_samples
+    entries = [(j, p) for j, prompts in enumerate(prompt_ids) for p in prompts]  # agent-major
+    chunks = [entries] if batch_size <= 0 else [entries[i:i + batch_size] for i in range(0, len(entries), batch_size)]
+    ids_out: list[list[list[int]]] = [[] for _ in agents]
+    trunc_out: list[list[bool]] = [[] for _ in agents]
+    kwargs = generation_kwargs(lead, greedy)
+    was_training = [a.model.training for a in agents]
+    shared.peft_model.eval()
+    try:
+        for chunk in chunks:
+            if not chunk:
+                continue
+            rows = [p for _, p in chunk for _ in range(k)]
+            names = [agents[j].model.adapter for j, _ in chunk for _ in range(k)]
+            ids, mask = left_pad(rows, lead.tokenizer.pad_token_id)
+            ids, mask = ids.to(lead.device), mask.to(lead.device)
+            out = shared.generate_mixed(names, input_ids=ids, attention_mask=mask, num_return_sequences=1, **kwargs)
+            c_ids, c_trunc = cut_at_eos(out[:, ids.shape[1]:].cpu(), lead.eos_ids)
+            for r, (j, _) in enumerate(chunk):
+                ids_out[j] += c_ids[r * k:(r + 1) * k]
+                trunc_out[j] += c_trunc[r * k:(r + 1) * k]
+    finally:
+        for a, mode in zip(agents, was_training):
+            a.model.train(mode)
+    return [Completions(prompt_ids=list(prompt_ids[j]), ids=ids_out[j], truncated=trunc_out[j],
+                        texts=a.tokenizer.batch_decode(ids_out[j], skip_special_tokens=True), num_samples=k)
+            for j, a in enumerate(agents)]
