@@ -107,7 +107,6 @@ class _Node:
     joints: torch.Tensor | None = None  # [J, N]
     rewards: torch.Tensor | None = None  # [J, N]
     children: list = field(default_factory=list)  # [J] of _Node | None
-    sample_start: list[int] = field(default_factory=list)  # per agent: index of sample 0 in that agent's lists
     returns: torch.Tensor | None = None  # [J, N]
     greedy_return: torch.Tensor | None = None  # [N], return of the greedy continuation from this node
 
@@ -213,105 +212,128 @@ def _greedy_turn(agents: Sequence, env: Environment, chains: list[_GreedyChain],
     return live
 
 
+def _ends(tr, reward: torch.Tensor, turn: int, s: RolloutSettings) -> bool:
+    """A branch ends when the env says so, at the last turn, or at ``early_stop_reward``."""
+    if tr.done or tr.next_state is None or turn + 1 >= s.num_turns:
+        return True
+    return s.early_stop_reward is not None and float(reward.mean()) >= s.early_stop_reward
+
+
+@dataclass
+class _Accumulator:
+    """Per-agent sample lists (group-major) and what the logger wants, filled turn by turn."""
+
+    n: int
+    samples: list = field(default_factory=list)
+    metric_sums: dict = field(default_factory=lambda: defaultdict(float))
+    metric_counts: dict = field(default_factory=lambda: defaultdict(int))
+    examples: list = field(default_factory=list)
+    records: list = field(default_factory=list)
+    num_completions: int = 0
+
+    def __post_init__(self):
+        self.samples = [dict(prompt_ids=[], completion_ids=[], truncated=[], texts=[]) for _ in range(self.n)]
+
+    def add_metric(self, key: str, value: float, count: int = 1) -> None:
+        self.metric_sums[key] += value * count
+        self.metric_counts[key] += count
+
+
+def _sample_level(agents, level: list[_Node], k: int, s: RolloutSettings, acc: _Accumulator) -> list[list[str]]:
+    """One batched generate per agent for every node of this turn; stores the samples; returns texts per agent."""
+    prompt_ids = [agent.encode_prompts([node.state.prompts[i] for node in level]) for i, agent in enumerate(agents)]
+    comps = generate_for_agents(agents, prompt_ids, k, batch_size=s.generation_batch_size,
+                                batch_adapters=s.batch_adapters)
+    for store, p_ids, comp in zip(acc.samples, prompt_ids, comps):
+        acc.num_completions += len(comp.ids)
+        store["prompt_ids"] += [p for p in p_ids for _ in range(k)]
+        store["completion_ids"] += comp.ids
+        store["truncated"] += comp.truncated
+        store["texts"] += comp.texts
+    return [c.texts for c in comps]
+
+
+def _score_level(level: list[_Node], items, texts: list[list[str]], joints: torch.Tensor, env: Environment,
+                 turn: int, s: RolloutSettings, acc: _Accumulator) -> list[_Node]:
+    """Step every joint action of every node in one ``env.step_batch``; returns the child nodes of the next turn."""
+    n, k = len(texts), s.num_generations
+    states, responses = [], []
+    for g, node in enumerate(level):
+        node.joints = joints
+        for j in joints.tolist():
+            states.append(node.state)
+            responses.append(tuple(texts[i][g * k + j[i]] for i in range(n)))
+    transitions = env.step_batch(states, responses)
+    if len(transitions) != len(states):
+        raise ValueError(f"env.step_batch returned {len(transitions)} transitions for {len(states)} joint actions")
+    next_level, J = [], len(joints)
+    for g, node in enumerate(level):
+        trs = transitions[g * J:(g + 1) * J]
+        rewards = [reward_vector(tr.reward, n, f"turn {turn} of item {node.item}") for tr in trs]
+        node.rewards = torch.stack(rewards)
+        node.children = [None if _ends(tr, r, turn, s) else _Node(node.item, tr.next_state, turn + 1)
+                         for tr, r in zip(trs, rewards)]
+        next_level += [c for c in node.children if c is not None]
+        for tr in trs:
+            for key, val in tr.metrics.items():
+                acc.add_metric(f"env/{key}", float(val))
+        acc.add_metric(f"reward/turn{turn}", float(node.rewards.mean()), J)
+        if turn == 0:
+            if node.item < s.num_examples:
+                acc.examples += [{"item": node.item, "prompts": list(node.state.prompts),
+                                  "responses": list(responses[g * J + j]), "reward": float(rewards[j].mean())}
+                                 for j in range(min(2, J))]
+            if s.keep_records:
+                acc.records.append(EvalRecord(item=items[node.item], responses=list(responses[g * J:(g + 1) * J]),
+                                              transitions=list(trs)))
+    return next_level
+
+
+def _back_up_returns(groups: list[_Node], n: int, gamma: float) -> None:
+    """G = r + gamma * V(child) bottom-up (children come after their parents in ``groups``)."""
+    for node in reversed(groups):
+        child_v = torch.stack([c.returns.mean(0) if c is not None else torch.zeros(n, dtype=torch.float64)
+                               for c in node.children])
+        node.returns = discounted_returns(node.rewards, child_v, gamma)
+
+
 def collect_rollout(agents: Sequence, env: Environment, items: Sequence[dict], s: RolloutSettings) -> Rollout:
-    """Generate the whole tree for ``items`` and return per-agent samples with credited returns."""
+    """Generate the whole tree for ``items`` and return per-agent samples with credited returns.
+
+    Groups (nodes) are listed turn by turn in generation order, so agent i's
+    samples of group g are ``g*K .. g*K+K-1`` in its :class:`AgentSamples`.
+    """
     n, k = len(agents), s.num_generations
     if env.num_agents != n:
         raise ValueError(f"environment expects {env.num_agents} agents, {n} were given")
-    per_agent = [dict(prompt_ids=[], completion_ids=[], truncated=[], texts=[]) for _ in range(n)]
+    acc = _Accumulator(n)
     groups: list[_Node] = []
     level = [_Node(b, env.reset(item), 0) for b, item in enumerate(items)]
-    metric_sums: dict[str, float] = defaultdict(float)
-    metric_counts: dict[str, int] = defaultdict(int)
-    examples: list[dict] = []
-    records: list[EvalRecord] = []
-    num_completions = 0
     joints = joint_actions(s.joint_mode, k, n)
     chains: list[_GreedyChain] = []  # greedy continuations still running (greedy_baseline only)
     for turn in range(s.num_turns):
         if s.greedy_baseline:
             chains += [_GreedyChain(node, node.state) for node in level]
-            num_completions += n * len(chains)
+            acc.num_completions += n * len(chains)
             chains = _greedy_turn(agents, env, chains, turn, s) if chains else []
         if not level:
             if chains:
                 continue
             break
-        texts_per_agent = []
-        prompt_ids = [agent.encode_prompts([node.state.prompts[i] for node in level])
-                      for i, agent in enumerate(agents)]
-        comps = generate_for_agents(agents, prompt_ids, k, batch_size=s.generation_batch_size,
-                                    batch_adapters=s.batch_adapters)
-        for i, (p_ids, comp) in enumerate(zip(prompt_ids, comps)):
-            num_completions += len(comp.ids)
-            store = per_agent[i]
-            for g, node in enumerate(level):
-                node.sample_start.append(len(store["completion_ids"]))
-                store["prompt_ids"] += [p_ids[g]] * k
-            store["completion_ids"] += comp.ids
-            store["truncated"] += comp.truncated
-            store["texts"] += comp.texts
-            texts_per_agent.append(comp.texts)
-        states, responses = [], []
-        for g, node in enumerate(level):
-            node.joints = joints
-            for j in joints.tolist():
-                states.append(node.state)
-                responses.append(tuple(texts_per_agent[i][g * k + j[i]] for i in range(n)))
-        transitions = env.step_batch(states, responses)
-        if len(transitions) != len(states):
-            raise ValueError(f"env.step_batch returned {len(transitions)} transitions for {len(states)} joint actions")
-        next_level = []
-        t_idx = 0
-        for node in level:
-            rewards, children = [], []
-            for _ in range(len(joints)):
-                tr = transitions[t_idx]
-                r = reward_vector(tr.reward, n, f"turn {turn} of item {node.item}")
-                rewards.append(r)
-                for key, val in tr.metrics.items():
-                    metric_sums[f"env/{key}"] += float(val)
-                    metric_counts[f"env/{key}"] += 1
-                stop = tr.done or tr.next_state is None or turn + 1 >= s.num_turns
-                if not stop and s.early_stop_reward is not None and float(r.mean()) >= s.early_stop_reward:
-                    stop = True
-                child = None if stop else _Node(node.item, tr.next_state, turn + 1)
-                children.append(child)
-                if child is not None:
-                    next_level.append(child)
-                if turn == 0 and node.item < s.num_examples and len(examples) < s.num_examples * 2 and \
-                        t_idx % len(joints) < 2:
-                    examples.append({"item": node.item, "prompts": list(node.state.prompts),
-                                     "responses": list(responses[t_idx]), "reward": float(r.mean())})
-                t_idx += 1
-            if turn == 0 and s.keep_records:
-                first = t_idx - len(joints)
-                records.append(EvalRecord(item=items[node.item], responses=list(responses[first:t_idx]),
-                                          transitions=list(transitions[first:t_idx])))
-            node.rewards = torch.stack(rewards)
-            node.children = children
-            metric_sums[f"reward/turn{turn}"] += float(node.rewards.mean()) * len(joints)
-            metric_counts[f"reward/turn{turn}"] += len(joints)
-            groups.append(node)
-        level = next_level
-    # returns bottom-up (children were appended after their parents)
-    for node in reversed(groups):
-        child_v = torch.stack([c.returns.mean(0) if c is not None else torch.zeros(n, dtype=torch.float64)
-                               for c in node.children])
-        node.returns = discounted_returns(node.rewards, child_v, s.discount)
+        texts = _sample_level(agents, level, k, s, acc)
+        groups += level
+        level = _score_level(level, items, texts, joints, env, turn, s, acc)
+    _back_up_returns(groups, n, s.discount)
     out = []
     for i in range(n):
-        st = per_agent[i]
-        # groups were visited in generation order, so group g's samples start at sample_start[i] == g*K
+        st = acc.samples[i]
         credited = torch.stack([credit_returns(node.returns, node.joints, k)[i] for node in groups])
-        baseline = None
-        if s.greedy_baseline:
-            baseline = torch.stack([node.greedy_return[i] for node in groups])
+        baseline = torch.stack([node.greedy_return[i] for node in groups]).float() if s.greedy_baseline else None
         out.append(AgentSamples(prompt_ids=st["prompt_ids"], completion_ids=st["completion_ids"],
                                 truncated=torch.tensor(st["truncated"], dtype=torch.bool), texts=st["texts"],
                                 returns=credited.float(), turns=torch.tensor([nd.turn for nd in groups]),
-                                baseline=None if baseline is None else baseline.float()))
-    metrics = {key: metric_sums[key] / metric_counts[key] for key in metric_sums}
+                                baseline=baseline))
+    metrics = {key: acc.metric_sums[key] / acc.metric_counts[key] for key in acc.metric_sums}
     roots = [g for g in groups if g.turn == 0]
     metrics["return/mean"] = float(torch.stack([r.returns.mean() for r in roots]).mean())
     metrics["tree/nodes"] = float(len(groups))
@@ -319,4 +341,5 @@ def collect_rollout(agents: Sequence, env: Environment, items: Sequence[dict], s
         lens = torch.tensor([len(c) for c in out[i].completion_ids], dtype=torch.float)
         metrics[f"{agent.name}/completion_len"] = float(lens.mean())
         metrics[f"{agent.name}/truncated"] = float(out[i].truncated.float().mean())
-    return Rollout(agents=out, metrics=metrics, examples=examples, num_completions=num_completions, records=records)
+    return Rollout(agents=out, metrics=metrics, examples=acc.examples, num_completions=acc.num_completions,
+                   records=acc.records)
