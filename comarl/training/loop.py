@@ -55,6 +55,18 @@ def as_items(dataset: Any, what: str) -> list[dict]:
 
 
 @dataclass
+class _Batch:
+    """One agent's samples of a training step, cut into micro-batch spans; counts are global (all ranks)."""
+
+    prompts: list[list[int]]
+    comps: list[list[int]]
+    lengths: torch.Tensor
+    spans: list[tuple[int, int]]
+    n_seq: float
+    n_tok: float
+
+
+@dataclass
 class TrainState:
     step: int = 0
     epoch: int = 0
@@ -197,28 +209,25 @@ class Trainer:
         reference log-probs once, when ``kl_beta`` > 0.
         """
         cfg, agent = self.config, self.agents[i]
-        model, opt, sched = agent.model, self.optimizers[i], self.schedulers[i]
-        pad = agent.tokenizer.pad_token_id
-        temp = agent.config.temperature
+        model = agent.model
         prompts = [p for s in samples for p in s.prompt_ids]
         comps = [c for s in samples for c in s.completion_ids]
         lengths = torch.tensor([len(c) for c in comps], dtype=torch.long)
         if cfg.mask_truncated and samples:  # truncated completions leave the loss and its normalisation
             lengths = lengths * (~torch.cat([s.truncated for s in samples])).long()
-        n_seq = dist.all_reduce_sum(int((lengths > 0).sum()))
-        n_tok = dist.all_reduce_sum(int(lengths.sum()))
-        mbs = cfg.micro_batch_size
-        spans = [(s, min(s + mbs, len(comps))) for s in range(0, len(comps), mbs)]
+        batch = _Batch(prompts, comps, lengths, [(s, min(s + cfg.micro_batch_size, len(comps)))
+                                                 for s in range(0, len(comps), cfg.micro_batch_size)],
+                       n_seq=dist.all_reduce_sum(int((lengths > 0).sum())), n_tok=dist.all_reduce_sum(int(lengths.sum())))
         ref = self.references[i]
         with autocast(cfg.mixed_precision, agent.device):
-            ref_out = [ref.logprobs(prompts[a:b], comps[a:b]) for a, b in spans] if ref is not None else []
-        ref_lp = [lp for lp, _ in ref_out]
+            ref_out = [ref.logprobs(prompts[a:b], comps[a:b]) for a, b in batch.spans] if ref is not None else []
         kl_in_reward = ref is not None and cfg.kl_mode == "reward"
         model.train()
         old = None
         if cfg.num_iterations > 1 or kl_in_reward:
             with torch.no_grad(), autocast(cfg.mixed_precision, agent.device):
-                old = [completion_logprobs(model, prompts[a:b], comps[a:b], pad, temp)[0] for a, b in spans]
+                old = [completion_logprobs(model, prompts[a:b], comps[a:b], agent.tokenizer.pad_token_id,
+                                           agent.config.temperature)[0] for a, b in batch.spans]
         if kl_in_reward:  # R <- R - beta * sum_t kl_t, before the advantages
             seq_kl = torch.cat([sequence_kl(o, r, mask.to(o.dtype), cfg.kl_estimator).cpu()
                                 for o, (r, mask) in zip(old, ref_out)])
@@ -232,57 +241,76 @@ class Trainer:
         adv = torch.cat([s.advantages.reshape(-1) for s in samples]) if samples else torch.zeros(0)
         out: dict[str, float] = {}
         name = agent.name
-        kl_sum, kl_tokens = 0.0, 0
+        ref_lp = [lp for lp, _ in ref_out]
         for it in range(cfg.num_iterations):
-            total, clip_frac, bad = 0.0, 0.0, False
-            for m, (a, b) in enumerate(spans):
-                with autocast(cfg.mixed_precision, agent.device):  # train.mixed_precision (precision.py)
-                    logp, cmask = completion_logprobs(model, prompts[a:b], comps[a:b], pad, temp)
-                w = token_weights(lengths[a:b], logp.shape[1], cfg.loss_normalization, n_seq, n_tok,
-                                  agent.config.max_new_tokens).to(logp.device)
-                old_lp = old[m] if old is not None else logp.detach()
-                loss, st = clipped_policy_loss(logp, old_lp, adv[a:b].to(logp.device, logp.dtype), w,
-                                               cfg.clip_low, cfg.clip_high, cfg.ratio_level)
-                if ref is not None:
-                    if it == 0:  # metric: KL of the policy that sampled, over real tokens
-                        kl_sum += float((kl_estimate(logp.detach(), ref_lp[m], cfg.kl_estimator) * cmask).sum())
-                        kl_tokens += int(cmask.sum())
-                    if cfg.kl_mode == "loss":
-                        loss = loss + kl_penalty(logp, ref_lp[m], w, cfg.kl_beta, cfg.kl_estimator)
-                if not torch.isfinite(loss):
-                    bad = True
-                    break
-                backward(loss, self.scalers.get(id(model)))  # loss.backward(), fp16: loss-scaled
-                total += loss.item()
-                clip_frac += st["clip_frac"].item() * (b - a)
-            bad = dist.all_reduce_sum(int(bad)) > 0
-            grad_norm = float("nan")
-            if not bad:
-                dist.all_reduce_grads(model)
-                params = [p for p in model.parameters() if p.requires_grad]
-                if cfg.max_grad_norm > 0:
-                    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
-                else:
-                    grad_norm = float(torch.norm(torch.stack([p.grad.norm() for p in params if p.grad is not None])))
-                bad = not math.isfinite(grad_norm)
-            if bad:
-                opt.zero_grad(set_to_none=True)
-                self.state.counters["nonfinite_skips"] += 1
-                warnings.warn(f"step {self.state.step}: non-finite loss or gradient for {name}; update skipped "
-                              f"(skips so far: {self.state.counters['nonfinite_skips']})", RuntimeWarning)
+            total, clip_frac, kl, bad = self._backward_pass(i, batch, adv, old, ref_lp, first=it == 0)
+            if it == 0 and ref is not None:
+                out[f"{name}/kl"] = kl
+            grad_norm = self._optimizer_step(i, bad)
+            if grad_norm is None:
                 continue
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            self.state.counters["optimizer_steps"] += 1
             out[f"{name}/loss"] = dist.all_reduce_sum(total)
             out[f"{name}/grad_norm"] = grad_norm
             out[f"{name}/clip_frac"] = clip_frac / max(len(comps), 1)
-        out[f"{name}/lr"] = sched.get_last_lr()[0]
+        out[f"{name}/lr"] = self.schedulers[i].get_last_lr()[0]
         out[f"{name}/advantage_abs"] = float(adv.abs().mean()) if len(adv) else 0.0
-        if ref is not None:
-            out[f"{name}/kl"] = kl_sum / max(kl_tokens, 1)
         return out
+
+    def _backward_pass(self, i: int, batch: "_Batch", adv: torch.Tensor, old, ref_lp, first: bool):
+        """Loss and backward over the micro-batches of agent ``i``.
+
+        Returns (summed loss, clip fraction x sequences, mean KL to the reference
+        over real tokens (first pass), whether a loss was non-finite).
+        """
+        cfg, agent = self.config, self.agents[i]
+        model, pad, temp = agent.model, agent.tokenizer.pad_token_id, agent.config.temperature
+        total, clip_frac, kl_sum, kl_tokens = 0.0, 0.0, 0.0, 0
+        for m, (a, b) in enumerate(batch.spans):
+            with autocast(cfg.mixed_precision, agent.device):  # train.mixed_precision (precision.py)
+                logp, cmask = completion_logprobs(model, batch.prompts[a:b], batch.comps[a:b], pad, temp)
+            w = token_weights(batch.lengths[a:b], logp.shape[1], cfg.loss_normalization, batch.n_seq, batch.n_tok,
+                              agent.config.max_new_tokens).to(logp.device)
+            old_lp = old[m] if old is not None else logp.detach()
+            loss, st = clipped_policy_loss(logp, old_lp, adv[a:b].to(logp.device, logp.dtype), w,
+                                           cfg.clip_low, cfg.clip_high, cfg.ratio_level)
+            if ref_lp:
+                if first:  # metric: KL of the policy that sampled, over real tokens
+                    kl_sum += float((kl_estimate(logp.detach(), ref_lp[m], cfg.kl_estimator) * cmask).sum())
+                    kl_tokens += int(cmask.sum())
+                if cfg.kl_mode == "loss":
+                    loss = loss + kl_penalty(logp, ref_lp[m], w, cfg.kl_beta, cfg.kl_estimator)
+            if not torch.isfinite(loss):
+                return total, clip_frac, kl_sum / max(kl_tokens, 1), True
+            backward(loss, self.scalers.get(id(model)))  # loss.backward(), fp16: loss-scaled
+            total += loss.item()
+            clip_frac += st["clip_frac"].item() * (b - a)
+        return total, clip_frac, kl_sum / max(kl_tokens, 1), False
+
+    def _optimizer_step(self, i: int, bad: bool) -> float | None:
+        """All-reduce, clip and step agent ``i``; None (update skipped with a warning) on non-finite values."""
+        cfg, model = self.config, self.agents[i].model
+        opt, sched = self.optimizers[i], self.schedulers[i]
+        bad = dist.all_reduce_sum(int(bad)) > 0  # every rank skips together
+        grad_norm = float("nan")
+        if not bad:
+            dist.all_reduce_grads(model)
+            params = [p for p in model.parameters() if p.requires_grad]
+            if cfg.max_grad_norm > 0:
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+            else:
+                grad_norm = float(torch.norm(torch.stack([p.grad.norm() for p in params if p.grad is not None])))
+            bad = not math.isfinite(grad_norm)
+        if bad:
+            opt.zero_grad(set_to_none=True)
+            self.state.counters["nonfinite_skips"] += 1
+            warnings.warn(f"step {self.state.step}: non-finite loss or gradient for {self.agents[i].name}; update "
+                          f"skipped (skips so far: {self.state.counters['nonfinite_skips']})", RuntimeWarning)
+            return None
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        self.state.counters["optimizer_steps"] += 1
+        return grad_norm
 
     # ----------------------------------------------------------------- loop
     def train(self) -> list[dict[str, float]]:
