@@ -175,3 +175,31 @@ def test_demo_writes_log_plot_and_summary(tmp_path, capsys):
     assert (tmp_path / "reward.png").stat().st_size > 1000
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 3
     assert json.loads((tmp_path / "demo_summary.json").read_text())["steps"] == 3
+
+
+def test_wandb_is_never_imported_unless_asked(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys, comarl\nfrom comarl.demo import demo_setup\n"
+            f"a, e, i, c = demo_setup('tiny', 'writing', 1, {str(tmp_path)!r}, 0)\n"
+            "c.progress_bar = False\ncomarl.Trainer(a, e, i, c).train()\n"
+            "assert 'wandb' not in sys.modules, 'wandb imported'\nprint('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+
+
+def test_wandb_asked_for_but_missing_is_a_clear_error(tmp_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_wandb(name, *a, **k):
+        if name == "wandb":
+            raise ImportError("No module named 'wandb'")
+        return real_import(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_wandb)
+    t = _trainer(tmp_path, steps=1, report_to=["wandb"])
+    with pytest.raises(ImportError, match="pip install wandb"):
+        t.train()
