@@ -97,8 +97,25 @@ class Reporter:
             data = data[_write(self.fd, data):]
 
 
+_PARENT = os.getppid()  # 0 inside the job's pid namespace, else the sandbox runner
+
+
+def _refuse_outward_signals(event: str, args) -> None:
+    """Audit hook: model code may signal its own children, never its parent, its group, init or everyone.
+
+    ``os.kill(os.getppid(), SIGKILL)`` then raises PermissionError, so the test that tried it fails
+    (the pid namespace and the unprivileged uid already keep the signal from reaching the trainer).
+    Audit hooks cannot be removed once added.
+    """
+    if event == "os.kill" and (args[0] <= 1 or args[0] == _PARENT):
+        raise PermissionError(f"sandbox: os.kill({args[0]}, ...) is not allowed")
+    if event == "os.killpg":
+        raise PermissionError("sandbox: os.killpg is not allowed")
+
+
 def run_job(job: dict, out: Reporter) -> None:
     timeout = job["limits"]["test_timeout_s"]
+    sys.addaudithook(_refuse_outward_signals)
     code, err = compile_or_error(job["program"], "<program>")
     out.send(k="compiled", error=err)
     if code is None:
