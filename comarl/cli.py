@@ -37,25 +37,12 @@ def _train(args) -> int:
 
 
 def _eval(args) -> int:
-    from .agents import AgentConfig
     from .config import load_config
     from .evaluation import evaluate_agents, records_to_json
     from .experiment import build_env, load_items
-    from .agents import build_agents
 
     cfg = load_config(args.config, args.overrides)
-    if args.checkpoint:
-        ckpt = Path(args.checkpoint)
-        for i, a in enumerate(cfg.agents):
-            folder = ckpt / f"agent{i}"
-            if not folder.exists():
-                raise ConfigError(f"--checkpoint: {folder} does not exist")
-            if (folder / "adapter_config.json").exists():
-                a.model_kwargs = {**a.model_kwargs, "adapter_path": str(folder)}
-            else:
-                cfg.agents[i] = AgentConfig(**{**a.__dict__, "model": str(folder), "tokenizer": None,
-                                               "model_kwargs": {}, "gguf_file": None})
-    agents = build_agents(cfg.agents)
+    agents = _agents_for_eval(cfg, Path(args.checkpoint) if args.checkpoint else None)
     env = build_env(cfg)
     items = load_items(cfg, "eval") or load_items(cfg, "train")
     if not items:
@@ -81,6 +68,33 @@ def _eval(args) -> int:
                                    "records": records_to_json(result["records"])}, indent=2, default=str))
         print(f"wrote {out}")
     return 0
+
+
+def _agents_for_eval(cfg, checkpoint: Path | None):
+    """The config's agents, with weights from ``checkpoint/agent<i>`` when given.
+
+    A full model folder is loaded directly; a LoRA adapter folder is put back on
+    the config's base model (adapters only hold the difference).
+    """
+    import dataclasses
+
+    from .agents import build_agents
+    from .training.checkpoint import load_agent_weights
+
+    if checkpoint is None:
+        return build_agents(cfg.agents)
+    folders = [checkpoint / f"agent{i}" for i in range(len(cfg.agents))]
+    for f in folders:
+        if not f.exists():
+            raise ConfigError(f"--checkpoint: {f} does not exist")
+    configs = [a if (f / "adapter_config.json").exists() else
+               dataclasses.replace(a, model=str(f), tokenizer=None, model_kwargs={}, gguf_file=None)
+               for a, f in zip(cfg.agents, folders)]
+    agents = build_agents(configs)
+    for agent, f in zip(agents, folders):
+        if (f / "adapter_config.json").exists():
+            load_agent_weights(agent, f)
+    return agents
 
 
 def _close(env) -> None:

@@ -74,3 +74,24 @@ def test_train_then_eval_from_the_cli(tmp_path, capsys):
                  "data.train.limit=2"]) == 0
     result = json.loads((tmp_path / "e.json").read_text())
     assert "reward/mean" in result["metrics"] and len(result["records"]) == 2
+
+
+def test_eval_checkpoint_puts_lora_adapters_back_on_the_base(tmp_path):
+    import torch
+
+    from comarl.cli import _agents_for_eval
+    from comarl.experiment import build_trainer
+
+    over = [f"train.output_dir={tmp_path}", "train.max_steps=1", "train.progress_bar=false",
+            "agents.0.lora={r: 4, alpha: 8}", "agents.1.lora={r: 4, alpha: 8}", "agents.*.model_kwargs={seed: 0}"]
+    cfg = load_config(ROOT / "configs/demo/writing.yaml", over)
+    trainer = build_trainer(cfg)
+    trainer.train()
+    trained = [{n: p.detach().clone() for n, p in a.model.named_parameters()} for a in trainer.agents]
+    assert (tmp_path / "checkpoint-1" / "agent0" / "adapter_config.json").exists()
+    loaded = _agents_for_eval(load_config(ROOT / "configs/demo/writing.yaml", over), tmp_path / "checkpoint-1")
+    for t, a in zip(trained, loaded):
+        got = dict(a.model.named_parameters())
+        assert t.keys() == got.keys() and all(torch.equal(t[k], got[k]) for k in t)
+    assert main(["eval", str(ROOT / "configs/demo/writing.yaml"), "--checkpoint", str(tmp_path / "checkpoint-1"),
+                 "--out", str(tmp_path / "e.json"), *over[1:]]) == 0
