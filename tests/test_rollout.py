@@ -120,3 +120,12 @@ def test_per_agent_rewards_are_explicit(scripted_generate):
     bad = FunctionEnv([lambda it: "p", lambda it: "p"], lambda r, it: AgentRewards((1.0,)))
     with pytest.raises(ValueError, match="AgentRewards has 1 values for 2 agents"):
         collect_rollout(agents, bad, [{}], RolloutSettings(num_generations=2))
+
+
+def test_reward_fn_errors_name_the_item_and_turn():
+    env = FunctionEnv([lambda it: "p"], lambda r, it: 1 / 0)
+    with pytest.raises(RuntimeError, match=r"reward_fn failed at turn 0 on item \{'q': 'x'\}: ZeroDivisionError"):
+        env.step_batch([env.reset({"q": "x"})], [("a",)])
+    bad_type = FunctionEnv([lambda it: "p"], lambda r, it: "high")
+    with pytest.raises(RuntimeError, match="ValueError"):
+        bad_type.step_batch([bad_type.reset({"q": "x"})], [("a",)])

@@ -203,3 +203,10 @@ def test_wandb_asked_for_but_missing_is_a_clear_error(tmp_path, monkeypatch):
     t = _trainer(tmp_path, steps=1, report_to=["wandb"])
     with pytest.raises(ImportError, match="pip install wandb"):
         t.train()
+
+
+def test_a_bad_dataset_row_is_named_before_training():
+    env = comarl.FunctionEnv([lambda it: "A: " + it["text"], lambda it: "B: " + it["text"]], lambda r, it: 0.0)
+    items = [{"text": "fine"}, {"text": "fine too"}, {"body": "no text field"}]
+    with pytest.raises(comarl.ConfigError, match=r"train_dataset\[2\].*KeyError.*row keys: \['body'\]"):
+        comarl.Trainer(["tiny", "tiny"], env, items, comarl.TrainConfig(num_generations=2, progress_bar=False))

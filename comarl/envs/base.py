@@ -133,9 +133,14 @@ class FunctionEnv:
         for state, resp in zip(states, responses):
             if len(resp) != self.num_agents:
                 raise ValueError(f"joint action has {len(resp)} responses, environment has {self.num_agents} agents")
-            reward = self.reward_fn(list(resp), state.item)
-            if not isinstance(reward, AgentRewards):
-                reward = float(reward)
+            try:
+                reward = self.reward_fn(list(resp), state.item)
+                if not isinstance(reward, AgentRewards):
+                    reward = float(reward)
+            except Exception as e:
+                item = repr(dict(state.item))
+                raise RuntimeError(f"reward_fn failed at turn {state.turn} on item {item[:200]}"
+                                   f"{'...' if len(item) > 200 else ''}: {type(e).__name__}: {e}") from e
             last = state.turn + 1 >= self.max_turns
             nxt = None if last or self.transition_fn is None else self.transition_fn(state, list(resp))
             if nxt is None:

@@ -54,6 +54,18 @@ def as_items(dataset: Any, what: str) -> list[dict]:
     return items
 
 
+def check_items(env: Environment, items: list[dict], what: str) -> None:
+    """Build every item's first prompts once, so a bad row fails before training, named by its index."""
+    for i, item in enumerate(items):
+        try:
+            state = env.reset(item)
+        except Exception as e:
+            raise ConfigError(f"{what}[{i}]: the environment cannot build prompts for this row "
+                              f"({type(e).__name__}: {e}); row keys: {sorted(item)}") from e
+        if len(state.prompts) != env.num_agents:
+            raise ConfigError(f"{what}[{i}]: env.reset gave {len(state.prompts)} prompts for {env.num_agents} agents")
+
+
 @dataclass
 class _Batch:
     """One agent's samples of a training step, cut into micro-batch spans; counts are global (all ranks)."""
@@ -93,6 +105,13 @@ class Trainer:
         self.config = cfg = config or TrainConfig()
         self.algorithm = get_algorithm(cfg.algorithm)
         cfg.validate(len(agents), self.algorithm.min_generations)
+        # data first: a bad row fails in a second, before any model is loaded
+        self.train_items = as_items(train_dataset, "train_dataset")
+        self.eval_items = as_items(eval_dataset, "eval_dataset")
+        if not self.train_items:
+            raise ConfigError("data.train: the training set is empty")
+        check_items(env, self.train_items, "train_dataset")
+        check_items(env, self.eval_items, "eval_dataset")
         dist.init_from_env(cfg.dist_backend)
         seed_everything(cfg.seed)  # the same model init on every rank ...
         self.agents = self._place_agents(agents)
@@ -107,10 +126,6 @@ class Trainer:
             raise ConfigError(f"agents: the environment expects {env.num_agents} agents, {len(self.agents)} given")
         check_tree_size(cfg.joint_mode, cfg.num_generations, len(self.agents), cfg.num_turns,
                         cfg.max_samples_per_item)
-        self.train_items = as_items(train_dataset, "train_dataset")
-        self.eval_items = as_items(eval_dataset, "eval_dataset")
-        if not self.train_items:
-            raise ConfigError("data.train: the training set is empty")
         self.global_batch = cfg.batch_size * dist.world_size()
         self.steps_per_epoch = math.ceil(len(self.train_items) / self.global_batch)
         self.total_steps = cfg.max_steps or self.steps_per_epoch * cfg.epochs
