@@ -210,3 +210,14 @@ def test_a_bad_dataset_row_is_named_before_training():
     items = [{"text": "fine"}, {"text": "fine too"}, {"body": "no text field"}]
     with pytest.raises(comarl.ConfigError, match=r"train_dataset\[2\].*KeyError.*row keys: \['body'\]"):
         comarl.Trainer(["tiny", "tiny"], env, items, comarl.TrainConfig(num_generations=2, progress_bar=False))
+
+
+def test_too_large_tree_is_refused_before_models_load(monkeypatch):
+    import comarl.training.loop as loop
+
+    monkeypatch.setattr(loop, "build_agents", lambda *a, **k: pytest.fail("models were loaded"))
+    env = comarl.FunctionEnv([lambda it: "a", lambda it: "b", lambda it: "c"], lambda r, it: 0.0,
+                             lambda st, r: ["x", "y", "z"], max_turns=3)
+    cfg = comarl.TrainConfig(num_generations=8, joint_mode="cross", num_turns=3, progress_bar=False)
+    with pytest.raises(ValueError, match="max_samples_per_item"):
+        comarl.Trainer(["tiny"] * 3, env, [{}], cfg)

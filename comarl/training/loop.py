@@ -105,6 +105,7 @@ class Trainer:
         self.config = cfg = config or TrainConfig()
         self.algorithm = get_algorithm(cfg.algorithm)
         cfg.validate(len(agents), self.algorithm.min_generations)
+        check_tree_size(cfg.joint_mode, cfg.num_generations, len(agents), cfg.num_turns, cfg.max_samples_per_item)
         # data first: a bad row fails in a second, before any model is loaded
         self.train_items = as_items(train_dataset, "train_dataset")
         self.eval_items = as_items(eval_dataset, "eval_dataset")
@@ -124,8 +125,6 @@ class Trainer:
         self.env = env
         if getattr(env, "num_agents", len(self.agents)) != len(self.agents):
             raise ConfigError(f"agents: the environment expects {env.num_agents} agents, {len(self.agents)} given")
-        check_tree_size(cfg.joint_mode, cfg.num_generations, len(self.agents), cfg.num_turns,
-                        cfg.max_samples_per_item)
         self.global_batch = cfg.batch_size * dist.world_size()
         self.steps_per_epoch = math.ceil(len(self.train_items) / self.global_batch)
         self.total_steps = cfg.max_steps or self.steps_per_epoch * cfg.epochs
