@@ -5,6 +5,10 @@ Each entry gives a ``build(num_agents, **args) -> Environment`` and a
 dataset id or a local file/folder; ``None`` means the entry's default.
 Modules register themselves on import; ``get_env`` imports the built-in ones
 lazily so that, e.g., the coding sandbox is not loaded for a writing run.
+
+A name of the form ``package.module:function`` needs no registration: the
+function is ``build(num_agents, **args) -> Environment`` and items come from
+``data.*.source`` as plain rows (a local JSON/JSONL file or folder, or a hub id).
 """
 from __future__ import annotations
 
@@ -40,12 +44,35 @@ def register_env(name: str, entry: EnvEntry) -> None:
     _REGISTRY[name] = entry
 
 
+def _plain_rows(source: str | None, split: str | None, limit: int | None) -> list[dict[str, Any]]:
+    if source is None:
+        raise ValueError("data source: an environment given by import path needs data.train.source "
+                         "(a local JSON/JSONL file or folder, or a hub dataset id)")
+    from .loading import load_rows
+
+    return load_rows(source, split, limit, lambda i, row, src: row, "the fields your environment reads")
+
+
+def _from_import_path(name: str) -> EnvEntry:
+    module, _, attr = name.partition(":")
+    try:
+        build = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise KeyError(f"env.name: cannot import {name!r} ({type(e).__name__}: {e})") from None
+    if not callable(build):
+        raise KeyError(f"env.name: {name!r} is not callable")
+    return EnvEntry(build, _plain_rows, f"user environment {name}")
+
+
 def get_env(name: str) -> EnvEntry:
+    if ":" in name and name not in _REGISTRY:
+        return _from_import_path(name)
     if name not in _REGISTRY and name in _BUILTIN_MODULES:
         importlib.import_module(_BUILTIN_MODULES[name])
     if name not in _REGISTRY:
         known = sorted(set(_REGISTRY) | set(_BUILTIN_MODULES))
-        raise KeyError(f"env.name: unknown environment {name!r}; known: {', '.join(known)}")
+        raise KeyError(f"env.name: unknown environment {name!r}; known: {', '.join(known)} "
+                       f"(or give package.module:build_function)")
     return _REGISTRY[name]
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..registry import EnvEntry, register_env
 from . import reward as R
-from .data import load_rows
+from ..loading import load_rows
 from .env import WritingEnv, WritingTask, build_env
 
 HUB_ID = "trl-lib/tldr"

@@ -1,4 +1,4 @@
-"""Loading writing datasets from the hub or a local JSON/JSONL file or folder.
+"""Loading dataset rows from the hub or a local JSON/JSONL file or folder (any environment).
 
 Both go through ``datasets.load_dataset``: ``("json", data_files=...)`` for a
 local path and ``(hub_id, split=...)`` otherwise, so the tests exercise the
