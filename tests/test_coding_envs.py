@@ -136,6 +136,25 @@ def test_multi_turn_diagnosis_feedback(he_items):
         env.close()
 
 
+@pytest.mark.parametrize("history", ["last", "all"])
+def test_turn_three_prompt_shows_the_last_or_every_attempt(he_items, history):
+    env = function_env.FunctionCodingEnv("humaneval", 1, max_turns=3, feedback="plain", history=history)
+    first_try = "def has_close_elements(numbers, threshold):\n    return 'first'\n"
+    second_try = "def has_close_elements(numbers, threshold):\n    return 'second'\n"
+    try:
+        s = env.reset(he_items["HumanEval/0"])
+        s2 = env.step_batch([s], [(first_try,)])[0].next_state
+        s3 = env.step_batch([s2], [(second_try,)])[0].next_state
+    finally:
+        env.close()
+    prompt = s3.prompts[0]
+    assert prompt.startswith(s.prompts[0]) and "return 'second'" in prompt
+    assert ("return 'first'" in prompt) == (history == "all")
+    assert prompt.count("Your previous attempt:") == (2 if history == "all" else 1)
+    with pytest.raises(ValueError, match=r"env\.args\.history"):
+        function_env.FunctionCodingEnv("humaneval", 1, history="everything")
+
+
 def test_plain_feedback_prompt(he_items):
     env = function_env.FunctionCodingEnv("humaneval", 1, max_turns=3, feedback="plain")
     try:

@@ -27,7 +27,7 @@ from ..base import EnvState, Transition
 from ..registry import EnvEntry, register_env
 from .data import load_classeval_items, normalize_classeval_item
 from .extract import Block, extract_code, is_stub, parses, split_blocks
-from .feedback import FEEDBACK_MODES, Outcome, feedback_text
+from .feedback import FEEDBACK_MODES, HISTORY_MODES, Outcome, feedback_text, revision_prompts
 from .passk import render_table, summarize_records
 from .prompts import templates
 from .rewards import ClassRewardWeights, class_reward
@@ -151,7 +151,7 @@ class ClassEvalEnv:
     Args:
         num_agents: agents sharing the methods.
         split: "alternate" or "halves".
-        max_turns / feedback / prompts / sandbox / workers / pass_k / max_failures:
+        max_turns / feedback / history / prompts / sandbox / workers / pass_k / max_failures:
             as in ``FunctionCodingEnv`` (template roles: class, revise).
         rewards: ``ClassRewardWeights`` fields.
     """
@@ -159,7 +159,7 @@ class ClassEvalEnv:
     def __init__(self, num_agents: int = 2, split: str = "alternate", max_turns: int = 1, feedback: str = "diagnosis",
                  prompts: Mapping[str, str] | None = None, rewards: Mapping[str, Any] | None = None,
                  sandbox: Mapping[str, Any] | None = None, workers: int = 2, pass_k: Sequence[int] = (1, 2, 4, 8, 16),
-                 max_failures: int = 3):
+                 max_failures: int = 3, history: str = "last"):
         if num_agents < 1:
             raise ValueError(f"classeval needs at least one agent, got {num_agents}")
         if split not in SPLITS:
@@ -168,6 +168,9 @@ class ClassEvalEnv:
             raise ValueError(f"env.args.feedback: must be one of {FEEDBACK_MODES}, got {feedback!r}")
         if max_turns < 1:
             raise ValueError(f"env.args.max_turns: must be >= 1, got {max_turns}")
+        if history not in HISTORY_MODES:
+            raise ValueError(f"env.args.history: must be one of {HISTORY_MODES}, got {history!r}")
+        self.history = history
         self.num_agents, self.split, self.max_turns, self.feedback = num_agents, split, max_turns, feedback
         self.templates = templates(dict(prompts or {}))
         try:
@@ -219,8 +222,7 @@ class ClassEvalEnv:
                    "method_share": m.method_share, "overlap_share": overlap_share, **parts}
         if passed_all or state.turn + 1 >= self.max_turns:
             return Transition(reward, True, None, metrics)
-        prompts = self.first_prompts(item)
-        nxt = []
+        blocks = []
         for i, (mine, r) in enumerate(zip(self.assignment(item), resp)):
             notes = []
             missing = [x for x in mine if x not in m.written[i]]
@@ -233,8 +235,9 @@ class ClassEvalEnv:
                         program_error=rep.program_error if rep is not None else None, tests=tests, passed=passed,
                         errors=errors, entry_point=item["class_name"], notes=tuple(notes))
             text = feedback_text(self.feedback, o, self.max_failures)
-            nxt.append(prompts[i] + self.templates["revise"].format(previous=extract_code(r) or r.strip(), feedback=text))
-        return Transition(reward, False, state.advanced(resp, nxt, {"pass_rate": frac}), metrics)
+            blocks.append(self.templates["revise"].format(previous=extract_code(r) or r.strip(), feedback=text))
+        nxt, kept = revision_prompts(self.first_prompts(item), state.info.get("revisions"), blocks, self.history)
+        return Transition(reward, False, state.advanced(resp, nxt, {"pass_rate": frac, "revisions": kept}), metrics)
 
     def summarize(self, records) -> dict[str, Any]:
         """Team pass@k per class and overall (see ``passk.summarize_records``)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 FEEDBACK_MODES = ("plain", "diagnosis")
+HISTORY_MODES = ("last", "all")
 
 
 @dataclass(frozen=True)
@@ -83,3 +84,19 @@ def feedback_text(mode: str, o: Outcome, max_failures: int = 3) -> str:
             out.append(f"- `{o.entry_point}` calls the helper `{o.helper}`.")
     out.extend(f"- {n}" for n in o.notes)
     return "\n".join(out)
+
+
+def revision_prompts(first: tuple[str, ...], earlier: tuple[tuple[str, ...], ...] | None, blocks: list[str],
+                     history: str) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """Next prompts of a multi-turn coding episode, one per agent.
+
+    ``blocks[i]`` is agent i's new revise block (its attempt + feedback);
+    ``earlier`` the blocks of earlier turns (None at turn 1). ``history="last"``
+    shows only the newest block after the first prompt, ``"all"`` every block in
+    order. Returns (prompts, all blocks so far) so the env can carry the blocks
+    in ``EnvState.info``.
+    """
+    earlier = earlier or tuple(() for _ in first)
+    kept = tuple(prev + (b,) for prev, b in zip(earlier, blocks))
+    shown = kept if history == "all" else tuple(k[-1:] for k in kept)
+    return tuple(p + "".join(s) for p, s in zip(first, shown)), kept

@@ -18,7 +18,7 @@ from ..registry import EnvEntry, register_env
 from .assemble import Assembly, assemble, calls_helper, ignores_helper_result, is_thin_wrapper
 from .data import load_function_items, normalize_function_item
 from .extract import extract_code
-from .feedback import FEEDBACK_MODES, Outcome, feedback_text
+from .feedback import FEEDBACK_MODES, HISTORY_MODES, Outcome, feedback_text, revision_prompts
 from .passk import render_table, summarize_records
 from .prompts import templates
 from .rewards import CodeLevels, CodeRewardWeights, code_reward
@@ -44,6 +44,7 @@ class FunctionCodingEnv:
         helper_name: the helper function's name.
         max_turns: turns per episode; > 1 feeds test results back.
         feedback: "plain" or "diagnosis" (multi-turn only).
+        history: "last" (the newest attempt + feedback after the task) or "all" (every earlier attempt).
         prompts: template overrides by role (helper, main, single, revise).
         rewards: ``CodeRewardWeights`` fields.
         sandbox: ``SandboxLimits`` fields; ``workers``: sandbox processes.
@@ -54,7 +55,8 @@ class FunctionCodingEnv:
     def __init__(self, dataset: str, num_agents: int = 2, mode: str | None = None, helper_name: str = "aux",
                  max_turns: int = 1, feedback: str = "diagnosis", prompts: Mapping[str, str] | None = None,
                  rewards: Mapping[str, Any] | None = None, sandbox: Mapping[str, Any] | None = None,
-                 workers: int = 2, pass_k: Sequence[int] = (1, 2, 4, 8, 16), max_failures: int = 3):
+                 workers: int = 2, pass_k: Sequence[int] = (1, 2, 4, 8, 16), max_failures: int = 3,
+                 history: str = "last"):
         mode = mode or ("single" if num_agents == 1 else "helper_main")
         if mode not in MODES:
             raise ValueError(f"env.args.mode: must be one of {MODES}, got {mode!r}")
@@ -65,6 +67,9 @@ class FunctionCodingEnv:
             raise ValueError(f"env.args.feedback: must be one of {FEEDBACK_MODES}, got {feedback!r}")
         if max_turns < 1:
             raise ValueError(f"env.args.max_turns: must be >= 1, got {max_turns}")
+        if history not in HISTORY_MODES:
+            raise ValueError(f"env.args.history: must be one of {HISTORY_MODES}, got {history!r}")
+        self.history = history
         self.dataset, self.num_agents, self.mode = dataset, num_agents, mode
         self.helper_name, self.max_turns, self.feedback = helper_name, max_turns, feedback
         self.templates = templates(dict(prompts or {}))
@@ -129,10 +134,10 @@ class FunctionCodingEnv:
             entry_point=state.item["entry_point"], helper=self.helper_name if with_helper else None,
             calls_helper=lv.calls_helper, thin_wrapper=lv.thin_wrapper)
         text = feedback_text(self.feedback, outcome, self.max_failures)
-        first = self.first_prompts(state.item)
-        nxt = tuple(p + self.templates["revise"].format(previous=extract_code(r) or r.strip(), feedback=text)
-                    for p, r in zip(first, resp))
-        return Transition(reward, False, state.advanced(resp, nxt, {"feedback": text, "pass_rate": frac}), metrics)
+        blocks = [self.templates["revise"].format(previous=extract_code(r) or r.strip(), feedback=text) for r in resp]
+        nxt, kept = revision_prompts(self.first_prompts(state.item), state.info.get("revisions"), blocks, self.history)
+        info = {"feedback": text, "pass_rate": frac, "revisions": kept}
+        return Transition(reward, False, state.advanced(resp, nxt, info), metrics)
 
     # ---- evaluation ----
     def summarize(self, records) -> dict[str, Any]:
