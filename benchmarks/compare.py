@@ -174,7 +174,7 @@ def write_chart(summaries: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels, peer_v, comarl_v, peer_names = [], [], [], []
+    labels, peer_v, comarl_v = [], [], []
     for s in summaries:
         p, c = s["rows"][s["peer"]], s["rows"]["comarl"]
         labels.append(f"({s['workload']}) bs={s['batch_size']}\nvs {s['peer']}")

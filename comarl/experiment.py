@@ -1,7 +1,6 @@
 """From an :class:`ExperimentConfig` to live objects: agents, environment, items, trainer."""
 from __future__ import annotations
 
-from .agents import build_agents
 from .config import DataSource, ExperimentConfig
 from .config_io import ConfigError
 from .envs.registry import get_env
@@ -44,4 +43,4 @@ def build_trainer(cfg: ExperimentConfig, agents=None) -> Trainer:
                    eval_dataset=eval_items)
 
 
-__all__ = ["build_agents", "build_env", "build_trainer", "load_items"]
+__all__ = ["build_env", "build_trainer", "load_items"]

@@ -1,7 +1,6 @@
 """Every HumanEval canonical solution passes through the sandbox (about 3 s on 2 cores)."""
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 

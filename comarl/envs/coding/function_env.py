@@ -10,7 +10,6 @@ Registers ``humaneval``, ``mbpp`` and ``coophumaneval`` on import.
 """
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any, Mapping, Sequence
 
 from ..base import EnvState, Transition
