@@ -97,6 +97,8 @@ def run_demo(model: str = "tiny", task: str = "writing", steps: int = 0, output_
     t0 = time.perf_counter()
     trainer = Trainer(agents, env, items, cfg)
     print(f"agents built in {time.perf_counter() - t0:.1f}s")
+    if model == "tiny":
+        print("(the tiny model is random, so its words are gibberish: watch the word counts and the reward)")
     before = show_samples(trainer, items, "before training")
     history = trainer.train()
     after = show_samples(trainer, items, "after training")
