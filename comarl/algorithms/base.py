@@ -13,6 +13,7 @@ from typing import Callable
 
 import torch
 
+from ..advantages import scale_by_group_std
 from ..config_io import ConfigError
 
 
@@ -39,9 +40,22 @@ _BUILTIN_MODULES = {
 }
 
 
-def register_algorithm(alg: Algorithm) -> Algorithm:
-    _REGISTRY[alg.name] = alg
+def register_algorithm(alg: Algorithm, aliases: tuple[str, ...] = ()) -> Algorithm:
+    """Register ``alg`` under its name and under ``aliases`` (e.g. the single-agent name: grpo for magrpo)."""
+    for name in (alg.name, *aliases):
+        _REGISTRY[name] = alg
     return alg
+
+
+def optionally_scaled(estimator: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``advantage(samples, config)`` from ``estimator(samples) -> [G, K]``: divided by the group std of the
+    returns when ``config.scale_advantages`` (``advantages.scale_by_group_std``), one switch for every estimator."""
+    def advantage(samples, config):
+        adv = estimator(samples)
+        return scale_by_group_std(adv, samples.returns) if config.scale_advantages else adv
+
+    advantage.__doc__ = estimator.__doc__
+    return advantage
 
 
 def get_algorithm(name: str) -> Algorithm:

@@ -13,15 +13,13 @@ the mean return of the joint actions that contain a sample (see
 from __future__ import annotations
 
 from ..advantages import group_relative
-from .base import Algorithm, register_algorithm
+from .base import Algorithm, optionally_scaled, register_algorithm
 
 
-def magrpo_advantage(samples, config):
-    """[G, K] credited returns -> group-relative advantages."""
-    return group_relative(samples.returns, scale_by_std=config.scale_advantages)
+def magrpo_estimate(samples):
+    """[G, K] credited returns -> ``R - mean_k R`` per group."""
+    return group_relative(samples.returns)
 
 
-MAGRPO = register_algorithm(Algorithm("magrpo", magrpo_advantage, min_generations=2,
-                                      summary="group-relative baseline per agent and node"))
-GRPO = register_algorithm(Algorithm("grpo", magrpo_advantage, min_generations=2,
-                                    summary="MAGRPO with a single agent"))
+MAGRPO = register_algorithm(Algorithm("magrpo", optionally_scaled(magrpo_estimate), min_generations=2,
+                                      summary="group-relative baseline per agent and node"), aliases=("grpo",))

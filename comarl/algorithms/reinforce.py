@@ -12,17 +12,15 @@ multi-turn rollouts are the tree's credited discounted returns (see
 """
 from __future__ import annotations
 
-from ..advantages import no_baseline, scale_by_group_std
-from .base import Algorithm, register_algorithm
+from ..advantages import no_baseline
+from .base import Algorithm, optionally_scaled, register_algorithm
 
 
-def reinforce_advantage(samples, config):
-    """[G, K] credited returns -> ``R`` (optionally / group std)."""
-    adv = no_baseline(samples.returns)
-    return scale_by_group_std(adv, samples.returns) if config.scale_advantages else adv
+def reinforce_estimate(samples):
+    """[G, K] credited returns -> ``R``."""
+    return no_baseline(samples.returns)
 
 
-MAREINFORCE = register_algorithm(Algorithm("mareinforce", reinforce_advantage, min_generations=1,
-                                           summary="no baseline: advantage = credited return"))
-REINFORCE = register_algorithm(Algorithm("reinforce", reinforce_advantage, min_generations=1,
-                                         summary="MAREINFORCE with a single agent"))
+MAREINFORCE = register_algorithm(Algorithm("mareinforce", optionally_scaled(reinforce_estimate), min_generations=1,
+                                           summary="no baseline: advantage = credited return"),
+                                 aliases=("reinforce",))

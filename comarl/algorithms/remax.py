@@ -26,29 +26,26 @@ clipped-ratio loss, identical when ``num_iterations`` = 1.
 """
 from __future__ import annotations
 
-from ..advantages import external_baseline, group_max, scale_by_group_std
-from .base import Algorithm, register_algorithm
+from ..advantages import external_baseline, group_max
+from .base import Algorithm, optionally_scaled, register_algorithm
 
 
-def remax_advantage(samples, config):
-    """[G, K] credited returns and [G] greedy returns -> ``R - b`` (optionally / group std)."""
+def remax_estimate(samples):
+    """[G, K] credited returns and [G] greedy returns -> ``R - b``."""
     if samples.baseline is None:
         raise ValueError("maremax needs the rollout's greedy baseline (AgentSamples.baseline is None); "
                          "was the rollout run with greedy_baseline=True?")
-    adv = external_baseline(samples.returns, samples.baseline)
-    return scale_by_group_std(adv, samples.returns) if config.scale_advantages else adv
+    return external_baseline(samples.returns, samples.baseline)
 
 
-def group_max_advantage(samples, config):
-    """[G, K] credited returns -> ``R - max_k R`` (optionally / group std)."""
-    adv = group_max(samples.returns)
-    return scale_by_group_std(adv, samples.returns) if config.scale_advantages else adv
+def group_max_estimate(samples):
+    """[G, K] credited returns -> ``R - max_k R``."""
+    return group_max(samples.returns)
 
 
-MAREMAX = register_algorithm(Algorithm("maremax", remax_advantage, min_generations=1, greedy_baseline=True,
+MAREMAX = register_algorithm(Algorithm("maremax", optionally_scaled(remax_estimate), min_generations=1,
+                                       greedy_baseline=True,
                                        summary="greedy joint response's return as baseline (one extra "
-                                               "greedy generation per agent and node)"))
-REMAX = register_algorithm(Algorithm("remax", remax_advantage, min_generations=1, greedy_baseline=True,
-                                     summary="MAReMax with a single agent"))
-GROUP_MAX = register_algorithm(Algorithm("maremax_groupmax", group_max_advantage, min_generations=2,
+                                               "greedy generation per agent and node)"), aliases=("remax",))
+GROUP_MAX = register_algorithm(Algorithm("maremax_groupmax", optionally_scaled(group_max_estimate), min_generations=2,
                                          summary="best of the node's K samples as baseline (no extra generation)"))

@@ -15,17 +15,14 @@ gradient when ``num_iterations`` = 1).
 """
 from __future__ import annotations
 
-from ..advantages import leave_one_out, scale_by_group_std
-from .base import Algorithm, register_algorithm
+from ..advantages import leave_one_out
+from .base import Algorithm, optionally_scaled, register_algorithm
 
 
-def rloo_advantage(samples, config):
-    """[G, K] credited returns -> leave-one-out advantages (optionally / group std)."""
-    adv = leave_one_out(samples.returns)
-    return scale_by_group_std(adv, samples.returns) if config.scale_advantages else adv
+def rloo_estimate(samples):
+    """[G, K] credited returns -> leave-one-out advantages."""
+    return leave_one_out(samples.returns)
 
 
-MARLOO = register_algorithm(Algorithm("marloo", rloo_advantage, min_generations=2,
-                                      summary="leave-one-out baseline per agent and node"))
-RLOO = register_algorithm(Algorithm("rloo", rloo_advantage, min_generations=2,
-                                    summary="MARLOO with a single agent"))
+MARLOO = register_algorithm(Algorithm("marloo", optionally_scaled(rloo_estimate), min_generations=2,
+                                      summary="leave-one-out baseline per agent and node"), aliases=("rloo",))
