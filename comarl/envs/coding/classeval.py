@@ -27,7 +27,7 @@ from ..base import EnvState, Transition
 from ..registry import EnvEntry, register_env
 from .data import load_classeval_items, normalize_classeval_item
 from .extract import Block, extract_code, is_stub, parses, split_blocks
-from .feedback import FEEDBACK_MODES, HISTORY_MODES, Outcome, feedback_text, revision_prompts
+from .feedback import Outcome, check_turn_args, feedback_text, revision_prompts
 from .passk import render_table, summarize_records
 from .prompts import templates
 from .rewards import ClassRewardWeights, class_reward
@@ -164,12 +164,7 @@ class ClassEvalEnv:
             raise ValueError(f"classeval needs at least one agent, got {num_agents}")
         if split not in SPLITS:
             raise ValueError(f"env.args.split: must be one of {SPLITS}, got {split!r}")
-        if feedback not in FEEDBACK_MODES:
-            raise ValueError(f"env.args.feedback: must be one of {FEEDBACK_MODES}, got {feedback!r}")
-        if max_turns < 1:
-            raise ValueError(f"env.args.max_turns: must be >= 1, got {max_turns}")
-        if history not in HISTORY_MODES:
-            raise ValueError(f"env.args.history: must be one of {HISTORY_MODES}, got {history!r}")
+        check_turn_args(feedback, max_turns, history)
         self.history = history
         self.num_agents, self.split, self.max_turns, self.feedback = num_agents, split, max_turns, feedback
         self.templates = templates(dict(prompts or {}))

@@ -100,3 +100,13 @@ def revision_prompts(first: tuple[str, ...], earlier: tuple[tuple[str, ...], ...
     kept = tuple(prev + (b,) for prev, b in zip(earlier, blocks))
     shown = kept if history == "all" else tuple(k[-1:] for k in kept)
     return tuple(p + "".join(s) for p, s in zip(first, shown)), kept
+
+
+def check_turn_args(feedback: str, max_turns: int, history: str) -> None:
+    """The multi-turn arguments every coding environment takes; errors name the env.args key."""
+    if feedback not in FEEDBACK_MODES:
+        raise ValueError(f"env.args.feedback: must be one of {FEEDBACK_MODES}, got {feedback!r}")
+    if max_turns < 1:
+        raise ValueError(f"env.args.max_turns: must be >= 1, got {max_turns}")
+    if history not in HISTORY_MODES:
+        raise ValueError(f"env.args.history: must be one of {HISTORY_MODES}, got {history!r}")

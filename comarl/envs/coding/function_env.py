@@ -17,7 +17,7 @@ from ..registry import EnvEntry, register_env
 from .assemble import Assembly, assemble, calls_helper, ignores_helper_result, is_thin_wrapper
 from .data import load_function_items, normalize_function_item
 from .extract import extract_code
-from .feedback import FEEDBACK_MODES, HISTORY_MODES, Outcome, feedback_text, revision_prompts
+from .feedback import Outcome, check_turn_args, feedback_text, revision_prompts
 from .passk import render_table, summarize_records
 from .prompts import templates
 from .rewards import CodeLevels, CodeRewardWeights, code_reward
@@ -62,12 +62,7 @@ class FunctionCodingEnv:
         need = 2 if mode == "helper_main" else 1
         if num_agents != need:
             raise ValueError(f"env.args.mode={mode!r} needs {need} agent(s), the config has {num_agents}")
-        if feedback not in FEEDBACK_MODES:
-            raise ValueError(f"env.args.feedback: must be one of {FEEDBACK_MODES}, got {feedback!r}")
-        if max_turns < 1:
-            raise ValueError(f"env.args.max_turns: must be >= 1, got {max_turns}")
-        if history not in HISTORY_MODES:
-            raise ValueError(f"env.args.history: must be one of {HISTORY_MODES}, got {history!r}")
+        check_turn_args(feedback, max_turns, history)
         self.history = history
         self.dataset, self.num_agents, self.mode = dataset, num_agents, mode
         self.helper_name, self.max_turns, self.feedback = helper_name, max_turns, feedback
