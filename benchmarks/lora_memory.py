@@ -92,13 +92,7 @@ def run_gen(n: int, hidden: int, layers: int, tokens: int, reps: int = 3) -> dic
         peft_model.generate(input_ids=rows_ids, attention_mask=rows_mask, adapter_names=names, **common)
 
     out = {"mode": "gen", "agents": n, "rows_per_agent": len(prompts) * k, "new_tokens": tokens}
-    for label, fn in (("sequential_s", sequential), ("mixed_batch_s", mixed)):
-        fn()  # warm-up
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        out[label] = (time.perf_counter() - t0) / reps
-    return out
+    return {**out, **_mean_seconds({"sequential_s": sequential, "mixed_batch_s": mixed}, reps)}
 
 
 def run_rollout(n: int, batched: bool, hidden: int, layers: int, tokens: int, reps: int = 3) -> dict:
@@ -138,8 +132,14 @@ def run_rollout(n: int, batched: bool, hidden: int, layers: int, tokens: int, re
         generate_for_agents(agents, prompts, 1, greedy=True, batch_adapters=batched)
 
     out = {"mode": "rollout", "agents": n, "batched": batched, "rows_per_agent": len(items) * 2, "new_tokens": tokens}
-    for label, fn in (("rollout_s", sampled), ("greedy_s", greedy)):
-        fn()  # warm-up
+    return {**out, **_mean_seconds({"rollout_s": sampled, "greedy_s": greedy}, reps)}
+
+
+def _mean_seconds(fns: dict, reps: int) -> dict:
+    """Mean seconds per call of each function, after one warm-up call."""
+    out = {}
+    for label, fn in fns.items():
+        fn()
         t0 = time.perf_counter()
         for _ in range(reps):
             fn()

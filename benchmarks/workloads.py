@@ -223,6 +223,16 @@ def write_result(path: str | os.PathLike, **fields: Any) -> dict[str, Any]:
     return fields
 
 
+def record_run(args, library: str, wl, n_items: int, counter, setup_s: float, wall_s: float,
+               **extra: Any) -> dict[str, Any]:
+    """Write one training run's record from a runner's arguments, its workload and its ``WorkCounter``."""
+    return write_result(
+        args.out, library=library, workload=wl.name, batch_size=args.batch_size, wall_s=wall_s,
+        setup_s=setup_s, items=n_items * wl.epochs, completions_generated=counter.completions,
+        generate_calls=counter.generate_calls, optimizer_steps=counter.optimizer_steps,
+        peak_rss_mb=peak_rss_mb(), **extra)
+
+
 class WorkCounter:
     """Counts completions generated and optimiser steps, library-agnostically.
 

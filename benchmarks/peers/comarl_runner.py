@@ -65,11 +65,7 @@ def main(argv=None) -> dict:
     finally:
         counter.uninstall()
     own = dict(getattr(getattr(trainer, "state", None), "counters", {}) or {})
-    return W.write_result(
-        args.out, library="comarl", workload=wl.name, batch_size=args.batch_size, wall_s=wall_s,
-        setup_s=setup_s, items=n_items * wl.epochs, completions_generated=counter.completions,
-        generate_calls=counter.generate_calls, optimizer_steps=counter.optimizer_steps,
-        own_counters=own, peak_rss_mb=W.peak_rss_mb())
+    return W.record_run(args, "comarl", wl, n_items, counter, setup_s, wall_s, own_counters=own)
 
 
 if __name__ == "__main__":

@@ -86,11 +86,7 @@ def main(argv=None) -> dict:
     t0 = time.perf_counter()
     trainer.train()
     wall_s = time.perf_counter() - t0
-    return W.write_result(
-        args.out, library="comlrl", workload=wl.name, batch_size=args.batch_size, wall_s=wall_s,
-        setup_s=setup_s, items=n_items * wl.epochs, completions_generated=counter.completions,
-        generate_calls=counter.generate_calls, optimizer_steps=counter.optimizer_steps,
-        peak_rss_mb=W.peak_rss_mb())
+    return W.record_run(args, "comlrl", wl, n_items, counter, setup_s, wall_s)
 
 
 if __name__ == "__main__":
