@@ -135,6 +135,7 @@ class Trainer:
         self.references = place_references(self.references, cfg.reference_device, self.agents)
         self.state = TrainState()
         self.history: list[dict[str, float]] = []
+        self._order: tuple[int, list[int]] | None = None  # (epoch, item order), see epoch_order
         self.settings = RolloutSettings(
             num_generations=cfg.num_generations, joint_mode=cfg.joint_mode, num_turns=cfg.num_turns,
             discount=cfg.discount, early_stop_reward=cfg.early_stop_reward,
@@ -166,11 +167,19 @@ class Trainer:
 
     # ----------------------------------------------------------------- data
     def epoch_order(self, epoch: int) -> list[int]:
+        """Item order of ``epoch``: a permutation seeded by (seed, epoch), so a resumed run sees the same order.
+
+        Computed once per epoch, not once per step."""
+        if self._order is not None and self._order[0] == epoch:
+            return self._order[1]
         n = len(self.train_items)
-        if not self.config.shuffle:
-            return list(range(n))
-        g = torch.Generator().manual_seed(self.config.seed * 100_003 + epoch)
-        return torch.randperm(n, generator=g).tolist()
+        if self.config.shuffle:
+            g = torch.Generator().manual_seed(self.config.seed * 100_003 + epoch)
+            order = torch.randperm(n, generator=g).tolist()
+        else:
+            order = list(range(n))
+        self._order = (epoch, order)
+        return order
 
     def next_batch(self) -> list[dict]:
         """This rank's items of the next global batch (advances the data position)."""
