@@ -38,7 +38,7 @@ def evaluate_agents(agents: Sequence, env, items: Sequence[dict], num_generation
             for k in keys}
     mean["reward/mean"] = mean.get("reward/turn0", float("nan"))
     if shard:
-        mean = dist.mean_metrics(mean)
+        mean = dist.reduce_metrics(mean, weight=len(items))
     summary = env.summarize(records) if hasattr(env, "summarize") and records else {}
     return {"metrics": mean, "summary": summary, "records": records}
 

@@ -75,6 +75,3 @@ def get_env(name: str) -> EnvEntry:
                        f"(or give package.module:build_function)")
     return _REGISTRY[name]
 
-
-def env_names() -> list[str]:
-    return sorted(set(_REGISTRY) | set(_BUILTIN_MODULES))

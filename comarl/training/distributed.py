@@ -75,11 +75,6 @@ def cleanup() -> None:
             dist.destroy_process_group()
 
 
-def barrier() -> None:
-    if is_distributed():
-        dist.barrier()
-
-
 def _comm_device() -> torch.device:
     """Where collective tensors live: this rank's GPU under nccl, else the CPU."""
     if is_distributed() and dist.get_backend() == "nccl":
@@ -192,11 +187,6 @@ def combine_metrics(per_rank: list[tuple[dict[str, float], float]],
             out[k] = (sum(v * w for v, w in vals if w > 0) / total if total > 0
                       else sum(v for v, _ in vals) / len(vals))
     return out
-
-
-def mean_metrics(metrics: dict[str, float], weight: float = 1.0) -> dict[str, float]:
-    """Average a metrics dict over ranks (``weight``-weighted; see :func:`reduce_metrics`)."""
-    return reduce_metrics(metrics, weight)
 
 
 def resume_position(batch_in_epoch: int, saved_world_size: int, world_size_now: int, batch_size: int) -> int:

@@ -48,10 +48,6 @@ def autocast(mode: str, device) -> contextlib.AbstractContextManager:
     return torch.autocast(device_type=torch.device(device).type, dtype=dtype)
 
 
-def model_device(model) -> torch.device:
-    return next(model.parameters()).device
-
-
 def enable_gradient_checkpointing(model, where: str) -> None:
     """Turn on Hugging Face gradient checkpointing (non-reentrant, so frozen inputs/LoRA need no extra hook)."""
     kwargs = {"use_reentrant": False}
