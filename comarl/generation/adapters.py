@@ -25,7 +25,7 @@ from typing import Sequence
 import torch
 
 from ..lora import AdapterModel
-from .hf import Completions, cut_at_eos, generation_kwargs, left_pad
+from .hf import Completions, batches, cut_at_eos, generation_kwargs, left_pad
 
 
 def adapter_group_key(agent, greedy: bool = False) -> tuple | None:
@@ -80,7 +80,7 @@ def generate_adapters(agents: Sequence, prompt_ids: Sequence[list[list[int]]], n
                          "(same LoRA base, device and generation settings)")
     k = num_samples
     entries = [(j, p) for j, prompts in enumerate(prompt_ids) for p in prompts]  # agent-major
-    chunks = [entries] if batch_size <= 0 else [entries[i:i + batch_size] for i in range(0, len(entries), batch_size)]
+    chunks = batches(entries, batch_size)
     ids_out: list[list[list[int]]] = [[] for _ in agents]
     trunc_out: list[list[bool]] = [[] for _ in agents]
     kwargs = generation_kwargs(lead, greedy)

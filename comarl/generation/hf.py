@@ -60,6 +60,11 @@ def cut_at_eos(generated: torch.Tensor, eos_ids: list[int]) -> tuple[list[list[i
     return [r[:n] for r, n in zip(rows, lengths)], [not h for h in has.tolist()]
 
 
+def batches(seq: list, size: int) -> list[list]:
+    """``seq`` in chunks of ``size`` (``size`` <= 0: one chunk), the generation memory cap."""
+    return [seq] if size <= 0 else [seq[i:i + size] for i in range(0, len(seq), size)]
+
+
 def generation_kwargs(agent, greedy: bool = False) -> dict:
     """``model.generate`` kwargs from the agent's settings (greedy, or temperature 0, decodes greedily)."""
     cfg = agent.config
@@ -83,8 +88,7 @@ def generate(agent, prompt_ids: list[list[int]], num_samples: int, greedy: bool 
     """
     model, tok = agent.model, agent.tokenizer
     k = num_samples
-    chunks = [prompt_ids] if batch_size <= 0 else [prompt_ids[i:i + batch_size]
-                                                   for i in range(0, len(prompt_ids), batch_size)]
+    chunks = batches(prompt_ids, batch_size)
     all_ids: list[list[int]] = []
     all_trunc: list[bool] = []
     was_training = model.training
