@@ -23,10 +23,8 @@ def evaluate_agents(agents: Sequence, env, items: Sequence[dict], num_generation
     items = list(items)
     if shard:
         items = dist.shard(items)
-    settings = RolloutSettings(num_generations=num_generations, joint_mode="aligned", num_turns=config.num_turns,
-                               discount=config.discount, early_stop_reward=config.early_stop_reward,
-                               generation_batch_size=config.generation_batch_size, keep_records=True,
-                               batch_adapters=config.batch_adapters)
+    settings = RolloutSettings.from_train_config(config, num_generations=num_generations, joint_mode="aligned",
+                                                 keep_records=True)
     bs = batch_size or config.batch_size
     metrics, records = [], []
     for s in range(0, len(items), bs):

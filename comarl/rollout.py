@@ -124,6 +124,14 @@ class RolloutSettings:
     keep_records: bool = False
     batch_adapters: bool = True
 
+    @classmethod
+    def from_train_config(cls, cfg, **changes) -> "RolloutSettings":
+        """The rollout part of a ``TrainConfig``; ``changes`` override fields (evaluation: aligned, n samples)."""
+        fields = dict(num_generations=cfg.num_generations, joint_mode=cfg.joint_mode, num_turns=cfg.num_turns,
+                      discount=cfg.discount, early_stop_reward=cfg.early_stop_reward,
+                      generation_batch_size=cfg.generation_batch_size, batch_adapters=cfg.batch_adapters)
+        return cls(**{**fields, **changes})
+
 
 def generate_for_agents(agents: Sequence, prompt_ids: list[list[list[int]]], k: int, greedy: bool = False,
                         batch_size: int = 0, batch_adapters: bool = True) -> list:

@@ -136,11 +136,7 @@ class Trainer:
         self.state = TrainState()
         self.history: list[dict[str, float]] = []
         self._order: tuple[int, list[int]] | None = None  # (epoch, item order), see epoch_order
-        self.settings = RolloutSettings(
-            num_generations=cfg.num_generations, joint_mode=cfg.joint_mode, num_turns=cfg.num_turns,
-            discount=cfg.discount, early_stop_reward=cfg.early_stop_reward,
-            greedy_baseline=self.algorithm.greedy_baseline, generation_batch_size=cfg.generation_batch_size,
-            batch_adapters=cfg.batch_adapters)
+        self.settings = RolloutSettings.from_train_config(cfg, greedy_baseline=self.algorithm.greedy_baseline)
         if cfg.resume:
             self.resume(cfg.resume)
 
