@@ -72,7 +72,7 @@ class AgentConfig:
             raise ConfigError(f"{where}.top_k must be >= 0, got {self.top_k}")
         if self.lr < 0:
             raise ConfigError(f"{where}.lr must be >= 0, got {self.lr}")
-        from .training.optim import check_optimizer
+        from .runtime import check_optimizer
 
         check_optimizer(self.optimizer, where)
         if self.dtype not in _DTYPES:

@@ -166,8 +166,7 @@ class TrainConfig:
 
     def _validate_scale_out(self, num_agents: int) -> None:
         """Device, precision and backend keys (docs/distributed.md)."""
-        from .training.placement import check_agent_devices
-        from .training.precision import MIXED_PRECISION
+        from .runtime import MIXED_PRECISION, check_agent_devices
 
         check_agent_devices(self.agent_devices, num_agents)
         if self.reference_device is not None and not isinstance(self.reference_device, str):

@@ -33,8 +33,7 @@ from typing import Sequence
 import torch
 
 from .envs.base import AgentRewards, EnvState, Environment, EvalRecord
-from .generation import adapter_groups, generate, generate_adapters
-from .training.placement import device_groups, overlap_generation
+from .generation import adapter_groups, device_groups, generate, generate_adapters, overlap_generation
 from .types import AgentSamples, Rollout
 
 

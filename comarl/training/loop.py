@@ -29,12 +29,13 @@ from ..logprobs import completion_logprobs
 from ..losses import clipped_policy_loss, kl_estimate, kl_penalty, sequence_kl, token_weights
 from ..reference import build_reference
 from ..rollout import RolloutSettings, check_tree_size, collect_rollout
+from ..runtime import check_mixed_precision
 from . import checkpoint as ckpt
 from . import distributed as dist
 from .logging import MetricsLogger, Progress
 from .optim import build_optimizer, build_scheduler, rebuild_scheduler
 from .placement import agent_device_names, check_shared_devices, place_references
-from .precision import autocast, backward, check_mixed_precision, setup_memory_savers
+from .precision import autocast, backward, setup_memory_savers
 
 
 def seed_everything(seed: int) -> None:

@@ -11,24 +11,14 @@ The bitsandbytes ones need ``pip install bitsandbytes`` and a CUDA GPU.
 """
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import torch
 
 from ..config_io import ConfigError
+from ..runtime import check_optimizer
 
-OPTIMIZERS = ("adamw", "sgd", "adamw_8bit", "paged_adamw", "paged_adamw_8bit")
 _BNB = {"adamw_8bit": "AdamW8bit", "paged_adamw": "PagedAdamW", "paged_adamw_8bit": "PagedAdamW8bit"}
-
-
-def check_optimizer(name: str, where: str) -> None:
-    """Refuse an unknown optimiser, or a bitsandbytes one when the package is missing; errors name the key."""
-    if name not in OPTIMIZERS:
-        raise ConfigError(f"{where}.optimizer must be one of {list(OPTIMIZERS)}, got {name!r}")
-    if name in _BNB and importlib.util.find_spec("bitsandbytes") is None:
-        raise ConfigError(f"{where}.optimizer={name} needs the optional bitsandbytes package "
-                          f"(pip install bitsandbytes; CUDA GPU only), or use optimizer=adamw")
 
 
 def build_optimizer(model: torch.nn.Module, cfg, where: str = "agents.?") -> torch.optim.Optimizer:

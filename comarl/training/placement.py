@@ -10,29 +10,8 @@ from __future__ import annotations
 import torch
 
 from ..config_io import ConfigError
+from ..runtime import parse_device
 from . import distributed as dist
-
-
-def parse_device(name, key: str) -> torch.device:
-    """``name`` -> torch.device, checked against this machine; errors name ``key``."""
-    if not isinstance(name, str):
-        raise ConfigError(f"{key}: device must be a string such as 'cpu', 'cuda' or 'cuda:1', got {name!r}")
-    try:
-        dev = torch.device(name)
-    except RuntimeError as e:
-        raise ConfigError(f"{key}: {name!r} is not a device ('cpu', 'cuda', 'cuda:1', 'mps'): {e}") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError(f"{key}: {name!r} asks for a GPU but CUDA is not available on this machine "
-                              f"(use 'cpu')")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ConfigError(f"{key}: {name!r} but only {torch.cuda.device_count()} CUDA device(s) are visible")
-    elif dev.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise ConfigError(f"{key}: {name!r} but MPS is not available on this machine")
-    elif dev.type != "cpu":
-        raise ConfigError(f"{key}: unsupported device type {dev.type!r} (cpu, cuda, mps)")
-    return dev
 
 
 def resolve_device(name: str, key: str) -> str:
@@ -43,23 +22,6 @@ def resolve_device(name: str, key: str) -> str:
     if dev.type == "cuda" and dev.index is None:
         return f"cuda:{dist.local_rank() if dist.is_distributed() else torch.cuda.current_device()}"
     return str(dev)
-
-
-def check_agent_devices(devices, num_agents: int, key: str = "train.agent_devices") -> None:
-    """Shape and syntax of ``train.agent_devices`` (availability is checked when agents are placed)."""
-    if devices is None:
-        return
-    if not isinstance(devices, (list, tuple)):
-        raise ConfigError(f"{key}: must be a list with one device per agent, got {type(devices).__name__}")
-    if len(devices) != num_agents:
-        raise ConfigError(f"{key}: has {len(devices)} entries for {num_agents} agents (one device per agent)")
-    for i, d in enumerate(devices):
-        if not isinstance(d, str):
-            raise ConfigError(f"{key}[{i}]: must be a device string such as 'cpu' or 'cuda:1', got {d!r}")
-        try:
-            torch.device(d)
-        except RuntimeError:
-            raise ConfigError(f"{key}[{i}]: {d!r} is not a device ('cpu', 'cuda', 'cuda:1')") from None
 
 
 def agent_device_names(agent_configs, agent_devices) -> list[str]:
@@ -80,19 +42,6 @@ def check_shared_devices(agent_configs, devices: list[str]) -> None:
         if j is not None and 0 <= j < len(devices) and devices[j] != devices[i]:
             raise ConfigError(f"train.agent_devices: agent {i} shares agent {j}'s weights (share_weights_with) "
                               f"but they are placed on {devices[i]} and {devices[j]}")
-
-
-def device_groups(devices: list[str]) -> list[list[int]]:
-    """Agent indices grouped by device, in first-seen order: ["cuda:0","cuda:1","cuda:0"] -> [[0, 2], [1]]."""
-    groups: dict[str, list[int]] = {}
-    for i, d in enumerate(devices):
-        groups.setdefault(d, []).append(i)
-    return list(groups.values())
-
-
-def overlap_generation(devices: list[str]) -> bool:
-    """Generate in a thread per device only when agents sit on two or more distinct CUDA devices."""
-    return len({d for d in devices if d.startswith("cuda")}) >= 2
 
 
 class ReferenceOnDevice:

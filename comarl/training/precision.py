@@ -21,23 +21,7 @@ import contextlib
 import torch
 
 from ..config_io import ConfigError
-
-MIXED_PRECISION = {"no": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def check_mixed_precision(mode: str, devices: list[str], key: str = "train.mixed_precision") -> None:
-    """Refuse an unknown mode, fp16 off CUDA, and bf16 on a GPU without bf16; errors name ``key``."""
-    if mode not in MIXED_PRECISION:
-        raise ConfigError(f"{key}: must be one of {list(MIXED_PRECISION)}, got {mode!r}")
-    for i, d in enumerate(devices):
-        dev = torch.device(d)
-        if mode == "fp16" and dev.type != "cuda":
-            raise ConfigError(f"{key}=fp16: agent {i} is on {d}; fp16 autocast with loss scaling needs CUDA "
-                              f"(use bf16, which also works on CPU, or no)")
-        if mode == "bf16" and dev.type == "cuda" and not torch.cuda.is_bf16_supported():
-            raise ConfigError(f"{key}=bf16: {d} has no bfloat16 support (pre-Ampere GPU); use fp16")
-        if mode != "no" and dev.type not in ("cuda", "cpu"):
-            raise ConfigError(f"{key}={mode}: autocast is supported on cuda and cpu, agent {i} is on {d}")
+from ..runtime import MIXED_PRECISION
 
 
 def autocast(mode: str, device) -> contextlib.AbstractContextManager:
