@@ -36,6 +36,8 @@ class TrainConfig:
     """gamma: G_t = r_t + gamma * V(child)."""
     early_stop_reward: float | None = None
     """A branch ends when its (mean) reward reaches this value; None = never."""
+    early_stop_sibling_mean: float | None = None
+    """Every branch of a node ends when the mean reward of the node's joint actions exceeds this (reference rule); None = never."""
     max_samples_per_item: int = 4096
     """Refuse configs whose tree would generate more completions per item than this."""
     scale_advantages: bool = False
@@ -196,6 +198,8 @@ class DataConfig:
     """Training items."""
     eval: DataSource | None = None
     """Evaluation items (None = no eval set)."""
+    allow_overlap: bool = False
+    """Let the eval set share items with the training set (refused otherwise; see docs/reproduction.md)."""
 
 
 @dataclass
@@ -204,6 +208,20 @@ class EnvConfig:
     """Registered environment name (see comarl.envs.registry)."""
     args: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the environment's build(num_agents, **args)."""
+    reward_scale: float = 1.0
+    """Multiplies every reward before returns, advantages and early termination (processed = scale * raw + shift)."""
+    reward_shift: float = 0.0
+    """Added to every reward after reward_scale (the reference's reward_processor.shift)."""
+
+    def validate(self) -> None:
+        import math
+
+        for key in ("reward_scale", "reward_shift"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigError(f"env.{key}: expected a finite number, got {value!r}")
+        if self.reward_scale == 0:
+            raise ConfigError("env.reward_scale: must not be 0 (every reward would become reward_shift)")
 
 
 @dataclass
@@ -220,6 +238,7 @@ class ExperimentConfig:
             raise ConfigError("agents: at least one agent is required (N >= 1)")
         for i, a in enumerate(self.agents):
             a.validate(f"agents.{i}")
+        self.env.validate()
         alg = get_algorithm(self.train.algorithm)
         self.train.validate(len(self.agents), alg.min_generations)
 

@@ -3,11 +3,14 @@ from __future__ import annotations
 
 from .config import DataSource, ExperimentConfig
 from .config_io import ConfigError
+from .envs.loading import check_no_overlap
 from .envs.registry import get_env
+from .envs.reward_processing import with_reward_processing
 from .training.loop import Trainer
 
 
 def build_env(cfg: ExperimentConfig):
+    """The environment of ``cfg.env``, with ``env.reward_scale`` / ``env.reward_shift`` applied."""
     try:
         entry = get_env(cfg.env.name)
     except KeyError as e:
@@ -16,11 +19,12 @@ def build_env(cfg: ExperimentConfig):
     if cfg.train.num_turns > 1:
         args.setdefault("max_turns", cfg.train.num_turns)
     try:
-        return entry.build(num_agents=len(cfg.agents), **args)
+        env = entry.build(num_agents=len(cfg.agents), **args)
     except ConfigError:
         raise
     except (TypeError, ValueError) as e:
         raise ConfigError(f"env.args ({cfg.env.name}): {e}") from e
+    return with_reward_processing(env, cfg.env.reward_scale, cfg.env.reward_shift)
 
 
 def load_items(cfg: ExperimentConfig, which: str) -> list[dict]:
@@ -34,11 +38,27 @@ def load_items(cfg: ExperimentConfig, which: str) -> list[dict]:
         raise ConfigError(f"data.{which}.source: {e}") from e
 
 
+def _describe(src: DataSource | None) -> str:
+    src = src or DataSource()
+    return f"source {src.source or '(default)'!s}, split {src.split or '(default)'!s}, limit {src.limit}"
+
+
 def build_trainer(cfg: ExperimentConfig, agents=None) -> Trainer:
-    """Agents (built unless given), env and items from ``cfg`` -> a ready :class:`Trainer`."""
+    """Agents (built unless given), env and items from ``cfg`` -> a ready :class:`Trainer`.
+
+    Raises:
+        ConfigError: the eval set shares items with the training set and
+            ``data.allow_overlap`` is false (the message names both splits).
+    """
     env = build_env(cfg)
     train_items = load_items(cfg, "train")
     eval_items = load_items(cfg, "eval")
+    if not cfg.data.allow_overlap:
+        try:
+            check_no_overlap(train_items, eval_items, f"data.train ({_describe(cfg.data.train)})",
+                             f"data.eval ({_describe(cfg.data.eval)})")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     return Trainer(agents if agents is not None else cfg.agents, env, train_items, cfg.train,
                    eval_dataset=eval_items)
 

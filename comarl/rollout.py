@@ -9,7 +9,12 @@ Returns (per agent, so per-agent rewards work too)::
 
     G_j = r_j + gamma * V(child_j),   V(node) = mean_j G_j over the node's joint actions
 
-with V = 0 when the branch ended. Credit: agent i's sample k gets the mean of
+with V = 0 when the branch ended. A branch ends when the environment says
+done, at ``num_turns``, when its reward reaches ``early_stop_reward``, or --
+for all joint actions of a node together -- when the mean reward of the node's
+joint actions is above ``early_stop_sibling_mean`` (the reference's rule).
+Rewards here are already processed (``env.reward_scale``/``reward_shift``,
+``comarl/envs/reward_processing.py``). Credit: agent i's sample k gets the mean of
 G_j[i] over the joint actions j that contain it. In ``aligned`` mode that is
 exactly one joint action (j = k); in ``cross`` mode it is the K^(N-1) joint
 actions of the Cartesian product that use sample k of agent i.
@@ -117,6 +122,7 @@ class RolloutSettings:
     num_turns: int = 1
     discount: float = 1.0
     early_stop_reward: float | None = None
+    early_stop_sibling_mean: float | None = None
     greedy_baseline: bool = False
     generation_batch_size: int = 0
     num_examples: int = 2
@@ -128,6 +134,7 @@ class RolloutSettings:
         """The rollout part of a ``TrainConfig``; ``changes`` override fields (evaluation: aligned, n samples)."""
         fields = dict(num_generations=cfg.num_generations, joint_mode=cfg.joint_mode, num_turns=cfg.num_turns,
                       discount=cfg.discount, early_stop_reward=cfg.early_stop_reward,
+                      early_stop_sibling_mean=cfg.early_stop_sibling_mean,
                       generation_batch_size=cfg.generation_batch_size, batch_adapters=cfg.batch_adapters)
         return cls(**{**fields, **changes})
 
@@ -226,6 +233,15 @@ def _ends(tr, reward: torch.Tensor, turn: int, s: RolloutSettings) -> bool:
     return s.early_stop_reward is not None and float(reward.mean()) >= s.early_stop_reward
 
 
+def siblings_end(rewards: torch.Tensor, threshold: float | None) -> bool:
+    """The reference's early termination: all of a node's branches end when the mean
+    reward of its joint actions (``rewards``: [J, N]) is strictly above ``threshold``.
+
+    ``siblings_end(torch.tensor([[1.], [0.]]), 0.4) is True``; with threshold 0.5 it is False.
+    """
+    return threshold is not None and float(rewards.mean()) > threshold
+
+
 @dataclass
 class _Accumulator:
     """Per-agent sample lists (group-major) and what the logger wants, filled turn by turn."""
@@ -278,7 +294,8 @@ def _score_level(level: list[_Node], items, texts: list[list[str]], joints: torc
         trs = transitions[g * J:(g + 1) * J]
         rewards = [reward_vector(tr.reward, n, f"turn {turn} of item {node.item}") for tr in trs]
         node.rewards = torch.stack(rewards)
-        node.children = [None if _ends(tr, r, turn, s) else _Node(node.item, tr.next_state, turn + 1)
+        stop_all = siblings_end(node.rewards, s.early_stop_sibling_mean)
+        node.children = [None if stop_all or _ends(tr, r, turn, s) else _Node(node.item, tr.next_state, turn + 1)
                          for tr, r in zip(trs, rewards)]
         next_level += [c for c in node.children if c is not None]
         for tr in trs:

@@ -61,3 +61,46 @@ def load_rows(source: str, split: str | None, limit: int | None, normalize: RowF
     if limit is not None:
         ds = ds.select(range(min(limit, len(ds))))
     return [normalize(i, dict(row), source) for i, row in enumerate(ds)]
+
+
+# Fields that name an item, tried in this order; a field counts only when every item of both sets has it.
+ID_FIELDS = ("id", "task_id", "article_id")
+
+
+def item_keys(train: list[dict[str, Any]], other: list[dict[str, Any]]) -> tuple[str, list[Any], list[Any]]:
+    """How items are compared, and each set's keys.
+
+    Returns ``(field, train_keys, other_keys)``: the first of :data:`ID_FIELDS`
+    present in every item of both sets (keys are its values), else
+    ``"content"`` with each item as canonical JSON (sorted keys).
+    """
+    import json
+
+    both = list(train) + list(other)
+    for name in ID_FIELDS:
+        if both and all(name in it for it in both):
+            return name, [str(it[name]) for it in train], [str(it[name]) for it in other]
+
+    def content(it: dict[str, Any]) -> str:
+        return json.dumps(it, sort_keys=True, default=str)
+
+    return "content", [content(it) for it in train], [content(it) for it in other]
+
+
+def check_no_overlap(train: list[dict[str, Any]], other: list[dict[str, Any]], train_name: str, other_name: str) -> None:
+    """Raise ``ValueError`` naming both splits when ``other`` shares an item with ``train``.
+
+    Items are the same when they carry the same id (:data:`ID_FIELDS`), or,
+    for rows without an id, when their whole content is equal.
+    """
+    if not train or not other:
+        return
+    field, train_keys, other_keys = item_keys(train, other)
+    seen = set(train_keys)
+    shared = [i for i, k in enumerate(other_keys) if k in seen]
+    if shared:
+        first = ", ".join(other_keys[i][:60] if field != "content" else f"#{i}" for i in shared[:3])
+        raise ValueError(
+            f"{other_name} overlaps {train_name}: {len(shared)} of its {len(other)} items are training items "
+            f"(same {field}: {first}{', ...' if len(shared) > 3 else ''}). Use disjoint splits "
+            f"(e.g. split: 'test[:32]' and 'test[32:]') or set data.allow_overlap: true")

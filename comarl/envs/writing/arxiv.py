@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from ..registry import EnvEntry, register_env
+from . import paper_reward as PR
 from . import reward as R
 from ..loading import load_rows
 from .env import WritingEnv, WritingTask, build_env
@@ -50,6 +51,20 @@ PROMPT_SINGLE = (
     + _TAIL + "Introduction (background and motivation):"
 )
 
+# preset "paper": the reference's two roles, constraints and output format, in our own words
+# (the verbatim prompts are the formatters in OpenMLRL/LLM_Collab_Writing train_magrpo.py)
+_PAPER_HEAD = "Expand the scientific abstract below into content for the introduction section of the paper.\n\nAbstract:\n{text}\n\nGuidelines:\n"
+PAPER_PROMPT_BACKGROUND = (
+    _PAPER_HEAD + "- Another writer covers the methodology and the implications.\n"
+    "- Write only about the background and the motivation.\n"
+    "- Do not repeat material on the methodology or the implications.\n"
+)
+PAPER_PROMPT_METHOD = (
+    _PAPER_HEAD + "- Another writer covers the background and the motivation.\n"
+    "- Write only about the methodology and the implications.\n"
+    "- Do not repeat material on the background or the motivation.\n"
+)
+
 DEFAULT_REWARD = R.RewardConfig(
     min_words=128, max_words=256,
     length_ratio=R.Band(low=1.0, high=1.6, zero_below=0.7, zero_above=2.2),
@@ -65,6 +80,8 @@ TASK = WritingTask(
     single_prompt=PROMPT_SINGLE,
     reward=DEFAULT_REWARD,
     reference_field=None,
+    paper_prompts=(PAPER_PROMPT_BACKGROUND, PAPER_PROMPT_METHOD),
+    paper_reward=PR.ARXIV,
 )
 
 _TAGS = re.compile(r"</?S>")
@@ -94,7 +111,7 @@ def load_items(source: str | None, split: str | None, limit: int | None) -> list
 
 
 def build(num_agents: int = 2, **args: Any) -> WritingEnv:
-    """The arXiv environment; ``args`` are ``env.args`` (prompts, single_prompt, marker, reward)."""
+    """The arXiv environment; ``args`` are ``env.args`` (preset, prompts, single_prompt, marker, reward)."""
     return build_env(TASK, num_agents, args)
 
 

@@ -9,11 +9,13 @@ environment splits before scoring.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from functools import partial
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from ..base import EnvState, EvalRecord, Transition
+from . import paper_reward as PR
 from . import reward as R
 from . import words
 
@@ -30,6 +32,8 @@ class WritingTask:
             ``{marker}``); it writes the parts of ``roles[2]``.
         reward: default reward configuration.
         reference_field: item field holding a reference text for ROUGE, or None.
+        paper_prompts: the ``paper`` preset's two templates (the reference's roles, in our words).
+        paper_reward: the ``paper`` preset's reward numbers (:mod:`.paper_reward`).
     """
 
     name: str
@@ -38,9 +42,12 @@ class WritingTask:
     single_prompt: str
     reward: R.RewardConfig
     reference_field: str | None = None
+    paper_prompts: tuple[str, str] | None = None
+    paper_reward: PR.PaperRewardConfig | None = None
 
 
-ARG_KEYS = ("prompts", "single_prompt", "marker", "reward")
+ARG_KEYS = ("preset", "prompts", "single_prompt", "marker", "reward")
+PRESETS = ("comarl", "paper")
 
 
 def split_marker(text: str, marker: str, parts: int) -> tuple[list[str], bool]:
@@ -65,13 +72,17 @@ class WritingEnv:
         prompts: one template per agent (must contain ``{text}``); None -> defaults.
         single_prompt: template for ``num_agents == 1``; None -> default.
         marker: separator between parts in the single-agent response.
-        reward: the reward configuration.
+        reward: the reward configuration (``RewardConfig``, or ``PaperRewardConfig`` for the paper preset).
+        score: ``parts -> (reward, metrics)``; None -> ``reward.score_parts(parts, reward)``.
+        max_reward: the highest reward ``score`` gives; None -> ``reward.max_reward(reward)``.
     """
 
     max_turns = 1
 
     def __init__(self, task: WritingTask, num_agents: int, prompts: Sequence[str], single_prompt: str,
-                 marker: str, reward: R.RewardConfig):
+                 marker: str, reward: R.RewardConfig | PR.PaperRewardConfig,
+                 score: Callable[[Sequence[str]], tuple[float, dict[str, float]]] | None = None,
+                 max_reward: float | None = None):
         self.task = task
         self.num_agents = num_agents
         self.roles = task.roles[2] if num_agents == 1 else task.roles[num_agents]
@@ -79,7 +90,8 @@ class WritingEnv:
         self.single_prompt = single_prompt
         self.marker = marker
         self.reward_cfg = reward
-        self.max_reward = R.max_reward(reward)
+        self.score = score if score is not None else partial(R.score_parts, cfg=reward)
+        self.max_reward = max_reward if max_reward is not None else R.max_reward(reward)
 
     # -- protocol
     def reset(self, item: Mapping[str, Any]) -> EnvState:
@@ -106,7 +118,7 @@ class WritingEnv:
         out = []
         for _state, resp in zip(states, responses, strict=True):
             parts, found = self.parts(resp)
-            value, metrics = R.score_parts(parts, self.reward_cfg)
+            value, metrics = self.score(parts)
             if self.num_agents == 1:
                 metrics["marker_found"] = float(found)
             out.append(Transition(value, True, None, metrics))
@@ -212,6 +224,11 @@ def build_env(task: WritingTask, num_agents: int, args: Mapping[str, Any]) -> Wr
     unknown = set(args) - set(ARG_KEYS)
     if unknown:
         raise ValueError(f"env.args: unknown key(s) {sorted(unknown)} for {task.name}; known: {', '.join(ARG_KEYS)}")
+    preset = args.get("preset", "comarl")
+    if preset not in PRESETS:
+        raise ValueError(f"env.args.preset: must be one of {list(PRESETS)}, got {preset!r}")
+    if preset == "paper":
+        return _build_paper(task, num_agents, args)
     marker = args.get("marker", "---")
     if not isinstance(marker, str) or not marker.strip():
         raise ValueError(f"env.args.marker: expected a non-blank string, got {marker!r}")
@@ -231,3 +248,25 @@ def build_env(task: WritingTask, num_agents: int, args: Mapping[str, Any]) -> Wr
                 raise ValueError(f"env.args.prompts[{i}]: the template for agent {i + 1} must be a string containing {{text}}")
     cfg = R.reward_config(args.get("reward"), task.reward)
     return WritingEnv(task, num_agents, prompts, single, marker, cfg)
+
+
+def _build_paper(task: WritingTask, num_agents: int, args: Mapping[str, Any]) -> WritingEnv:
+    """The ``paper`` preset: the reference's two roles and reward (``paper_reward``); prompts may be replaced."""
+    if task.paper_prompts is None or task.paper_reward is None:
+        raise ValueError(f"env.args.preset: {task.name} has no paper preset")
+    if num_agents != 2:
+        raise ValueError(f"env.args.preset: paper: {task.name} in the paper has exactly 2 agents, got {num_agents} "
+                         f"(number of agents = len(agents)); use preset comarl for other team sizes")
+    for key in ("reward", "single_prompt", "marker"):
+        if key in args:
+            raise ValueError(f"env.args.{key}: not used by preset paper (its reward is the reference's, fixed); "
+                             f"use preset comarl to change the reward")
+    prompts = args.get("prompts")
+    if prompts is None:
+        prompts = task.paper_prompts
+    elif isinstance(prompts, str) or not isinstance(prompts, Sequence) or len(prompts) != 2 or not all(
+            isinstance(p, str) and "{text}" in p for p in prompts):
+        raise ValueError(f"env.args.prompts: expected 2 templates containing {{text}}, got {prompts!r}")
+    cfg = task.paper_reward
+    return WritingEnv(task, 2, prompts, "", "---", cfg, score=partial(PR.score_parts, cfg=cfg),
+                      max_reward=PR.MAX_REWARD)

@@ -13,6 +13,7 @@ from importlib import resources
 from typing import Any
 
 from ..registry import EnvEntry, register_env
+from . import paper_reward as PR
 from . import reward as R
 from ..loading import load_rows
 from .env import WritingEnv, WritingTask, build_env
@@ -36,6 +37,19 @@ PROMPT_SINGLE = (
     "{text}\n\nConcise summary:"
 )
 
+# preset "paper": the reference's two roles, constraints and output format, in our own words
+# (the verbatim prompts are the formatters in OpenMLRL/LLM_Collab_Writing train_magrpo.py)
+PAPER_PROMPT_CONCISE = (
+    "Summarize the post below concisely.\n\nPost:\n{text}\n\nGuidelines:\n"
+    "- Keep it short and focused: one sentence, or a few at most.\n"
+    "- Stay factual and informative.\n"
+)
+PAPER_PROMPT_DETAILED = (
+    "Write a detailed summary of the post below.\n\nPost:\n{text}\n\nGuidelines:\n"
+    "- Use a rich vocabulary with many different words.\n"
+    "- Link your sentences with transition words so that the text flows.\n"
+)
+
 DEFAULT_REWARD = R.RewardConfig(
     min_words=8, max_words=256,
     length_ratio=R.Band(low=2.0, high=3.0, zero_below=1.2, zero_above=5.0),
@@ -50,6 +64,8 @@ TASK = WritingTask(
     single_prompt=PROMPT_SINGLE,
     reward=DEFAULT_REWARD,
     reference_field="completion",
+    paper_prompts=(PAPER_PROMPT_CONCISE, PAPER_PROMPT_DETAILED),
+    paper_reward=PR.TLDR,
 )
 
 
@@ -73,7 +89,7 @@ def load_items(source: str | None, split: str | None, limit: int | None) -> list
 
 
 def build(num_agents: int = 2, **args: Any) -> WritingEnv:
-    """The TL;DR environment; ``args`` are ``env.args`` (prompts, single_prompt, marker, reward)."""
+    """The TL;DR environment; ``args`` are ``env.args`` (preset, prompts, single_prompt, marker, reward)."""
     return build_env(TASK, num_agents, args)
 
 
