@@ -18,7 +18,7 @@ from ..base import EnvState, EvalRecord, Transition
 from ..registry import EnvEntry, register_env
 from . import catalog as C
 from .data import item_query, load_items
-from .evaluate import COMMONSENSE, FIELDS, HARD, evaluate_plan, invented_in_day
+from .evaluate import COMMONSENSE, FIELDS, HARD, delivered, evaluate_plan, invented_in_day
 from .parse import merge, parse_agent
 from .reference import parse_reference
 from .reward import TravelRewardWeights, reward_weights, team_reward
@@ -117,7 +117,7 @@ class TravelEnv:
                                    budget=q.budget, foreign_slots=sum(m.foreign), total_slots=q.days * len(FIELDS),
                                    filled_per_agent=m.filled)
         metrics = {f"travel/{k}": float(v) for k, v in terms.items()}
-        metrics["travel/delivered"] = float(any(v != "-" for d in m.plan for k, v in d.items() if k != "days"))
+        metrics["travel/delivered"] = float(delivered(m.plan))
         for k in COMMONSENSE:
             metrics[f"commonsense/{k}"] = float(bool(verdict.commonsense[k][0]))
         for k in HARD:

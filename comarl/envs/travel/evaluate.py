@@ -369,6 +369,11 @@ def transportation(q: TravelQuery, plan: Plan) -> Check:
     return True, None
 
 
+def delivered(plan: Plan) -> bool:
+    """True when some day holds some value besides its day number."""
+    return any(isinstance(d, Mapping) and any(k != "days" and not empty(v) for k, v in d.items()) for d in plan)
+
+
 @dataclass(frozen=True)
 class Verdict:
     """All checks on one plan. ``hard`` is None when the plan is incomplete or leaves
@@ -397,7 +402,11 @@ class Verdict:
 
 
 def evaluate_plan(q: TravelQuery, plan: Plan, ref: Reference) -> Verdict:
-    """Run every commonsense and hard check on ``plan`` (see the module docstring)."""
+    """Run every commonsense and hard check on ``plan`` (see the module docstring).
+
+    A plan with no value at all is not delivered: as in the benchmark, it passes no check."""
+    if not delivered(plan):
+        return Verdict({k: (False, "no plan delivered") for k in COMMONSENSE}, None, 0.0)
     cs = {"within_sandbox": within_sandbox(q, plan, ref), "complete_information": complete_information(q, plan),
           "within_current_city": within_current_city(q, plan),
           "reasonable_city_route": reasonable_city_route(q, plan, ref),
