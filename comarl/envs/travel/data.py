@@ -54,8 +54,8 @@ def _plan(text: Any) -> list[dict[str, Any]] | None:
     if text is None:
         return None
     plan = ast.literal_eval(text) if isinstance(text, str) else text
-    if isinstance(plan, list):
-        return [d for d in plan if isinstance(d, dict) and d]
+    if isinstance(plan, list):  # the hub's train plans open with a dict of the query's fields: not a day
+        return [d for d in plan if isinstance(d, dict) and "current_city" in d]
     return None
 
 
