@@ -157,3 +157,20 @@ def test_loader_errors(shared_data, tmp_path):
         load_items(str(tmp_path), "train", None)
     with pytest.raises(RuntimeError, match="Offline"):
         load_items("osunlp/TravelPlanner", "train", 2)
+
+
+def test_annotated_plans_through_the_env(shared_data):
+    """All 45 annotated plans, split into the two roles: the benchmark's rates and the reward."""
+    env = get_env("travelplanner").build(2)
+    all_items = load_items(str(shared_data / "travelplanner"), "train", None)
+    records = []
+    for it in all_items:
+        resp = (role_json(it["annotated_plan"], C.LOGISTICS_FIELDS), role_json(it["annotated_plan"], C.EXPERIENCE_FIELDS))
+        records.append(EvalRecord(it, [resp], env.step_batch([env.reset(it)], [resp])))
+    s = env.summarize(records)
+    assert s["delivery_rate"] == 1.0
+    assert s["commonsense_micro"] == pytest.approx(358 / 360) and s["commonsense_macro"] == pytest.approx(44 / 45)
+    assert s["hard_micro"] == pytest.approx(101 / 105) and s["hard_macro"] == pytest.approx(44 / 45)
+    assert s["final_pass_rate"] == pytest.approx(44 / 45)
+    rewards = [r.transitions[0].reward for r in records]
+    assert [i for i, r in enumerate(rewards) if r != pytest.approx(1.0)] == [41]
