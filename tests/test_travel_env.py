@@ -174,3 +174,22 @@ def test_annotated_plans_through_the_env(shared_data):
     assert s["final_pass_rate"] == pytest.approx(44 / 45)
     rewards = [r.transitions[0].reward for r in records]
     assert [i for i, r in enumerate(rewards) if r != pytest.approx(1.0)] == [41]
+
+
+def test_cost_floors_and_shares_by_hand():
+    from dataclasses import replace
+
+    from test_travel_eval import Q, RAW   # 3 people, Salem -> Bend -> Salem, budget 1000
+
+    ref = parse_reference(RAW)
+    route = C.route_scaffold(Q, ref)
+    assert [r.current_city for r in route] == ["from Salem to Bend", "Bend", "from Bend to Salem"]
+    f = C.cost_floors(Q, ref, route)
+    # each leg: self-driving 40 x ceil(3/5) beats flight 200 x 3 and taxi 200 x ceil(3/4)
+    assert f["transportation"] == 80
+    # 2 nights in Bend: Cozy Loft 100 x ceil(3/2) x 2 (Shared Bunk needs 3 nights)
+    assert f["accommodation"] == 400
+    # one stay day: the 3 cheapest restaurants (10 + 20 + 30) x 3 people, a third per meal
+    assert (f["breakfast"], f["lunch"], f["dinner"]) == (60, 60, 60)
+    assert C.budget_split(1000, [80 + 400, 180]) == (650, 350)
+    assert C.cost_floors(replace(Q, transportation="no self-driving"), ref, route)["transportation"] == 400

@@ -164,15 +164,17 @@ def render(lines: Sequence[Line]) -> str:
     return "\n".join(out)
 
 
-def cost_floors(q: TravelQuery, ref: Reference, route: Sequence[DayRoute]) -> tuple[float, float]:
-    """Cheapest constraint-respecting spend of each role: (logistics, experience).
+def cost_floors(q: TravelQuery, ref: Reference, route: Sequence[DayRoute]) -> dict[str, float]:
+    """Cheapest constraint-respecting spend per plan field (whole group, dollars).
 
-    Logistics: cheapest allowed transport per move (self-driving counted per 5
-    people, taxi per 4, flights per person) plus the cheapest allowed
-    accommodation per stay, times its nights. Experience: the cheapest
-    ``3 x stay days`` restaurants of each stay city, per person.
+    transportation: the cheapest allowed mode per move (flights per person,
+    self-driving per 5 people, taxi per 4); accommodation: the cheapest allowed
+    place per stay, times its nights; breakfast/lunch/dinner: a third each of
+    the cheapest ``3 x stay days`` restaurants of each stay city, per person;
+    current_city and attraction cost nothing.
     """
-    logi, people = 0.0, q.people
+    people = q.people
+    transport = 0.0
     for r in route:
         if r.origin:
             opts = [float(f["Price"]) * people for f in ref.flights
@@ -181,7 +183,8 @@ def cost_floors(q: TravelQuery, ref: Reference, route: Sequence[DayRoute]) -> tu
                 c = ref.ground.get((mode, r.origin, r.city))
                 if c is not None and not (mode == "self-driving" and q.transportation == "no self-driving"):
                     opts.append(c * math.ceil(people / div))
-            logi += min(opts, default=0.0)
+            transport += min(opts, default=0.0)
+    stay_cost = 0.0
     for city, n in nights(route).items():
         opts = []
         for row in ref.accommodations.get(city, ()):
@@ -192,26 +195,26 @@ def cost_floors(q: TravelQuery, ref: Reference, route: Sequence[DayRoute]) -> tu
             if float(row.get("minimum nights") or 0) > n:
                 continue
             opts.append(float(row["price"]) * math.ceil(people / float(row.get("maximum occupancy") or 1)) * n)
-        logi += min(opts, default=0.0)
-    exp = 0.0
+        stay_cost += min(opts, default=0.0)
+    meals = 0.0
     stays: dict[str, int] = {}
     for r in route:
         if not r.origin:
             stays[r.city] = stays.get(r.city, 0) + 1
     for city, d in stays.items():
         costs = sorted(float(r["Average Cost"]) for r in ref.restaurants.get(city, ()))
-        exp += sum(costs[: 3 * d]) * people
-    return logi, exp
+        meals += sum(costs[: 3 * d]) * people
+    return {"current_city": 0.0, "transportation": transport, "accommodation": stay_cost, "attraction": 0.0,
+            "breakfast": meals / 3, "lunch": meals / 3, "dinner": meals / 3}
 
 
-def budget_split(budget: float, floors: tuple[float, float]) -> tuple[float, float]:
-    """Each role's share: its floor plus half the slack (proportional to the floors when the floors exceed the budget).
+def budget_split(budget: float, floors: Sequence[float]) -> tuple[float, ...]:
+    """Each agent's share: its floor plus an equal part of the slack (proportional to the floors when
+    they exceed the budget; equal parts when every floor is 0).
 
     ``budget_split(1000, (400, 200)) == (600.0, 400.0)``; ``budget_split(300, (400, 200)) == (200.0, 100.0)``.
     """
-    lo, ex = floors
-    if lo + ex <= budget:
-        slack = budget - lo - ex
-        return lo + slack / 2, ex + slack / 2
-    total = lo + ex
-    return budget * lo / total, budget * ex / total
+    total = sum(floors)
+    if total <= budget:
+        return tuple(f + (budget - total) / len(floors) for f in floors)
+    return tuple(budget * f / total for f in floors) if total else tuple(budget / len(floors) for _ in floors)

@@ -69,6 +69,7 @@ class TravelEnv:
         q, ref = item_query(item), parse_reference(item["reference"])
         route = C.route_scaffold(q, ref)
         floors = C.cost_floors(q, ref, route)
+        shares = C.budget_split(q.budget, [sum(floors[f] for f in fields) for fields in self.roles])
         prompts, dropped = [], []
         for i, fields in enumerate(self.roles):
             logistics = bool({"transportation", "accommodation"} & set(fields))
@@ -77,14 +78,10 @@ class TravelEnv:
                     (C.experience_lines(q, ref, route) if experience else [])
             kept, n_drop = C.fit(lines, self.catalog_chars)
             dropped.append(n_drop)
-            mine = (floors[0] if logistics else 0.0) + (floors[1] if experience else 0.0)
-            slack = max(0.0, q.budget - sum(floors))
-            share = mine + slack / self.num_agents if sum(floors) <= q.budget else \
-                (q.budget * mine / sum(floors) if sum(floors) else q.budget / self.num_agents)
             example = {"days": [{"day": 1, **{f: "..." for f in fields}}, {"day": 2, **{f: "..." for f in fields}}]}
             prompts.append(PROMPT.format(
                 role=self.role_names[i], n=self.num_agents, query=item["query"], constraints=q.describe(),
-                route="\n".join(f"Day {r.day}: {r.current_city}" for r in route), share=share, budget=q.budget,
+                route="\n".join(f"Day {r.day}: {r.current_city}" for r in route), share=shares[i], budget=q.budget,
                 people=q.people, catalog=C.render(kept) or "(nothing)", days=q.days, fields=", ".join(fields),
                 hints="".join(HINTS[f] for f in fields if f in HINTS), example=json.dumps(example)))
         return EnvState(item=item, prompts=tuple(prompts), info={"catalog_dropped": tuple(dropped)})
