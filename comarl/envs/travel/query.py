@@ -116,7 +116,7 @@ def parse_days(text: str) -> int | None:
 def parse_start_date(text: str) -> dt.date:
     """The first day of the trip: the first month name and the first day number."""
     t = text.lower()
-    month = next((m.start(), _MONTHS[m.group(0)]) for m in re.finditer("|".join(_MONTHS), t))
+    month = next(((m.start(), _MONTHS[m.group(0)]) for m in re.finditer("|".join(_MONTHS), t)), None)
     year = re.search(r"\b(20\d\d)\b", t)
     day = re.search(r"\b(\d{1,2})(?:st|nd|rd|th)\b", t)
     if month is None or day is None:
