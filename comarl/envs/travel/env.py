@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping, Sequence
 
+from ...prefill import restore, with_prefill
 from ..base import EnvState, EvalRecord, Transition
 from ..registry import EnvEntry, register_env
 from . import catalog as C
@@ -25,7 +26,7 @@ from .reward import TravelRewardWeights, reward_weights, team_reward
 
 DEFAULT_ROLES = {1: (FIELDS,), 2: (C.LOGISTICS_FIELDS, C.EXPERIENCE_FIELDS)}
 DEFAULT_NAMES = {1: ("planner",), 2: ("logistics", "experience")}
-ARG_KEYS = ("roles", "role_names", "catalog_chars", "reward")
+ARG_KEYS = ("roles", "role_names", "catalog_chars", "reward", "prefill")
 ENTITY_FIELDS = ("transportation", "breakfast", "attraction", "lunch", "dinner", "accommodation")
 
 PROMPT = """You are the {role} planner in a team of {n} that writes one travel plan together; \
@@ -54,7 +55,8 @@ class TravelEnv:
     max_turns = 1
 
     def __init__(self, roles: Sequence[Sequence[str]], role_names: Sequence[str], catalog_chars: int,
-                 weights: TravelRewardWeights):
+                 weights: TravelRewardWeights, prefill: bool = False):
+        self.prefill = prefill
         self.roles = tuple(tuple(r) for r in roles)
         self.role_names = tuple(role_names)
         self.num_agents = len(self.roles)
@@ -62,6 +64,11 @@ class TravelEnv:
         self.weights = weights
 
     # -- prompts
+    def answer_prefix(self, agent: int) -> str:
+        """The forced start of agent ``agent``'s JSON when ``prefill`` is on ("" otherwise):
+        the skeleton through its first value's opening quote."""
+        return f'{{"days": [{{"day": 1, "{self.roles[agent][0]}": "' if self.prefill else ""
+
     def reset(self, item: Mapping[str, Any]) -> EnvState:
         if "reference" not in item or "query" not in item:
             raise KeyError(f"travelplanner: item lacks 'reference'/'query'; build items with the env's load_items "
@@ -84,15 +91,17 @@ class TravelEnv:
                 route="\n".join(f"Day {r.day}: {r.current_city}" for r in route), share=shares[i], budget=q.budget,
                 people=q.people, catalog=C.render(kept) or "(nothing)", days=q.days, fields=", ".join(fields),
                 hints="".join(HINTS[f] for f in fields if f in HINTS), example=json.dumps(example)))
+        prompts = [with_prefill(p, self.answer_prefix(i)) for i, p in enumerate(prompts)]
         return EnvState(item=item, prompts=tuple(prompts), info={"catalog_dropped": tuple(dropped)})
 
     # -- scoring
     def score(self, item: Mapping[str, Any], responses: Sequence[str], dropped: Sequence[int] = ()) -> tuple[float, dict[str, float]]:
-        """Team reward and metrics of one joint response."""
+        """Team reward and metrics of one joint response (the policies' completions; with ``prefill``
+        the forced opening is put back in front of each before parsing)."""
         if len(responses) != self.num_agents:
             raise ValueError(f"travelplanner: joint action has {len(responses)} responses, env has {self.num_agents} agents")
         q, ref = item_query(item), parse_reference(item["reference"])
-        parsed = [parse_agent(r, q.days) for r in responses]
+        parsed = [parse_agent(restore(self.answer_prefix(i), r), q.days) for i, r in enumerate(responses)]
         m = merge(parsed, self.roles, q.days)
         verdict = evaluate_plan(q, m.plan, ref)
         filled = invented = 0
@@ -208,7 +217,8 @@ class TravelEnv:
 
 def build(num_agents: int = 2, **args: Any) -> TravelEnv:
     """The environment from ``env.args``: ``roles`` (one field list per agent; every plan field exactly
-    once), ``role_names``, ``catalog_chars`` (per-agent catalog budget, default 6000), ``reward`` (weights).
+    once), ``role_names``, ``catalog_chars`` (per-agent catalog budget, default 6000), ``reward`` (weights),
+    ``prefill`` (force the JSON opening, see :meth:`TravelEnv.answer_prefix` and ``comarl.prefill``).
 
     Raises:
         ValueError: naming the bad key.
@@ -246,7 +256,10 @@ def build(num_agents: int = 2, **args: Any) -> TravelEnv:
     chars = args.get("catalog_chars", 6000)
     if isinstance(chars, bool) or not isinstance(chars, int) or chars < 0:
         raise ValueError(f"env.args.catalog_chars: expected a non-negative integer, got {chars!r}")
-    return TravelEnv(roles, names, chars, reward_weights(args.get("reward")))
+    prefill = args.get("prefill", False)
+    if not isinstance(prefill, bool):
+        raise ValueError(f"env.args.prefill: expected true or false, got {prefill!r}")
+    return TravelEnv(roles, names, chars, reward_weights(args.get("reward")), prefill)
 
 
 register_env("travelplanner", EnvEntry(build, load_items, "TravelPlanner: logistics + daily-experience planners, "
