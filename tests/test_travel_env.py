@@ -193,3 +193,12 @@ def test_cost_floors_and_shares_by_hand():
     assert (f["breakfast"], f["lunch"], f["dinner"]) == (60, 60, 60)
     assert C.budget_split(1000, [80 + 400, 180]) == (650, 350)
     assert C.cost_floors(replace(Q, transportation="no self-driving"), ref, route)["transportation"] == 400
+
+
+def test_each_role_sees_the_catalog_of_its_fields(items):
+    env = get_env("travelplanner").build(3, roles=[["current_city", "transportation"], ["accommodation", "attraction"],
+                                                   ["breakfast", "lunch", "dinner"]])
+    p0, p1, p2 = (p.split("Catalog")[1].split("Answer")[0] for p in env.reset(items[0]).prompts)
+    assert "[move St. Petersburg -> Rockford]" in p0 and "[stay" not in p0 and "[eat" not in p0
+    assert "[stay Rockford]" in p1 and "[see Rockford]" in p1 and "[move" not in p1 and "[eat" not in p1
+    assert "[eat Rockford]" in p2 and "[see" not in p2

@@ -27,6 +27,9 @@ from .reward import TravelRewardWeights, reward_weights, team_reward
 DEFAULT_ROLES = {1: (FIELDS,), 2: (C.LOGISTICS_FIELDS, C.EXPERIENCE_FIELDS)}
 DEFAULT_NAMES = {1: ("planner",), 2: ("logistics", "experience")}
 ARG_KEYS = ("roles", "role_names", "catalog_chars", "reward", "prefill")
+# the catalog groups a field's owner sees ("move A -> B", "stay City", "eat City", "see City")
+CATALOG_KIND = {"transportation": "move", "accommodation": "stay", "breakfast": "eat", "lunch": "eat",
+                "dinner": "eat", "attraction": "see"}
 ENTITY_FIELDS = ("transportation", "breakfast", "attraction", "lunch", "dinner", "accommodation")
 
 PROMPT = """You are the {role} planner in a team of {n} that writes one travel plan together; \
@@ -79,11 +82,10 @@ class TravelEnv:
         shares = C.budget_split(q.budget, [sum(floors[f] for f in fields) for fields in self.roles])
         prompts, dropped = [], []
         for i, fields in enumerate(self.roles):
-            logistics = bool({"transportation", "accommodation"} & set(fields))
-            experience = bool({"breakfast", "lunch", "dinner", "attraction"} & set(fields))
-            lines = (C.logistics_lines(q, ref, route) if logistics else []) + \
-                    (C.experience_lines(q, ref, route) if experience else [])
-            kept, n_drop = C.fit(lines, self.catalog_chars)
+            kinds = {CATALOG_KIND[f] for f in fields if f in CATALOG_KIND}
+            lines = (C.logistics_lines(q, ref, route) if kinds & {"move", "stay"} else []) + \
+                    (C.experience_lines(q, ref, route) if kinds & {"eat", "see"} else [])
+            kept, n_drop = C.fit([ln for ln in lines if ln.group.split()[0] in kinds], self.catalog_chars)
             dropped.append(n_drop)
             example = {"days": [{"day": 1, **{f: "..." for f in fields}}, {"day": 2, **{f: "..." for f in fields}}]}
             prompts.append(PROMPT.format(

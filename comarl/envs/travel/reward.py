@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Mapping, Sequence
 
-from .evaluate import COMMONSENSE, HARD, Verdict
+from .evaluate import COMMONSENSE, Verdict
 
 
 @dataclass(frozen=True)
@@ -100,4 +100,4 @@ def team_reward(w: TravelRewardWeights, *, parsed: Sequence[bool], filled_values
     return value, terms
 
 
-__all__ = ["TravelRewardWeights", "reward_weights", "team_reward", "HARD"]
+__all__ = ["TravelRewardWeights", "reward_weights", "team_reward"]
