@@ -114,14 +114,16 @@ def parse_days(text: str) -> int | None:
 
 
 def parse_start_date(text: str) -> dt.date:
-    """The first day of the trip: the first month name and the first day number."""
+    """The first day of the trip: "March 16th", "March 16", "the 8th of March" (the first one written)."""
     t = text.lower()
-    month = next(((m.start(), _MONTHS[m.group(0)]) for m in re.finditer("|".join(_MONTHS), t)), None)
+    months = "|".join(_MONTHS)
     year = re.search(r"\b(20\d\d)\b", t)
-    day = re.search(r"\b(\d{1,2})(?:st|nd|rd|th)\b", t)
-    if month is None or day is None:
+    found = [(m.start(), m.group(1), m.group(2)) for m in re.finditer(rf"({months})\s+(\d{{1,2}})(?:st|nd|rd|th)?\b", t)]
+    found += [(m.start(), m.group(2), m.group(1)) for m in re.finditer(rf"(\d{{1,2}})(?:st|nd|rd|th)\b[^.?!]*?\b({months})", t)]
+    if not found:
         raise ValueError(f"no start date in query {text!r}")
-    return dt.date(int(year.group(1)) if year else 2022, month[1], int(day.group(1)))
+    _, month, day = min(found)
+    return dt.date(int(year.group(1)) if year else 2022, _MONTHS[month], int(day))
 
 
 def parse_local_constraints(text: str) -> dict[str, Any]:
@@ -172,7 +174,7 @@ def parse_query_text(text: str, org: str | None = None, cities: tuple[str, ...] 
     if budget is None:
         raise ValueError(f"no budget ($...) in query {text!r}")
     if org is None:
-        m = re.search(r"(?:from|departing|starting in|beginning in|leaving from|starts in|originating from)\s+([A-Z][\w.' -]+?)"
+        m = re.search(r"(?:from|departing|starting in|beginning in|leaving from|leaving|leave|starts in|originating from|commences in)\s+([A-Z][\w.' -]+?)"
                       r"(?:\s+(?:to|and|for|moving|heading|towards)\b|,|\?|\.)", text)
         if m is None:
             raise ValueError(f"no origin in query {text!r}")

@@ -147,8 +147,8 @@ def _from_descriptions(entries: list[Mapping[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for e in entries:
         desc, content = str(e["Description"]).strip(), str(e["Content"])
-        if _GROUND.match(desc) or "No valid information" in content or "There is no flight" in content:
-            out[desc] = content.strip()
+        if _GROUND.match(desc) or "\n" not in content.strip():  # a route line, or "There is no ..." / "No valid ..."
+            out[desc] = [] if _SECTION.match(desc) else content.strip()
         else:
             out[desc] = table_rows(content)
     return out
