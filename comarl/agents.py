@@ -110,12 +110,14 @@ class Agent:
         return [i for i in ids if i is not None]
 
     def render_prompt(self, text: str) -> str:
-        """The prompt string the model sees for an environment prompt ``text``."""
+        """The prompt string the model sees for an environment prompt ``text``; a forced answer
+        start (``comarl.prefill``) follows the generation prompt, inside the assistant turn."""
+        prefill = getattr(text, "prefill", "")
         if self.config.chat_template and getattr(self.tokenizer, "chat_template", None):
             msgs = [{"role": "system", "content": self.config.system_prompt}] if self.config.system_prompt else []
-            msgs.append({"role": "user", "content": text})
-            return self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-        return text
+            msgs.append({"role": "user", "content": str(text)})
+            return self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True) + prefill
+        return str(text) + prefill
 
     def encode_prompts(self, texts: list[str]) -> list[list[int]]:
         """Token ids of each rendered prompt (no padding, no truncation)."""

@@ -1,0 +1,1 @@
+"""TravelPlanner: collaborative travel planning scored by the benchmark's own constraint checks."""
