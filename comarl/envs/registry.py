@@ -37,6 +37,7 @@ _BUILTIN_MODULES: dict[str, str] = {
     "mbpp": "comarl.envs.coding.function_env",
     "coophumaneval": "comarl.envs.coding.function_env",
     "classeval": "comarl.envs.coding.classeval",
+    "bfcl_parallel": "comarl.envs.tools.bfcl", "bfcl_multiturn_flat": "comarl.envs.tools.bfcl",
 }
 
 
