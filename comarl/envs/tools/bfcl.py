@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..registry import EnvEntry, register_env
-from .data import PARALLEL_CATEGORIES, load_items as _load
+from .data import load_items as _load
 from .env import ToolCallEnv, build_env
 
 PARALLEL_HUB_ID = "OpenMLRL/BFCL-V4-Parallel-Native"
@@ -26,7 +26,7 @@ MULTITURN_HUB_ID = "OpenMLRL/BFCL-V4-Parallel-Multi-Turn"
 
 def load_parallel(source: str | None, split: str | None, limit: int | None) -> list[dict[str, Any]]:
     """Parallel-category items from ``source`` (None -> the hub dataset)."""
-    return _load(source or PARALLEL_HUB_ID, split, limit, categories=PARALLEL_CATEGORIES)
+    return _load(source or PARALLEL_HUB_ID, split, limit)
 
 
 def load_multiturn_flat(source: str | None, split: str | None, limit: int | None) -> list[dict[str, Any]]:

@@ -106,6 +106,20 @@ class ToolCallEnv:
             "agent_call_share": [c / total if total else None for c in calls],
         }
 
+    def render_table(self, summary: Mapping[str, Any]) -> str:
+        """A plain-text table of :meth:`summarize`: exact match per category and overall, agents' call shares."""
+        ex = summary["exact"]
+        rows = [(c, v) for c, v in ex["by_category"].items()] + [("overall", ex["overall"])]
+        width = max(len(c) for c, _ in rows)
+        lines = [f"{'category':{width}s}  exact"] + [f"{c:{width}s}  {_pct(v)}" for c, v in rows]
+        shares = ", ".join(f"agent{i} {_pct(v)}" for i, v in enumerate(summary["agent_call_share"]))
+        lines.append(f"share of the calls: {shares}")
+        return "\n".join(lines)
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:5.1f}%"
+
 
 def _mean(xs: Sequence[float]) -> float | None:
     return float(sum(xs) / len(xs)) if xs else None
