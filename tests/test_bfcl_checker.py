@@ -9,10 +9,11 @@ from collections import defaultdict
 import pytest
 
 from comarl.envs.tools import checker as C
-from comarl.envs.tools.bfcl import load_parallel
-from comarl.envs.tools.calls import ToolCall, format_call, parse_calls
+from comarl.envs.tools.bfcl import build_parallel, load_parallel
+from comarl.envs.tools.calls import ToolCall, call_key, format_call, parse_calls
 
 BFCL_VERSION = "2026.3.23"
+ENV = build_parallel(2)
 
 
 @functools.lru_cache(maxsize=1)
@@ -119,7 +120,7 @@ def variants(item):
 def test_every_gold_answer_written_out_is_exact(items):
     """Each accepted value of each parameter appears in some variant; written as Python and as JSON,
     parsed back and checked, every variant is an exact match."""
-    checked = 0
+    checked = split = 0
     for item in items:
         names = [f["name"] for f in item["function"]]
         for calls in variants(item):
@@ -130,8 +131,17 @@ def test_every_gold_answer_written_out_is_exact(items):
                 parsed = parse_calls(text, fmt, names)
                 assert parsed.ok, (item["id"], parsed.errors)
                 assert C.match_unordered(item["function"], list(parsed.calls), item["ground_truth"]) is None, (item["id"], text)
+            # through the environment: one agent writes it all, or (when the halves share no call,
+            # which the team would merge) each agent writes half
+            whole = "\n".join(format_call(c) for c in calls)
+            assert ENV.score(item, [whole, "[]"])[1]["exact"] == 1.0, (item["id"], whole)
+            h1, h2 = calls[:len(calls) // 2], calls[len(calls) // 2:]
+            if not {call_key(c) for c in h1} & {call_key(c) for c in h2}:
+                halves = ["\n".join(map(format_call, h1)), "\n".join(map(format_call, h2))]
+                assert ENV.score(item, halves)[1]["exact"] == 1.0, (item["id"], halves)
+                split += 1
             checked += 1
-    assert checked >= 440
+    assert checked == 938 and split == 935  # 3 answers repeat a call across the halves (merged: not exact)
 
 
 def _swap_type(v):

@@ -8,7 +8,7 @@ import pytest
 from comarl.cli import main
 from comarl.envs.base import EvalRecord
 from comarl.envs.registry import get_env
-from comarl.envs.tools.calls import ToolCall, call_key, dedupe, parse_calls
+from comarl.envs.tools.calls import ToolCall, call_key, merge_calls, parse_calls
 from comarl.envs.tools.reward import RewardWeights, even_split, name_f1, reward_weights, score_team
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,6 +30,7 @@ ITEM = {"id": "t0", "category": "parallel", "request": "Do f for 1 and 2, then g
     ("Sure, here you go:\n```python\nf(n=1)\n```\nHope it helps!", [("f", {"n": 1})]),
     ("<think>maybe f(n=9)</think>\n1. f(n=1)\n2. g.h(s=\"a, b)\")", [("f", {"n": 1}), ("g.h", {"s": "a, b)"})]),
     ("I would call f(n=-2) here.", [("f", {"n": -2})]),
+    ("Here (in two calls):\nf(\n  n=1,\n)\nthen g.h(s='a (b')", [("f", {"n": 1}), ("g.h", {"s": "a (b"})]),
     ("f(n=1, flag=true, v=null, xs=(1, 2))", [("f", {"n": 1, "flag": True, "v": None, "xs": (1, 2)})]),
 ])
 def test_parse_python(text, want):
@@ -62,30 +63,48 @@ def test_parse_failures_and_empty():
         parse_calls("f()", "yaml")
 
 
-def test_canonical_keys_follow_bfcl_equality():
-    a = ToolCall("f", {"city": "New York, NY", "n": 2, "xs": (1, 2)})
-    b = ToolCall("f", {"xs": [1.0, 2], "n": 2.0, "city": "new york ny"})
-    assert call_key(a) == call_key(b) and len(dedupe([a, b])) == 1
+def test_canonical_keys_and_team_merge():
+    a = ToolCall("f", {"city": "New York ", "n": 2, "xs": [1, 2]})
+    b = ToolCall("f", {"xs": [1, 2], "n": 2, "city": "New York"})
+    assert call_key(a) == call_key(b)
+    for other in ({"n": 2.0}, {"xs": (1, 2)}, {"city": "new york"}):
+        assert call_key(ToolCall("f", {**b.args, **other})) != call_key(b)
     assert call_key(ToolCall("f", {"n": True})) != call_key(ToolCall("f", {"n": 1}))
+    # multiset union: shared calls once, an agent's own repeats kept
+    x, y, z = ToolCall("f", {"n": 1}), ToolCall("f", {"n": 2}), ToolCall("g", {})
+    assert merge_calls([[x, x, y], [b, x, z]]) == [x, x, y, b, z]
+    assert merge_calls([[x], [x], [x]]) == [x] and merge_calls([[], []]) == []
 
 
 # -- reward, by hand
 
 def test_reward_terms_by_hand():
     """Gold f(n=1), f(n=2), g.h(s='x'). Agent 0: f(n=1) twice and g.h(s='y'); agent 1: f(n=1).
-    Team (distinct): f(n=1), g.h(s='y') -> not exact. parse 1; names {f, g.h} vs {f, f, g.h}: P 1, R 2/3,
-    F1 0.8; args: f(n=1) pairs with gold 0 (1.0), g.h(s='y') gets s wrong (0), f(n=2) unpaired: 1/3;
-    count 1 - 1/3 = 2/3; f(n=1) by both agents: cross 1/3; agent 0 repeats once: 1/3; no lazy agent;
-    distinct counts [2, 1] = even split of 3 -> unbalanced 0.
-    reward = .05 + .25*.8 + .35/3 + .1*2/3 - .2/3 - .05/3 = 0.35."""
+    Team (multiset union): f(n=1), f(n=1), g.h(s='y') -> not exact. parse 1; names {f: 2, g.h: 1}
+    as gold: F1 1; args: one f(n=1) pairs with gold 0 (1.0), the other gets n wrong for gold 1 (0),
+    g.h(s='y') gets s wrong (0): 1/3; count 3 vs 3: 1; f(n=1) by both agents: cross 1/3; agent 0
+    repeats f(n=1), which fills one gold call: 1 surplus, 1/3; calls less surplus [2, 1] = even
+    split of 3: unbalanced 0; no lazy agent.
+    reward = .05 + .25 + .35/3 + .1 - .2/3 - .05/3 = 13/30."""
     a0 = [ToolCall("f", {"n": 1}), ToolCall("f", {"n": 1}), ToolCall("g.h", {"s": "y"})]
     a1 = [ToolCall("f", {"n": 1})]
     r, m = score_team([a0, a1], [True, True], GOLD, SCHEMAS, RewardWeights())
-    assert r == pytest.approx(0.35)
-    assert m["exact"] == 0 and m["name_f1"] == pytest.approx(0.8) and m["args"] == pytest.approx(1 / 3)
-    assert m["count"] == pytest.approx(2 / 3) and m["cross_duplicate"] == pytest.approx(1 / 3)
-    assert m["repeated"] == pytest.approx(1 / 3) and m["lazy"] == 0 and m["unbalanced"] == 0
-    assert (m["calls_agent0"], m["calls_agent1"], m["team_calls"]) == (2, 1, 2)
+    assert r == pytest.approx(13 / 30)
+    assert m["exact"] == 0 and m["name_f1"] == 1 and m["args"] == pytest.approx(1 / 3) and m["count"] == 1
+    assert m["cross_duplicate"] == pytest.approx(1 / 3) and m["repeated"] == pytest.approx(1 / 3)
+    assert m["lazy"] == 0 and m["unbalanced"] == 0
+    assert (m["calls_agent0"], m["calls_agent1"], m["team_calls"]) == (2, 1, 3)
+
+
+def test_repeats_the_gold_answer_needs_are_not_penalised():
+    """BFCL parallel_158 asks for two draws from each of two distributions: the same call twice."""
+    schema = [{"name": "draw", "parameters": {"type": "dict", "required": ["mu"], "properties": {"mu": {"type": "integer"}}}}]
+    gold = [{"draw": {"mu": [5]}}, {"draw": {"mu": [5]}}, {"draw": {"mu": [10]}}, {"draw": {"mu": [10]}}]
+    five, ten = ToolCall("draw", {"mu": 5}), ToolCall("draw", {"mu": 10})
+    r, m = score_team([[five, five], [ten, ten]], [True, True], gold, schema, RewardWeights())
+    assert m["exact"] == 1 and m["repeated"] == 0 and r == pytest.approx(1.75)
+    r, m = score_team([[five, five, five], [ten, ten]], [True, True], gold, schema, RewardWeights())
+    assert m["exact"] == 0 and m["repeated"] == pytest.approx(1 / 4) and m["calls_agent0"] == 2
 
 
 def test_reward_exact_split_and_lazy():

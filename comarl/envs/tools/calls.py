@@ -20,6 +20,7 @@ import ast
 import json
 import re
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -205,17 +206,53 @@ def _parse_python(body: str, names: Sequence[str]) -> ParsedCalls:
     if whole is not None:
         _convert(whole, calls, errors)
         return ParsedCalls(tuple(calls), not errors, tuple(errors))
-    for raw in body.splitlines():
+    for raw in _logical_lines(body):
         line = _BULLET.sub("", raw).strip().rstrip(",;")
         if not line or line in ("[", "]"):
             continue
-        for src in [line] if _looks_like_call(line) else _spans(line, names):
+        nodes = _call_nodes(line) if _looks_like_call(line) else None
+        if nodes is not None:
+            _convert(nodes, calls, errors)
+            continue
+        spans = _spans(line, names)
+        if not spans and _looks_like_call(line):
+            errors.append(f"cannot parse {line[:80]!r}")
+        for src in spans:
             nodes = _call_nodes(src)
             if nodes is None:
                 errors.append(f"cannot parse {src[:80]!r}")
             else:
                 _convert(nodes, calls, errors)
     return ParsedCalls(tuple(calls), bool(calls) and not errors, tuple(errors))
+
+
+def _logical_lines(body: str) -> list[str]:
+    """Lines, with a call that spans several lines (``f(\n  a=1,\n)``) joined into one."""
+    out, buf, depth, quote = [], [], 0, ""
+    for line in body.splitlines():
+        buf.append(line.strip() if buf else line)
+        i = 0
+        while i < len(line):
+            c = line[i]
+            if quote:
+                if c == "\\":
+                    i += 1
+                elif c == quote:
+                    quote = ""
+            elif c in "'\"":
+                quote = c
+            elif c in "([{":
+                depth += 1
+            elif c in ")]}":
+                depth = max(0, depth - 1)
+            i += 1
+        quote = ""  # a quote left open ends with its line (prose apostrophes)
+        if depth == 0:
+            out.append(" ".join(buf))
+            buf = []
+    if buf:
+        out.append(" ".join(buf))
+    return out
 
 
 def _looks_like_call(line: str) -> bool:
@@ -267,22 +304,20 @@ def _parse_json(body: str) -> ParsedCalls:
 
 # -- canonical form
 
-def _standardize(s: str) -> str:
-    """BFCL's string normalisation: drop spaces and ``,./-_*^``, lowercase, ``'`` -> ``"``."""
-    return re.sub(r"[ ,./\-_*^]", "", s).lower().replace("'", '"')
-
-
 def canonical_value(v: Any) -> Any:
-    """A hashable form under which values BFCL would treat as equal coincide
-    (strings standardised, int 2 == float 2.0, tuples as lists, dict keys sorted)."""
+    """A hashable, type-tagged form of a value: dict key order and surrounding spaces of strings do
+    not matter, nothing else is merged. Deliberately not BFCL's lossy string normalisation, under
+    which ``"AA"``, ``"Aa"`` and ``"aa"`` (three genotypes, BFCL parallel_116) would be one call."""
     if isinstance(v, bool) or v is None:
         return ("b", v)
-    if isinstance(v, (int, float)):
-        return ("n", float(v))
+    if isinstance(v, int):
+        return ("i", v)
+    if isinstance(v, float):
+        return ("f", v)
     if isinstance(v, str):
-        return ("s", _standardize(v))
+        return ("s", v.strip())
     if isinstance(v, (list, tuple)):
-        return ("l", tuple(canonical_value(x) for x in v))
+        return ("l" if isinstance(v, list) else "t", tuple(canonical_value(x) for x in v))
     if isinstance(v, dict):
         return ("d", tuple(sorted((str(k), canonical_value(x)) for k, x in v.items())))
     return ("r", repr(v))
@@ -293,14 +328,25 @@ def call_key(call: ToolCall) -> tuple:
     return (call.name, tuple(sorted((k, canonical_value(v)) for k, v in call.args.items())))
 
 
-def dedupe(calls: Iterable[ToolCall]) -> list[ToolCall]:
-    """``calls`` without repeats of the same canonical key, first occurrence kept."""
-    seen, out = set(), []
-    for c in calls:
-        k = call_key(c)
-        if k not in seen:
-            seen.add(k)
-            out.append(c)
+def merge_calls(per_agent: Sequence[Sequence[ToolCall]]) -> list[ToolCall]:
+    """The team's calls: the multiset union of the agents' calls under :func:`call_key`.
+
+    A call written by several agents counts once; a call one agent writes k times counts k times
+    (max over agents), since a request may need the same call twice (BFCL parallel_158 asks for two
+    draws from each of two normal distributions). Order: first appearance, agent by agent.
+
+    ``merge_calls([[a, a, b], [a, c]]) -> [a, a, b, c]``.
+    """
+    need: Counter = Counter()
+    for calls in per_agent:
+        need |= Counter(call_key(c) for c in calls)
+    out, have = [], Counter()
+    for calls in per_agent:
+        for c in calls:
+            k = call_key(c)
+            if have[k] < need[k]:
+                have[k] += 1
+                out.append(c)
     return out
 
 

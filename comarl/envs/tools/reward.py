@@ -1,7 +1,8 @@
 """The team reward for cooperative function calling.
 
-Each agent's response is parsed into calls; the team's calls are the union of
-the agents' calls with repeats (same canonical key) removed. The reward is
+Each agent's response is parsed into calls; the team's calls are the multiset
+union of the agents' calls (:func:`calls.merge_calls`: a call written by several
+agents counts once, a call one agent writes k times counts k times). The reward is
 
     exact * [team calls match the gold answer as BFCL's checker decides]
     + parse * (share of agents whose response parsed)
@@ -9,9 +10,14 @@ the agents' calls with repeats (same canonical key) removed. The reward is
     + args * (mean over gold calls of the argument score of its matched team call)
     + count * max(0, 1 - |team calls - gold calls| / gold calls)
     - cross_duplicate * min(1, calls written by more than one agent / gold calls)
-    - repeated * min(1, calls an agent wrote more than once / gold calls)
+    - repeated * min(1, surplus repeats / gold calls)
     - lazy * (share of agents without a call; only when gold calls >= agents)
     - unbalanced * min(1, sum_i |calls_i - even share_i| / gold calls)
+
+An agent's surplus repeats of a call are its copies beyond the number of gold
+calls that call matches (at least 1): writing ``draw(mu=5)`` twice when two
+such draws are asked for is no repeat. ``calls_i`` is agent i's calls less its
+surplus repeats.
 
 The argument score of a (team call, gold call) pair is 0 for another function
 name, else the share of the gold call's parameters the call gets right (given
@@ -27,7 +33,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping, Sequence
 
 from . import checker as C
-from .calls import ToolCall, call_key, dedupe
+from .calls import ToolCall, call_key, merge_calls
 
 
 @dataclass(frozen=True)
@@ -47,7 +53,7 @@ class RewardWeights:
     cross_duplicate: float = 0.20
     """Penalty: the same call written by more than one agent."""
     repeated: float = 0.05
-    """Penalty: an agent writing the same call twice."""
+    """Penalty: an agent repeating a call more often than the gold answer has use for."""
     lazy: float = 0.15
     """Penalty: share of agents with no call."""
     unbalanced: float = 0.15
@@ -135,25 +141,27 @@ def score_team(per_agent: Sequence[Sequence[ToolCall]], parsed_ok: Sequence[bool
         ordered: exact match in order (flattened multi-turn) instead of as a set.
     Returns:
         ``(reward, metrics)``; metrics hold each term, ``exact``, the call counts and
-        ``calls_agent{i}`` (agent i's distinct calls).
+        ``calls_agent{i}`` (agent i's calls less its surplus repeats).
     """
     n, g = len(per_agent), len(gold)
-    distinct = [dedupe(cs) for cs in per_agent]
-    team = dedupe(c for cs in distinct for c in cs)
+    team = merge_calls(per_agent)
     verdict = (C.match_ordered if ordered else C.match_unordered)(schemas, team, gold)
     exact = float(verdict is None)
     parse = sum(map(bool, parsed_ok)) / n if n else 0.0
     f1 = name_f1(team, gold)
     args = matched_arg_score(schemas, team, gold)
     count = max(0.0, 1 - abs(len(team) - g) / g) if g else float(not team)
-    holders = Counter(k for cs in distinct for k in {call_key(c) for c in cs})
-    cross = sum(v - 1 for v in holders.values())
-    repeated = sum(len(cs) - len(d) for cs, d in zip(per_agent, distinct))
-    counts = [len(d) for d in distinct]
+    keys = [Counter(call_key(c) for c in cs) for cs in per_agent]
+    examples = {call_key(c): c for cs in per_agent for c in cs}
+    fills = {k: sum(C.check_call(C.find_schema(schemas, next(iter(gc))), c, gc) is None for gc in gold)
+             for k, c in examples.items()}
+    surplus = [sum(max(0, v - max(1, fills[k])) for k, v in ks.items()) for ks in keys]
+    cross = sum(v - 1 for v in Counter(k for ks in keys for k in ks).values())
+    counts = [len(cs) - s for cs, s in zip(per_agent, surplus)]
     lazy = sum(c == 0 for c in counts) / n if n and g >= n else 0.0
     unbalanced = min(1.0, sum(abs(a - b) for a, b in zip(sorted(counts, reverse=True), even_split(g, n))) / g) if g else 0.0
     denom = max(g, 1)
-    cross_rate, repeated_rate = min(1.0, cross / denom), min(1.0, repeated / denom)
+    cross_rate, repeated_rate = min(1.0, cross / denom), min(1.0, sum(surplus) / denom)
     reward = (w.exact * exact + w.parse * parse + w.name_f1 * f1 + w.args * args + w.count * count
               - w.cross_duplicate * cross_rate - w.repeated * repeated_rate - w.lazy * lazy - w.unbalanced * unbalanced)
     metrics = {"exact": exact, "parse": parse, "name_f1": f1, "args": args, "count": count,
