@@ -56,6 +56,7 @@ def test_parse_failures_and_empty():
     assert not bad.ok and "positional" in bad.errors[0]
     assert not parse_calls("f(n=1 + x)", "python", ["f"]).ok          # not a literal
     assert not parse_calls("no calls here", "python", ["f"]).ok
+    assert not parse_calls("<think>f(n=1) or maybe", "python", ["f"]).ok       # cut off while thinking
     assert not parse_calls("f(n=1)", "json").ok
     mixed = parse_calls("f(n=1)\nf(2)", "python", ["f"])              # good calls kept, error reported
     assert [c.args for c in mixed.calls] == [{"n": 1}] and not mixed.ok

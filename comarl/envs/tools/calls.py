@@ -86,7 +86,9 @@ def parse_calls(text: str, fmt: str = "python", names: Iterable[str] = ()) -> Pa
         raise ValueError(f"call format must be one of {FORMATS}, got {fmt!r}")
     body = clean_text(text)
     if body in ("", "[]"):
-        return ParsedCalls((), True)
+        # an empty response or [] says "no call"; a response that was all <think> (cut off) says nothing
+        ok = body == "[]" or not (text or "").strip()
+        return ParsedCalls((), ok, () if ok else ("only a <think> block, no answer",))
     if fmt == "json" or (fmt == "auto" and body[:1] in "[{"):
         parsed = _parse_json(body)
         if fmt == "json" or parsed.calls:
