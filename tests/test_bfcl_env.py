@@ -189,7 +189,7 @@ def test_multiturn_flat_local_rows_and_offline_message(tmp_path):
              "function": [{"name": "ls", "parameters": {"type": "dict", "properties": {"a": {"type": "boolean"}}, "required": []}},
                           {"name": "sort", "parameters": {"type": "dict", "properties": {"file_name": {"type": "string"}},
                                                           "required": ["file_name"]}}],
-             "ground_truth": json.dumps(["ls(a=True)", "sort(file_name='notes.txt')"])}]
+             "ground_truth": json.dumps(["ls(a=True)", "sort('notes.txt')"])}]   # positional, as BFCL multi-turn gold
     path = tmp_path / "train.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows))
     entry = get_env("bfcl_multiturn_flat")
@@ -200,6 +200,10 @@ def test_multiturn_flat_local_rows_and_offline_message(tmp_path):
     in_order = env.step_batch([env.reset(items[0])], [("ls(a=True)", "sort(file_name='notes.txt')")])[0]
     swapped = env.step_batch([env.reset(items[0])], [("sort(file_name='notes.txt')", "ls(a=True)")])[0]
     assert in_order.metrics["exact"] == 1 and swapped.metrics["exact"] == 0
+    # a step whose answer is "no call": the team is exact when nobody calls
+    (tmp_path / "test.jsonl").write_text(json.dumps({**rows[0], "id": "mt_1", "ground_truth": []}))
+    empty = entry.load_items(str(tmp_path), "test", None)[0]
+    assert env.score(empty, ["[]", ""])[1]["exact"] == 1 and env.score(empty, ["ls(a=True)", "[]"])[1]["exact"] == 0
     with pytest.raises(RuntimeError, match="no offline copy"):
         entry.load_items(None, "train", 2)   # tests run with HF_HUB_OFFLINE / HF_DATASETS_OFFLINE
 

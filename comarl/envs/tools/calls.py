@@ -166,6 +166,33 @@ def _call_nodes(src: str) -> list[ast.AST] | None:
     return nodes
 
 
+def gold_call_from_text(src: str, schemas: Sequence[Mapping[str, Any]]) -> ToolCall:
+    """One call written as text in a gold answer (BFCL multi-turn style, ``"sort('a.pdf')"``).
+
+    Unlike model output, positional arguments are allowed: they take the schema's parameters in
+    order, required ones first. Raises ValueError when ``src`` is not one call.
+    """
+    nodes = _call_nodes(src.strip())
+    if nodes is None or len(nodes) != 1:
+        raise ValueError(f"not one call: {src!r}")
+    node = nodes[0]
+    try:
+        name = _dotted(node.func)
+        schema = next((f for f in schemas if f.get("name") == name), {})
+        params = schema.get("parameters", {})
+        order = list(dict.fromkeys([*params.get("required", []), *params.get("properties", {})]))
+        if len(node.args) > len(order):
+            raise ValueError(f"{name}: {len(node.args)} positional argument(s), the schema names {len(order)} parameter(s)")
+        args = {p: _value(a) for p, a in zip(order, node.args)}
+        for kw in node.keywords:
+            if kw.arg is None or kw.arg in args:
+                raise ValueError(f"{name}: bad or repeated keyword argument in {src!r}")
+            args[kw.arg] = _value(kw.value)
+    except _BadCall as e:
+        raise ValueError(str(e)) from None
+    return ToolCall(name, args)
+
+
 def _convert(nodes: Sequence[ast.AST], calls: list[ToolCall], errors: list[str]) -> None:
     for n in nodes:
         try:

@@ -17,7 +17,8 @@ Sources:
   file when the repository has one, else ``datasets.load_dataset``.
 
 ``function`` / ``ground_truth`` may be JSON strings; gold calls may be BFCL's
-dicts or call strings (``"cd(folder='docs')"``, each value then the only
+dicts or call strings (``"cd(folder='docs')"``, ``"sort('a.pdf')"``: positional
+arguments take the schema's parameters in order; each value is then the only
 accepted one). Keys whose value is null (columns merged by Arrow) are dropped.
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ import os
 import re
 from typing import Any
 
-from .calls import parse_calls
+from .calls import gold_call_from_text
 
 PARALLEL_CATEGORIES = ("parallel", "parallel_multiple", "live_parallel", "live_parallel_multiple")
 _FILE = re.compile(r"BFCL_v\d+_(\w+)\.json$")
@@ -50,12 +51,12 @@ def _drop_nulls(x: Any) -> Any:
     return x
 
 
-def _gold_call(g: Any, where: str) -> dict[str, dict[str, list]]:
+def _gold_call(g: Any, where: str, functions: list[dict]) -> dict[str, dict[str, list]]:
     if isinstance(g, str):
-        parsed = parse_calls(g, "python")
-        if not parsed.ok or len(parsed.calls) != 1:
-            raise ValueError(f"{where}: gold call {g!r} is not one Python call with keyword arguments")
-        c = parsed.calls[0]
+        try:
+            c = gold_call_from_text(g, functions)
+        except ValueError as e:
+            raise ValueError(f"{where}: gold call {g!r}: {e}") from None
         return {c.name: {k: [v] for k, v in c.args.items()}}
     if isinstance(g, dict):
         g = {k: v for k, v in g.items() if v is not None}
@@ -90,11 +91,13 @@ def normalize(index: int, row: dict[str, Any], source: str, category: str | None
         gold = [gold]
     if not isinstance(functions, list) or not all(isinstance(f, dict) and "name" in f for f in functions):
         raise ValueError(f"{where}: 'function' must be a list of schemas with a 'name', got {str(functions)[:120]}")
-    if not isinstance(gold, list) or not gold:
+    # a multi-turn step may rightly need no call (a missing function or parameter): [] allowed there
+    if not isinstance(gold, list) or (not gold and row.get("turn_index") is None):
         raise ValueError(f"{where}: 'ground_truth' must be a non-empty list of gold calls, got {gold!r}")
+    functions = _drop_nulls(functions)
     item = {"id": str(row.get("id", index)), "category": category or row.get("official_category") or row.get("category") or "unknown",
-            "request": request.strip(), "function": _drop_nulls(functions),
-            "ground_truth": [_gold_call(g, where) for g in gold]}
+            "request": request.strip(), "function": functions,
+            "ground_truth": [_gold_call(g, where, functions) for g in gold]}
     if row.get("turn_index") is not None:
         item["turn_index"] = int(row["turn_index"])
     return item
