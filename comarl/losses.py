@@ -146,3 +146,15 @@ def explained_variance(predicted: torch.Tensor, targets: torch.Tensor) -> float:
     if var == 0.0:
         return float("nan")
     return 1.0 - float((targets - predicted).var(unbiased=False)) / var
+
+
+def entropy_bonus(logp: torch.Tensor, weights: torch.Tensor, coef: float) -> torch.Tensor:
+    """Entropy bonus from the sampled tokens' log-probs, as a loss term (minimising it raises the entropy).
+
+    ``H = -E[log pi]`` and ``grad H = -E[log pi * grad log pi]``, so the
+    surrogate ``-coef * sum_{s,t} w * (-log pi).detach() * log pi`` has the
+    gradient ``-coef * grad H`` per token (no full-vocabulary softmax needed;
+    the effect of a token on later tokens' entropy is ignored).
+    Shapes: logp, weights [S, T] -> scalar.
+    """
+    return coef * (weights * logp.detach() * logp).sum()

@@ -89,3 +89,15 @@ def test_explained_variance_and_whiten():
     w = whiten(torch.tensor([1.0, 3.0]))
     assert w.tolist() == pytest.approx([-1.0, 1.0])
     assert whiten(torch.tensor([5.0])).tolist() == [5.0]
+
+
+def test_entropy_bonus_by_hand():
+    """logp = ln[.5, .25], w = .5 each, coef .1: loss = .1 * .5 * (ln2^2 + 4 ln2^2) = .25 ln2^2;
+    d loss / d logp_t = coef * w * logp_t (the surrogate's gradient is -coef * grad H)."""
+    from comarl.losses import entropy_bonus
+
+    logp = torch.log(torch.tensor([[0.5, 0.25]])).requires_grad_()
+    loss = entropy_bonus(logp, torch.full((1, 2), 0.5), 0.1)
+    assert float(loss.detach()) == pytest.approx(0.25 * torch.log(torch.tensor(2.0)).item() ** 2)
+    loss.backward()
+    assert logp.grad[0].tolist() == pytest.approx([0.05 * -0.693147, 0.05 * -1.386294], abs=1e-5)

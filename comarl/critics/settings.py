@@ -41,6 +41,8 @@ class CriticSettings:
     """maac: "module:function" (or a callable) writing the central critic's text; None: role-marker template."""
     max_length: int = 0
     """Keep only the last this many tokens of a critic input (0: no limit)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus on the actors' sampled tokens (losses.entropy_bonus); 0: off."""
 
     def validate(self, where: str = "train.critic") -> None:
         if self.critic_type not in CRITIC_TYPES:
@@ -53,6 +55,6 @@ class CriticSettings:
             raise ConfigError(f"{where}.value_loss_coef: must be >= 0, got {self.value_loss_coef}")
         if self.value_clip is not None and self.value_clip <= 0:
             raise ConfigError(f"{where}.value_clip: must be > 0 or null, got {self.value_clip}")
-        for key in ("head_hidden_dim", "max_length"):
+        for key in ("head_hidden_dim", "max_length", "entropy_coef"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"{where}.{key}: must be >= 0, got {getattr(self, key)}")

@@ -27,7 +27,7 @@ from ..config_io import ConfigError, to_dict
 from ..critics import build_critic
 from ..envs.base import Environment
 from ..logprobs import completion_logprobs
-from ..losses import clipped_policy_loss, kl_estimate, kl_penalty, sequence_kl, token_weights
+from ..losses import clipped_policy_loss, entropy_bonus, kl_estimate, kl_penalty, sequence_kl, token_weights
 from ..reference import build_reference
 from ..rollout import RolloutSettings, check_tree_size, collect_rollout
 from . import checkpoint as ckpt
@@ -310,6 +310,8 @@ class Trainer:
                     kl_tokens += int(cmask.sum())
                 if cfg.kl_mode == "loss":
                     loss = loss + kl_penalty(logp, ref_lp[m], w, cfg.kl_beta, cfg.kl_estimator)
+            if self.critic is not None and cfg.critic.entropy_coef > 0:  # actor-critic entropy bonus
+                loss = loss + entropy_bonus(logp, w, cfg.critic.entropy_coef)
             if not torch.isfinite(loss):
                 return total, clip_frac, kl_sum / max(kl_tokens, 1), True
             backward(loss, self.scalers.get(id(model)))  # loss.backward(), fp16: loss-scaled
