@@ -196,3 +196,21 @@ def test_bad_critic_settings_are_errors_that_name_the_key():
         load_config(None, ["train.algorithm=iac", "train.critic.critic_type=w"])
     with pytest.raises(ConfigError, match="kl_mode"):
         trainer("iac", kl_beta=0.1, kl_mode="reward")
+
+
+def test_a_sequence_classification_model_is_its_own_critic_head():
+    from transformers import Qwen2ForSequenceClassification
+
+    from comarl.tiny_model import tiny_model
+
+    lm, tok = tiny_model()
+    config = lm.config
+    config.num_labels, config.pad_token_id = 1, tok.pad_token_id
+    clf = Qwen2ForSequenceClassification(config)
+    t = trainer("maac", critic=CriticSettings(model=comarl.AgentConfig(model=clf, tokenizer=tok), lr=1e-2), k=2)
+    vm = t.critic.models[0]
+    assert vm.head is None and vm.backbone is not clf  # its own copy, no extra head
+    before = [p.detach().clone() for p in vm.parameters()]
+    hist = t.train()
+    assert np.isfinite(hist[-1]["critic/value_loss"])
+    assert any(not torch.equal(p, q) for p, q in zip(vm.parameters(), before))

@@ -1,6 +1,7 @@
 """Build the critic an actor-critic algorithm asks for: ``independent`` (IAC) or ``central`` (MAAC)."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import torch
@@ -24,22 +25,31 @@ def hidden_size(model) -> int:
     return int(size)
 
 
-def _separate(settings: CriticSettings, device: str, seed_offset: int) -> ValueModel:
-    """A separate critic model (own tokenizer, device, dtype) with a value head (none for a classifier)."""
+def _separate(settings: CriticSettings, devices: list[str]) -> list[ValueModel]:
+    """Separate critic models (own tokenizer, device, dtype), one per device, each with a value head (none for
+    a one-label classifier). Built in one ``build_agents`` call: the same id or object twice gives two copies."""
     spec = settings.model
-    cfg = spec if isinstance(spec, AgentConfig) else AgentConfig(model=spec, chat_template=False)
-    cfg = dataclasses.replace(cfg, device=device, dtype=settings.dtype if not isinstance(spec, AgentConfig)
-                              else cfg.dtype, name=f"critic{seed_offset}")
-    built = build_agents([cfg])[0]
-    model, tok = built.model, built.tokenizer
-    head = None
-    if not is_sequence_classifier(model):
-        head = ValueHead(hidden_size(model), settings.head_hidden_dim).to(device)
-    elif model.config.num_labels != 1:
-        raise ConfigError(f"train.critic.model: a sequence-classification critic needs num_labels=1, "
-                          f"got {model.config.num_labels}")
-    model.eval()  # no dropout in the values the advantages are built from
-    return ValueModel(model, tok, head, owns_backbone=True, max_length=settings.max_length)
+    base = spec if isinstance(spec, AgentConfig) else AgentConfig(model=spec, chat_template=False,
+                                                                    dtype=settings.dtype)
+    if is_sequence_classifier(base.model):  # a classifier object: no generation settings to build, a copy each
+        if base.tokenizer is None:
+            raise ConfigError("train.critic.model: a model object needs its tokenizer (AgentConfig(model=obj, "
+                              "tokenizer=tok))")
+        built = [(copy.deepcopy(base.model).to(d), base.tokenizer) for d in devices]
+    else:
+        built = [(c.model, c.tokenizer) for c in build_agents(
+            [dataclasses.replace(base, device=d, name=f"critic{i}") for i, d in enumerate(devices)])]
+    out = []
+    for (model, tokenizer), device in zip(built, devices):
+        head = None
+        if not is_sequence_classifier(model):
+            head = ValueHead(hidden_size(model), settings.head_hidden_dim).to(device)
+        elif model.config.num_labels != 1:
+            raise ConfigError(f"train.critic.model: a sequence-classification critic needs num_labels=1, "
+                              f"got {model.config.num_labels}")
+        model.eval()  # no dropout in the values the advantages are built from
+        out.append(ValueModel(model, tokenizer, head, owns_backbone=True, max_length=settings.max_length))
+    return out
 
 
 def _on_agent(agent, settings: CriticSettings) -> ValueModel:
@@ -58,13 +68,13 @@ def build_critic(kind: str, settings: CriticSettings, agents: list, gamma: float
         if settings.model is None:
             models = [_on_agent(a, settings) for a in agents]
         else:
-            models = [_separate(settings, settings.device or str(a.device), i) for i, a in enumerate(agents)]
+            models = _separate(settings, [settings.device or str(a.device) for a in agents])
         inputs = AgentInputs(settings.critic_type, len(agents))
     elif kind == "central":
         if settings.model is None:
             raise ConfigError("train.critic.model: maac needs a separate critic model (one central critic reads "
                               "every agent's text); give a hub id, a local path or 'tiny'")
-        models = [_separate(settings, settings.device or str(agents[0].device), 0)]
+        models = _separate(settings, [settings.device or str(agents[0].device)])
         inputs = JointInputs(settings.critic_type, resolve_joint_input(settings.joint_input))
     else:
         raise ValueError(f"critic kind must be 'independent' or 'central', got {kind!r}")
