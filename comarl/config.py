@@ -17,6 +17,7 @@ import yaml
 
 from .agents import AgentConfig
 from .config_io import ConfigError, apply_overrides, from_dict
+from .critics.settings import CriticSettings
 from .losses import KL_ESTIMATORS, NORMALISATIONS
 
 
@@ -116,6 +117,8 @@ class TrainConfig:
     """torch.distributed backend under torchrun (None = nccl with CUDA, else gloo)."""
     batch_adapters: bool = True
     """LoRA agents on one base with equal generation settings share one generate call (docs/lora.md)."""
+    critic: CriticSettings = field(default_factory=CriticSettings)
+    """Critic of the actor-critic algorithms iac/maac (docs/actor_critic.md); ignored by the others."""
 
     def validate(self, num_agents: int, min_generations: int = 1) -> None:
         def bad(key, msg):
@@ -165,6 +168,7 @@ class TrainConfig:
         if self.max_grad_norm < 0:
             bad("max_grad_norm", f"must be >= 0, got {self.max_grad_norm}")
         self._validate_scale_out(num_agents)
+        self.critic.validate()
 
     def _validate_scale_out(self, num_agents: int) -> None:
         """Device, precision and backend keys (docs/distributed.md)."""

@@ -121,3 +121,40 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, weights: torch.Tensor
     Gradient flows through ``logp`` only. Shapes: [S, T] -> scalar.
     """
     return beta * (kl_estimate(logp, ref_logp.detach(), kind) * weights).sum()
+
+
+def value_loss(values: torch.Tensor, old_values: torch.Tensor, targets: torch.Tensor,
+               clip: float | None = None) -> torch.Tensor:
+    """Critic regression loss ``0.5 * mean (V - target)^2`` (PPO's value loss).
+
+    With ``clip`` the prediction may move at most ``clip`` away from the
+    rollout-time value: ``V_c = old + clamp(V - old, -clip, clip)`` and the loss
+    is ``0.5 * mean max((V - t)^2, (V_c - t)^2)``.
+    Shapes: values, old_values, targets [U] (U critic inputs) -> scalar.
+    """
+    sq = (values - targets) ** 2
+    if clip is not None and clip > 0:
+        clipped = old_values + torch.clamp(values - old_values, -clip, clip)
+        sq = torch.maximum(sq, (clipped - targets) ** 2)
+    return 0.5 * sq.mean()
+
+
+def explained_variance(predicted: torch.Tensor, targets: torch.Tensor) -> float:
+    """``1 - Var(target - V) / Var(target)``: 1 is a perfect critic, 0 no better than a constant.
+    NaN when the targets do not vary. Shapes: [U], [U] -> float."""
+    var = float(targets.var(unbiased=False)) if targets.numel() else 0.0
+    if var == 0.0:
+        return float("nan")
+    return 1.0 - float((targets - predicted).var(unbiased=False)) / var
+
+
+def entropy_bonus(logp: torch.Tensor, weights: torch.Tensor, coef: float) -> torch.Tensor:
+    """Entropy bonus from the sampled tokens' log-probs, as a loss term (minimising it raises the entropy).
+
+    ``H = -E[log pi]`` and ``grad H = -E[log pi * grad log pi]``, so the
+    surrogate ``-coef * sum_{s,t} w * (-log pi).detach() * log pi`` has the
+    gradient ``-coef * grad H`` per token (no full-vocabulary softmax needed;
+    the effect of a token on later tokens' entropy is ignored).
+    Shapes: logp, weights [S, T] -> scalar.
+    """
+    return coef * (weights * logp.detach() * logp).sum()

@@ -39,7 +39,7 @@ import torch
 
 from .envs.base import AgentRewards, EnvState, Environment, EvalRecord
 from .generation import adapter_groups, device_groups, generate, generate_adapters, overlap_generation
-from .types import AgentSamples, Rollout
+from .types import AgentSamples, Rollout, RolloutTree
 
 
 def joint_actions(mode: str, k: int, n: int) -> torch.Tensor:
@@ -113,6 +113,8 @@ class _Node:
     children: list = field(default_factory=list)  # [J] of _Node | None
     returns: torch.Tensor | None = None  # [J, N]
     greedy_return: torch.Tensor | None = None  # [N], return of the greedy continuation from this node
+    truncated: list = field(default_factory=list)  # [J] bool: ended only by num_turns (see _truncated)
+    next_prompts: dict = field(default_factory=dict)  # j -> [N] next prompts of a truncated branch
 
 
 @dataclass
@@ -226,6 +228,13 @@ def _greedy_turn(agents: Sequence, env: Environment, chains: list[_GreedyChain],
     return live
 
 
+def _truncated(tr, reward: torch.Tensor, turn: int, s: RolloutSettings) -> bool:
+    """The branch ends at ``num_turns`` although the env would go on (no done, not ``early_stop_reward``)."""
+    if tr.done or tr.next_state is None or turn + 1 < s.num_turns:
+        return False
+    return s.early_stop_reward is None or float(reward.mean()) < s.early_stop_reward
+
+
 def _ends(tr, reward: torch.Tensor, turn: int, s: RolloutSettings) -> bool:
     """A branch ends when the env says so, at the last turn, or at ``early_stop_reward``."""
     if tr.done or tr.next_state is None or turn + 1 >= s.num_turns:
@@ -298,6 +307,8 @@ def _score_level(level: list[_Node], items, texts: list[list[str]], joints: torc
         node.children = [None if stop_all or _ends(tr, r, turn, s) else _Node(node.item, tr.next_state, turn + 1)
                          for tr, r in zip(trs, rewards)]
         next_level += [c for c in node.children if c is not None]
+        node.truncated = [not stop_all and _truncated(tr, r, turn, s) for tr, r in zip(trs, rewards)]
+        node.next_prompts = {j: list(tr.next_state.prompts) for j, tr in enumerate(trs) if node.truncated[j]}
         for tr in trs:
             for key, val in tr.metrics.items():
                 acc.add_metric(f"env/{key}", float(val))
@@ -366,4 +377,17 @@ def collect_rollout(agents: Sequence, env: Environment, items: Sequence[dict], s
         metrics[f"{agent.name}/completion_len"] = float(lens.mean())
         metrics[f"{agent.name}/truncated"] = float(out[i].truncated.float().mean())
     return Rollout(agents=out, metrics=metrics, examples=acc.examples, num_completions=acc.num_completions,
-                   records=acc.records)
+                   records=acc.records, tree=_tree(groups, joints))
+
+
+def _tree(groups: list[_Node], joints: torch.Tensor) -> RolloutTree:
+    """The structure of the tree for critics and GAE (groups in sample order)."""
+    index = {id(node): g for g, node in enumerate(groups)}
+    child = torch.tensor([[index[id(c)] if c is not None else -1 for c in node.children] for node in groups],
+                         dtype=torch.long).reshape(len(groups), len(joints))
+    return RolloutTree(joints=joints, rewards=torch.stack([node.rewards for node in groups]) if groups else
+                       torch.zeros(0, len(joints), joints.shape[1], dtype=torch.float64),
+                       child=child, truncated=torch.tensor([node.truncated for node in groups],
+                                                           dtype=torch.bool).reshape(len(groups), len(joints)),
+                       prompts=[list(node.state.prompts) for node in groups],
+                       next_prompts={(g, j): p for g, node in enumerate(groups) for j, p in node.next_prompts.items()})

@@ -34,6 +34,8 @@ class AgentSamples:
     turns: torch.Tensor
     baseline: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
+    critic_advantages: torch.Tensor | None = None
+    """[G, K] GAE advantages from a critic (actor-critic algorithms), else None."""
 
     @property
     def num_samples(self) -> int:
@@ -51,3 +53,28 @@ class Rollout:
     num_completions: int = 0
     records: list = field(default_factory=list)
     """EvalRecords of the first turn (only when the rollout was asked to keep them)."""
+    tree: "RolloutTree | None" = None
+    """The tree's structure (what GAE and critics need)."""
+
+
+@dataclass
+class RolloutTree:
+    """Structure of one rollout tree, node-major in the same group order as :class:`AgentSamples`.
+
+    J joint actions per node (K aligned, K^N cross), the same for every node.
+
+    Attributes:
+        joints: [J, N] sample index of agent i in joint action j.
+        rewards: [G, J, N] immediate reward of each joint action for each agent (team reward: N equal copies).
+        child: [G, J] group index of the node that joint action j leads to, -1 where the branch ended.
+        truncated: [G, J] bool, the branch ended only because of ``num_turns`` (the env would go on): bootstrap.
+        prompts: [G][N] each agent's prompt text at the node.
+        next_prompts: (g, j) -> [N] next prompts of a truncated branch (what a critic bootstraps from).
+    """
+
+    joints: torch.Tensor
+    rewards: torch.Tensor
+    child: torch.Tensor
+    truncated: torch.Tensor
+    prompts: list[list[str]]
+    next_prompts: dict[tuple[int, int], list[str]] = field(default_factory=dict)

@@ -3,7 +3,9 @@
 ``advantage(samples, config) -> [G, K]`` turns one agent's credited returns
 into advantages. ``min_generations`` is the smallest K for which the estimator
 is defined (a group baseline needs K >= 2). ``greedy_baseline`` asks the
-rollout for one extra greedy joint response per node (MAReMax).
+rollout for one extra greedy joint response per node (MAReMax). ``critic``
+names the critic the loop builds for actor-critic methods: ``independent``
+(IAC, one per agent) or ``central`` (MAAC); None for critic-free methods.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ class Algorithm:
     min_generations: int = 1
     greedy_baseline: bool = False
     summary: str = ""
+    critic: str | None = None
 
 
 _REGISTRY: dict[str, Algorithm] = {}
@@ -37,6 +40,8 @@ _BUILTIN_MODULES = {
     "maremax": "comarl.algorithms.remax",
     "remax": "comarl.algorithms.remax",
     "maremax_groupmax": "comarl.algorithms.remax",
+    "iac": "comarl.algorithms.iac",
+    "maac": "comarl.algorithms.maac",
 }
 
 

@@ -45,7 +45,8 @@ def save_agent_weights(agent, folder: Path) -> None:
 
 
 def save_checkpoint(output_dir: str | Path, step: int, agents, optimizers, schedulers, state: dict,
-                    keep: int = 2) -> Path:
+                    keep: int = 2, extra: dict | None = None) -> Path:
+    """``extra``: file name -> object saved with ``torch.save`` inside the checkpoint (e.g. critic.pt)."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     final = out / f"checkpoint-{step}"
@@ -58,6 +59,8 @@ def save_checkpoint(output_dir: str | Path, step: int, agents, optimizers, sched
         torch.save({"optimizer": optimizers[i].state_dict(), "scheduler": schedulers[i].state_dict()},
                    tmp / f"agent{i}" / "optimizer.pt")
     torch.save(rng_state(), tmp / "rng.pt")
+    for name, obj in (extra or {}).items():
+        torch.save(obj, tmp / name)
     (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **state}, indent=2))
     if final.exists():
         shutil.rmtree(final)
@@ -100,6 +103,14 @@ def load_checkpoint(path: str | Path, agents, optimizers, schedulers) -> dict:
         schedulers[i].load_state_dict(opt["scheduler"])
     set_rng_state(torch.load(path / "rng.pt", weights_only=False))
     return json.loads((path / "trainer_state.json").read_text())
+
+
+def load_extra(path: str | Path, name: str):
+    """An object saved through ``save_checkpoint(extra=...)``."""
+    f = Path(path) / name
+    if not f.exists():
+        raise FileNotFoundError(f"train.resume: {f} missing (was the checkpoint written by another algorithm?)")
+    return torch.load(f, weights_only=False)
 
 
 def load_agent_weights(agent, folder: Path) -> None:

@@ -24,9 +24,10 @@ from ..agents import Agent, AgentConfig, build_agents
 from ..algorithms import get_algorithm
 from ..config import TrainConfig
 from ..config_io import ConfigError, to_dict
+from ..critics import build_critic
 from ..envs.base import Environment
 from ..logprobs import completion_logprobs
-from ..losses import clipped_policy_loss, kl_estimate, kl_penalty, sequence_kl, token_weights
+from ..losses import clipped_policy_loss, entropy_bonus, kl_estimate, kl_penalty, sequence_kl, token_weights
 from ..reference import build_reference
 from ..rollout import RolloutSettings, check_tree_size, collect_rollout
 from ..runtime import check_mixed_precision
@@ -119,6 +120,13 @@ class Trainer:
         self.agents = self._place_agents(agents)
         for m in {id(a.model): a.model for a in self.agents}.values():
             dist.broadcast_parameters(m)  # ... made certain: rank 0's trainable weights everywhere
+        self.critic = build_critic(self.algorithm.critic, cfg.critic, self.agents, cfg.discount, cfg.micro_batch_size,
+                                   cfg.max_grad_norm) if self.algorithm.critic else None  # iac, maac
+        for m in self.critic.modules() if self.critic is not None else []:
+            dist.broadcast_parameters(m)
+        if self.critic is not None and cfg.kl_beta > 0 and cfg.kl_mode == "reward":
+            raise ConfigError(f"train.kl_mode: {cfg.algorithm} takes the KL in the loss (kl_mode=loss); the critic's "
+                              f"GAE is computed before the KL-in-reward would change the rewards")
         check_mixed_precision(cfg.mixed_precision, [str(a.device) for a in self.agents])
         self.scalers = setup_memory_savers(self.agents, cfg)
         if dist.world_size() > 1:  # ... but a different sampling stream per rank
@@ -200,6 +208,8 @@ class Trainer:
         t_roll = time.perf_counter() - t0
         metrics = _mean_dicts([r.metrics for r in rollouts])
         metrics["reward/mean"] = metrics.get("reward/turn0", float("nan"))
+        if self.critic is not None:  # values and GAE advantages of every agent (comarl/critics)
+            metrics.update(self.critic.prepare(rollouts))
         self.state.counters["completions"] += sum(r.num_completions for r in rollouts)
         trained_tokens = 0
         for i in range(len(self.agents)):
@@ -263,6 +273,8 @@ class Trainer:
         name = agent.name
         ref_lp = [lp for lp, _ in ref_out]
         for it in range(cfg.num_iterations):
+            if self.critic is not None:  # first, so a value head's backbone gradients join this agent's step
+                out.update(self.critic.update(i, it, dist.all_reduce_sum, dist.all_reduce_grads))
             total, clip_frac, kl, bad = self._backward_pass(i, batch, adv, old, ref_lp, first=it == 0)
             if it == 0 and ref is not None:
                 out[f"{name}/kl"] = kl
@@ -299,6 +311,8 @@ class Trainer:
                     kl_tokens += int(cmask.sum())
                 if cfg.kl_mode == "loss":
                     loss = loss + kl_penalty(logp, ref_lp[m], w, cfg.kl_beta, cfg.kl_estimator)
+            if self.critic is not None and cfg.critic.entropy_coef > 0:  # actor-critic entropy bonus
+                loss = loss + entropy_bonus(logp, w, cfg.critic.entropy_coef)
             if not torch.isfinite(loss):
                 return total, clip_frac, kl_sum / max(kl_tokens, 1), True
             backward(loss, self.scalers.get(id(model)))  # loss.backward(), fp16: loss-scaled
@@ -389,13 +403,16 @@ class Trainer:
         return ckpt.save_checkpoint(self.config.output_dir, st.step, self.agents, self.optimizers, self.schedulers,
                                     {"epoch": st.epoch, "batch_in_epoch": st.batch_in_epoch,
                                      "counters": st.counters, "world_size": dist.world_size()},
-                                    keep=self.config.save_total_limit)
+                                    keep=self.config.save_total_limit,
+                                    extra={"critic.pt": self.critic.state_dict()} if self.critic is not None else None)
 
     def resume(self, where: str) -> None:
         path = ckpt.latest_checkpoint(self.config.output_dir or ".") if where == "latest" else Path(where)
         if path is None:
             raise ConfigError(f"train.resume=latest: no checkpoint in {self.config.output_dir}")
         saved = ckpt.load_checkpoint(path, self.agents, self.optimizers, self.schedulers)
+        if self.critic is not None:
+            self.critic.load_state_dict(ckpt.load_extra(path, "critic.pt"))
         self.state = TrainState(step=saved["step"], epoch=saved["epoch"], batch_in_epoch=saved["batch_in_epoch"],
                                 counters=dict(saved["counters"]))
         cfg = self.config

@@ -1,0 +1,22 @@
+"""MAAC: multi-agent actor-critic with one centralised critic and separate actors.
+
+One critic model reads every agent's prompt (V(h)) or prompts and responses
+(Q(h, a)), written into one text by ``train.critic.joint_input`` (default:
+``critics.joint_input.role_marker_template``), and regresses the team
+reward's GAE targets (with ``AgentRewards``: their mean). Every agent's
+advantage is the central GAE advantage of the joint actions its sample was
+part of. The critic may be larger than the agents and sit on its own device.
+The only difference from IAC is the critic passed to the loop.
+
+Departures from CoMLRL 1.4.3's MAAC: the joint input is a replaceable
+function rather than a fixed template; GAE instead of one-step TD only
+(``gae_lambda=0`` gives CoMLRL's); K >= 1 and cross joint actions are
+allowed; truncated branches bootstrap (V critics).
+"""
+from __future__ import annotations
+
+from .actor_critic import critic_advantage
+from .base import Algorithm, register_algorithm
+
+MAAC = register_algorithm(Algorithm("maac", critic_advantage, min_generations=1, critic="central",
+                                    summary="GAE with one central critic over all agents' text"))

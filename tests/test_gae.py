@@ -1,0 +1,103 @@
+"""GAE, the value loss and explained variance against numbers worked out by hand."""
+import pytest
+import torch
+
+from comarl.advantages import gae, gae_tree, whiten
+from comarl.losses import explained_variance, value_loss
+
+# one 3-turn branch: r = [1, 0, 2], V = [0.5, 1.0, 1.5], gamma = 0.9
+R = torch.tensor([1.0, 0.0, 2.0])
+V = torch.tensor([0.5, 1.0, 1.5])
+
+
+@pytest.mark.parametrize("lam, terminal, expected", [
+    # terminal: delta = [1 + .9*1 - .5, 0 + .9*1.5 - 1, 2 - 1.5] = [1.4, 0.35, 0.5]
+    (0.0, True, [1.4, 0.35, 0.5]),
+    # lambda = 1: G - V with G = [2.62, 1.8, 2]
+    (1.0, True, [2.12, 0.8, 0.5]),
+    # lambda = .5: A1 = .35 + .45*.5 = .575, A0 = 1.4 + .45*.575 = 1.65875
+    (0.5, True, [1.65875, 0.575, 0.5]),
+    # truncated, V(next) = 2: delta2 = 2 + .9*2 - 1.5 = 2.3
+    (0.0, False, [1.4, 0.35, 2.3]),
+    # truncated, lambda = 1: G = [4.078, 3.42, 3.8] (bootstrapped) minus V
+    (1.0, False, [3.578, 2.42, 2.3]),
+])
+def test_gae_three_turn_branch(lam, terminal, expected):
+    out = gae(R, V, gamma=0.9, lam=lam, last_value=2.0, terminal=terminal)
+    assert out.tolist() == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.5, 1.0])
+@pytest.mark.parametrize("terminal", [True, False])
+def test_tree_of_one_chain_is_the_branch(lam, terminal):
+    """A chain of three nodes (J = 1) in the tree form gives the branch's numbers."""
+    rewards, values = R.reshape(3, 1, 1).double(), V.reshape(3, 1, 1).double()
+    child = torch.tensor([[1], [2], [-1]])
+    boot = torch.zeros(3, 1, 1, dtype=torch.float64)
+    if not terminal:
+        boot[2, 0, 0] = 2.0
+    out = gae_tree(rewards, values, child, 0.9, lam, boot)
+    assert out.reshape(-1).tolist() == pytest.approx(gae(R, V, 0.9, lam, 2.0, terminal).tolist())
+
+
+def test_tree_averages_over_the_child_node():
+    """Root: 2 joint actions, j=0 continues into a node with 2 terminal joint actions, j=1 ends.
+
+    child: r = [1, 3], v = [.5, 1.5] -> A = [.5, 1.5]; root v = [1, 1], r = [0, 2], gamma = 1:
+    lambda = 1: A_root0 = 0 + mean(.5, 1.5) - 1 + mean(.5, 1.5) = 1 (= mean child return 2 - 1), A_root1 = 2 - 1 = 1;
+    lambda = 0: A_root0 = 0 + 1 - 1 = 0.
+    """
+    rewards = torch.tensor([[[0.0], [2.0]], [[1.0], [3.0]]], dtype=torch.float64)
+    values = torch.tensor([[[1.0], [1.0]], [[0.5], [1.5]]], dtype=torch.float64)
+    child = torch.tensor([[1, -1], [-1, -1]])
+    assert gae_tree(rewards, values, child, 1.0, 1.0).reshape(-1).tolist() == pytest.approx([1, 1, 0.5, 1.5])
+    assert gae_tree(rewards, values, child, 1.0, 0.0).reshape(-1).tolist() == pytest.approx([0, 1, 0.5, 1.5])
+
+
+def test_lambda_one_is_tree_return_minus_value():
+    """With lambda = 1 the tree's GAE equals the rollout's backed-up return minus the value (random tree)."""
+    g = torch.Generator().manual_seed(0)
+    rewards = torch.rand(3, 2, 2, generator=g, dtype=torch.float64)
+    values = torch.rand(3, 2, 2, generator=g, dtype=torch.float64)
+    child = torch.tensor([[1, 2], [-1, -1], [-1, -1]])
+    returns = rewards.clone()
+    for node in (2, 1, 0):
+        for j in range(2):
+            c = int(child[node, j])
+            if c >= 0:
+                returns[node, j] = rewards[node, j] + 0.8 * returns[c].mean(0)
+    assert torch.allclose(gae_tree(rewards, values, child, 0.8, 1.0), returns - values)
+
+
+def test_single_turn_is_reward_minus_value():
+    rewards = torch.tensor([[[1.0, 0.0], [0.5, 2.0]]], dtype=torch.float64)
+    values = torch.tensor([[[0.25, 1.0], [0.25, 1.0]]], dtype=torch.float64)
+    out = gae_tree(rewards, values, torch.tensor([[-1, -1]]), 0.9, 0.95)
+    assert torch.equal(out, rewards - values)
+
+
+def test_value_loss_by_hand():
+    v, old, t = torch.tensor([1.0, 2.0]), torch.tensor([0.0, 2.0]), torch.tensor([3.0, 0.0])
+    assert float(value_loss(v, old, t)) == pytest.approx(0.5 * (4 + 4) / 2)
+    # clip .5: V_c = [.5, 2] -> (.5-3)^2 = 6.25 > 4; max = [6.25, 4] -> .5 * 5.125
+    assert float(value_loss(v, old, t, clip=0.5)) == pytest.approx(2.5625)
+
+
+def test_explained_variance_and_whiten():
+    assert explained_variance(torch.tensor([1.0, 2, 2]), torch.tensor([1.0, 2, 3])) == pytest.approx(2 / 3)
+    assert explained_variance(torch.zeros(2), torch.ones(2)) != explained_variance(torch.zeros(2), torch.ones(2))
+    w = whiten(torch.tensor([1.0, 3.0]))
+    assert w.tolist() == pytest.approx([-1.0, 1.0])
+    assert whiten(torch.tensor([5.0])).tolist() == [5.0]
+
+
+def test_entropy_bonus_by_hand():
+    """logp = ln[.5, .25], w = .5 each, coef .1: loss = .1 * .5 * (ln2^2 + 4 ln2^2) = .25 ln2^2;
+    d loss / d logp_t = coef * w * logp_t (the surrogate's gradient is -coef * grad H)."""
+    from comarl.losses import entropy_bonus
+
+    logp = torch.log(torch.tensor([[0.5, 0.25]])).requires_grad_()
+    loss = entropy_bonus(logp, torch.full((1, 2), 0.5), 0.1)
+    assert float(loss.detach()) == pytest.approx(0.25 * torch.log(torch.tensor(2.0)).item() ** 2)
+    loss.backward()
+    assert logp.grad[0].tolist() == pytest.approx([0.05 * -0.693147, 0.05 * -1.386294], abs=1e-5)
