@@ -9,12 +9,16 @@ from __future__ import annotations
 import torch
 
 EPS = 1e-6
+MAX_SCALED = 100.0
+"""Bound on a std-scaled advantage of any group (see :func:`scale_by_group_std`)."""
 
 
 def group_relative(returns: torch.Tensor, scale_by_std: bool = False, eps: float = EPS) -> torch.Tensor:
     """MAGRPO / GRPO: ``A = R - mean_k R`` (divided by ``std_k R + eps`` when ``scale_by_std``).
 
-    The std is the unbiased sample std over the K samples of the group.
+    The std is the unbiased sample std over the K samples of the group. Scaled
+    advantages are bounded for any group, near-constant ones included:
+    ``|R_k - mean R| <= (K - 1) / sqrt(K) * std``, so ``|A_k| < (K - 1) / sqrt(K)``.
     Shape: [G, K] -> [G, K].
     """
     centred = returns - returns.mean(dim=1, keepdim=True)
@@ -28,18 +32,32 @@ def no_baseline(returns: torch.Tensor) -> torch.Tensor:
     return returns.clone()
 
 
-def scale_by_group_std(advantages: torch.Tensor, returns: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+def scale_by_group_std(advantages: torch.Tensor, returns: torch.Tensor, eps: float = EPS,
+                       max_scaled: float = MAX_SCALED) -> torch.Tensor:
     """Divide each group's advantages by ``std_k R + eps`` (unbiased std of its K returns).
 
-    A group whose returns all agree (std <= eps), or a group of K = 1, is left
-    unscaled: its std carries no scale information and dividing by ``eps``
-    would blow a non-zero advantage (REINFORCE, a greedy baseline) up to ~1e6.
-    Shapes: advantages, returns [G, K] -> [G, K].
+    A group counts as *flat* and is left unscaled when its spread is too small
+    to carry scale information next to its own advantages::
+
+        std_k R <= max(eps, max_k |A_k| / max_scaled)
+
+    so every scaled advantage satisfies ``|A_k| / std < max_scaled``, and a flat
+    group keeps its advantages as they are: ``|out| <= max(max_scaled, max_k |A_k|)``
+    for any group. Why relative: an uncentred advantage (REINFORCE's ``A = R``, a
+    greedy baseline far from the group) over a near-constant group, e.g. returns
+    [1, 1, 1 + 3e-6], would otherwise be divided by ~2.7e-6 (about 3.7e5); an
+    absolute threshold cannot tell that group from one with a real spread of
+    rewards on a 1e-6 scale. Centred estimators never reach the threshold:
+    ``|R_k - b| <= sqrt(2K) * std`` for the group mean, leave-one-out and group
+    max, so they are untouched for K < max_scaled^2 / 2 (5000). A group of K = 1
+    is also left unscaled. Shapes: advantages, returns [G, K] -> [G, K].
     """
     if returns.shape[1] < 2:
         return advantages
     std = returns.std(dim=1, keepdim=True, unbiased=True)
-    return advantages / torch.where(std > eps, std + eps, torch.ones_like(std))
+    scale = advantages.abs().amax(dim=1, keepdim=True)
+    flat = std <= torch.clamp(scale / max_scaled, min=eps)
+    return advantages / torch.where(flat, torch.ones_like(std), std + eps)
 
 
 def leave_one_out(returns: torch.Tensor) -> torch.Tensor:

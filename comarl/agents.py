@@ -31,11 +31,11 @@ class AgentConfig:
     max_new_tokens: int = 64
     """Longest completion per turn, in tokens."""
     temperature: float = 1.0
-    """Sampling temperature; 0 means greedy."""
+    """Sampling temperature; 0 means greedy. Training log-probs (policy, old, reference) use it too."""
     top_p: float = 1.0
-    """Nucleus sampling mass (1.0 = off)."""
+    """Nucleus sampling mass (1.0 = off); not in the log-probs: ratio and KL see the full distribution."""
     top_k: int = 0
-    """Top-k sampling (0 = off)."""
+    """Top-k sampling (0 = off); not in the log-probs, like top_p (docs/algorithms.md)."""
     lr: float = 1e-5
     """Peak learning rate of this agent's optimiser."""
     weight_decay: float = 0.0

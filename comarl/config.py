@@ -56,11 +56,13 @@ class TrainConfig:
     kl_beta: float = 0.0
     """beta of the KL to the reference policy (0 = off; no reference is built)."""
     kl_estimator: str = "k3"
-    """Per-token KL estimator: k1 (logp - ref_logp) or k3 (exp(d) - d - 1, d = ref_logp - logp)."""
+    """Per-token KL estimator: k1 (logp - ref_logp; kl_mode reward only) or k3 (exp(d) - d - 1, d = ref_logp - logp)."""
     kl_mode: str = "loss"
     """loss (add beta * KL to the loss) or reward (subtract beta * sequence KL from each sample's return)."""
     mask_truncated: bool = False
     """Drop completions that hit max_new_tokens without EOS from the loss (their tokens get weight 0)."""
+    disable_dropout: bool = True
+    """Dropout off in the update forward too (sampling, old and reference log-probs never use it)."""
     epochs: int = 1
     """Passes over the training set (ignored when max_steps > 0)."""
     max_steps: int = 0
@@ -149,6 +151,9 @@ class TrainConfig:
             bad("kl_estimator", f"must be one of {list(KL_ESTIMATORS)}, got {self.kl_estimator!r}")
         if self.kl_mode not in ("loss", "reward"):
             bad("kl_mode", f"must be loss or reward, got {self.kl_mode!r}")
+        if self.kl_beta > 0 and self.kl_estimator == "k1" and self.kl_mode == "loss":
+            bad("kl_estimator", "k1 as a loss term has zero expected gradient (it regularises nothing); "
+                                "use kl_estimator: k3, or kl_mode: reward with k1")
         for key in ("num_iterations", "batch_size", "gradient_accumulation_steps", "micro_batch_size",
                     "epochs", "eval_num_generations", "logging_steps"):
             if getattr(self, key) < 1:

@@ -20,28 +20,34 @@ def token_weights(lengths: torch.Tensor, width: int, mode: str, num_sequences: i
     """Weight of every token in the batch loss.
 
     Args:
-        lengths: [S] real completion lengths of these sequences.
+        lengths: [S] real completion lengths of these sequences (0 = the sequence is out of the loss,
+            e.g. truncated under ``mask_truncated``).
         width: T, padded width of the returned tensor.
         mode: ``sequence``: mean over each sequence's tokens, then mean over the
             S_total sequences (GRPO), w = 1 / (S_total * len_s);
             ``token``: one mean over all T_total real tokens (DAPO), w = 1 / T_total;
             ``constant``: sum over tokens divided by S_total * max_new_tokens
             (Dr. GRPO), w = 1 / (S_total * max_new_tokens).
-        num_sequences: S_total over the whole batch (every micro-batch and rank).
+        num_sequences: S_total over the whole batch (every micro-batch and rank). The loop
+            passes the sequences in the loss for ``sequence`` and *all* sequences for
+            ``constant`` (a constant normaliser, as TRL's ``dr_grpo``; docs/algorithms.md).
         num_tokens: T_total real tokens over the whole batch.
         max_new_tokens: the constant of the ``constant`` mode.
     Returns:
-        [S, T] weights, zero on padding.
+        [S, T] weights, zero on padding; all zero (never NaN) when the batch has no
+        token in the loss (``num_sequences`` or ``num_tokens`` is 0).
     """
     mask = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).float()
+    if mode not in NORMALISATIONS:
+        raise ValueError(f"loss normalisation must be one of {NORMALISATIONS}, got {mode!r}")
+    if num_sequences <= 0 or num_tokens <= 0:  # fully masked batch: nothing to weight
+        return torch.zeros_like(mask)
     if mode == "sequence":
         w = 1.0 / (num_sequences * lengths.clamp(min=1).float())
         return mask * w.unsqueeze(1)
     if mode == "token":
-        return mask / max(num_tokens, 1)
-    if mode == "constant":
-        return mask / (num_sequences * max_new_tokens)
-    raise ValueError(f"loss normalisation must be one of {NORMALISATIONS}, got {mode!r}")
+        return mask / num_tokens
+    return mask / (num_sequences * max_new_tokens)
 
 
 def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
@@ -59,10 +65,21 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
     logp.detach()`` (one pass on fresh samples) the ratio is 1 and the gradient
     is the plain policy gradient ``-A * grad logp``.
 
+    Clip statistics (as TRL logs them), fractions of the real tokens (``weights > 0``)
+    where the clip actually binds, i.e. where ``min`` picks the clipped term and the
+    token's gradient is zero:
+
+        clip_low    = mean[ratio < 1 - clip_low  and A < 0]
+        clip_high   = mean[ratio > 1 + clip_high and A > 0]
+        clip_region = clip_low + clip_high
+
+    (a token outside the band whose advantage pushes it back inside is not clipped).
+
     Args:
         logp, old_logp, weights: [S, T]; advantages: [S].
     Returns:
-        (scalar loss, stats: clip fraction and mean ratio over real tokens).
+        (scalar loss, stats: ``clip_low``, ``clip_high``, ``clip_region``, ``ratio_mean``
+        over real tokens, and ``tokens``, their count).
     """
     mask = (weights > 0).float()
     diff = logp - old_logp
@@ -79,8 +96,10 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
     loss = (per_token * weights).sum()
     with torch.no_grad():
         n = mask.sum().clamp(min=1)
-        stats = {"clip_frac": ((unclipped != clipped).float() * mask).sum() / n,
-                 "ratio_mean": (ratio * mask).sum() / n}
+        low = ((ratio < 1 - clip_low) & (adv < 0)).float() * mask
+        high = ((ratio > 1 + clip_high) & (adv > 0)).float() * mask
+        stats = {"clip_low": low.sum() / n, "clip_high": high.sum() / n, "clip_region": (low + high).sum() / n,
+                 "ratio_mean": (ratio * mask).sum() / n, "tokens": mask.sum()}
     return loss, stats
 
 
@@ -97,6 +116,15 @@ def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") ->
 
     Both have expectation KL(pi || pi_ref) under pi. Shapes: [S, T] -> [S, T]
     (padding positions are whatever the inputs hold; weight them out).
+
+    As a *loss term* (gradient through ``logp``, tokens sampled from pi) they
+    differ (docs/algorithms.md, "What the KL term estimates")::
+
+        grad k1 = grad logp                      E_pi[.] = 0: regularises nothing
+        grad k3 = (1 - pi_ref / pi) grad logp    E_pi[.] = grad KL(pi_ref || pi)
+
+    so ``kl_mode: loss`` takes k3 only (it follows the gradient of the reverse
+    KL, as TRL's GRPO loss does); k1 is for ``kl_mode: reward`` and metrics.
     """
     d = ref_logp - logp
     if kind == "k1":
@@ -118,7 +146,9 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, weights: torch.Tensor
                kind: str = "k3") -> torch.Tensor:
     """KL "in the loss": ``beta * sum_{s,t} weights[s,t] * kl_t`` (same weights as the policy loss).
 
-    Gradient flows through ``logp`` only. Shapes: [S, T] -> scalar.
+    Gradient flows through ``logp`` only. With k3 its expected gradient is
+    ``beta * grad KL(pi_ref || pi)`` (see :func:`kl_estimate`); k1's is zero,
+    which ``TrainConfig.validate`` refuses. Shapes: [S, T] -> scalar.
     """
     return beta * (kl_estimate(logp, ref_logp.detach(), kind) * weights).sum()
 

@@ -1,6 +1,6 @@
 import torch
 
-from comarl.advantages import group_relative, no_baseline
+from comarl.advantages import MAX_SCALED, external_baseline, group_relative, no_baseline, scale_by_group_std
 
 # one reward table shared by the estimator tests: 2 groups x 4 samples
 R = torch.tensor([[1.0, 2.0, 3.0, 6.0],
@@ -30,3 +30,44 @@ def test_identical_returns_give_zero_advantage_even_with_std():
 
 def test_no_baseline_is_identity():
     assert torch.equal(no_baseline(R), R)
+
+
+# ---------------------------------------------------------------- near-constant groups
+NEAR = torch.tensor([[1.0, 1.0, 1.0 + 3e-6]])  # unbiased std = 3e-6 / sqrt(3) = 1.73e-6
+
+
+def test_near_constant_group_stays_bounded():
+    """Returns [1, 1, 1 + 3e-6]: dividing by std + 1e-6 = 2.73e-6 gave REINFORCE ~3.7e5 and ReMax ~1.8e5.
+
+    The spread 1.73e-6 is below max|A| / 100 = 0.01, so the group counts as flat and keeps its
+    advantages: REINFORCE [1, 1, 1 + 3e-6], ReMax (b = 0.5) [0.5, 0.5, 0.5 + 3e-6]; bound max(100, max|A|).
+    GRPO's centred form is bounded by (K - 1)/sqrt(K) = 1.155: [-1e-6, -1e-6, 2e-6] / 2.73e-6 = [-.37, -.37, .73].
+    """
+    reinforce = scale_by_group_std(no_baseline(NEAR), NEAR)
+    assert torch.allclose(reinforce, NEAR, atol=0, rtol=0)
+    remax = scale_by_group_std(external_baseline(NEAR, torch.tensor([0.5])), NEAR)
+    assert torch.allclose(remax, torch.tensor([[0.5, 0.5, 0.5 + 3e-6]]))
+    grpo = group_relative(torch.tensor([[1.0, 1.0, 1.0 + 3e-6]], dtype=torch.float64), scale_by_std=True)
+    expected = torch.tensor([[-1e-6, -1e-6, 2e-6]], dtype=torch.float64) / (3e-6 / 3 ** 0.5 + 1e-6)
+    assert torch.allclose(grpo, expected, rtol=1e-4)
+    assert grpo.abs().max() < 2 / 3 ** 0.5
+
+
+def test_std_scaling_threshold_by_hand():
+    # [1, 1, 1.05]: std = 0.05/sqrt(3) = 0.028868 > max|A|/100 = 0.0105 -> scaled: 1.05 / (0.028868 + 1e-6) = 36.37
+    r = torch.tensor([[1.0, 1.0, 1.05]], dtype=torch.float64)
+    s = 0.05 / 3 ** 0.5 + 1e-6
+    assert torch.allclose(scale_by_group_std(r, r), r / s)
+    # [1, 1, 1.01]: std = 0.005774 <= 0.0101 -> flat, left as it is
+    r = torch.tensor([[1.0, 1.0, 1.01]], dtype=torch.float64)
+    assert torch.equal(scale_by_group_std(r, r), r)
+
+
+def test_std_scaled_advantages_are_bounded_for_any_group():
+    g = torch.Generator().manual_seed(0)
+    for scale in (1e-9, 1e-6, 1e-3, 1.0, 1e3):
+        returns = 1.0 + scale * torch.randn(64, 4, generator=g, dtype=torch.float64)
+        for adv in (returns, returns - 0.5, returns - returns.max(dim=1, keepdim=True).values):
+            out = scale_by_group_std(adv, returns)
+            bound = torch.clamp(adv.abs().amax(dim=1, keepdim=True), min=MAX_SCALED)
+            assert (out.abs() <= bound * (1 + 1e-9)).all(), scale

@@ -49,6 +49,41 @@ def test_sequence_kl_and_penalty_gradient_by_hand():
     assert torch.allclose(lp.grad, torch.tensor([[0.1 * 0.5 * 0.5, 0.1 * 0.5 * -1.0, 0.0]]), atol=1e-6)
 
 
+def _expected_penalty_gradient(kind):
+    """E_{a ~ pi}[grad_z kl(a)] exactly over the 3 outcomes, pi = softmax(z) = P; weights P play the sampling."""
+    z = P.log().clone().requires_grad_(True)
+    logp = torch.log_softmax(z, dim=0).unsqueeze(0)
+    kl_penalty(logp, Q.log().unsqueeze(0), P.unsqueeze(0), beta=1.0, kind=kind).backward()
+    return z.grad
+
+
+def test_k3_in_the_loss_follows_the_gradient_of_the_reverse_kl():
+    """grad_z KL(pi_ref || pi) = pi - pi_ref = (1/4, -1/4, 0) for a softmax policy.
+
+    k3's per-token gradient is (1 - q/p) grad logp, so E_pi = sum_a (p_a - q_a)(e_a - p) = p - q.
+    The forward KL(pi || pi_ref) has gradient p_j (ln(p_j/q_j) - KL) = ln2 * (3/8, -5/16, -1/16)
+    = (0.2599, -0.2166, -0.0433): k3 in the loss does not follow that one (docs/algorithms.md).
+    """
+    g = _expected_penalty_gradient("k3")
+    assert torch.allclose(g, torch.tensor([0.25, -0.25, 0.0]), atol=1e-6)
+    forward = math.log(2) * torch.tensor([3 / 8, -5 / 16, -1 / 16])
+    z = P.log().clone().requires_grad_(True)
+    pi = torch.softmax(z, 0)
+    (pi * (pi / Q).log()).sum().backward()
+    assert torch.allclose(z.grad, forward, atol=1e-6)  # the hand numbers of the forward KL's gradient
+    assert not torch.allclose(g, forward, atol=1e-2)
+
+
+def test_k1_in_the_loss_has_zero_expected_gradient_and_is_refused():
+    # grad k1 = grad logp, and E_pi[grad logp] = sum_a p_a (e_a - p) = 0
+    assert torch.allclose(_expected_penalty_gradient("k1"), torch.zeros(3), atol=1e-7)
+    with pytest.raises(comarl.ConfigError, match=r"train.kl_estimator: k1 as a loss term .* k3.* kl_mode: reward"):
+        comarl.TrainConfig(kl_beta=0.1, kl_estimator="k1", kl_mode="loss").validate(1)
+    comarl.TrainConfig(kl_beta=0.1, kl_estimator="k1", kl_mode="reward").validate(1)
+    comarl.TrainConfig(kl_beta=0.1, kl_estimator="k3", kl_mode="loss").validate(1)
+    comarl.TrainConfig(kl_beta=0.0, kl_estimator="k1", kl_mode="loss").validate(1)  # no KL term at all
+
+
 def _kl_trainer(beta, mode="loss", lora=False, steps=2):
     cfg = comarl.TrainConfig(algorithm="magrpo", num_generations=2, batch_size=2, max_steps=steps,
                              progress_bar=False, report_to=[], log_samples_steps=0, kl_beta=beta, kl_mode=mode)

@@ -56,7 +56,54 @@ def test_clipped_ratio_by_hand():
     loss, stats = clipped_policy_loss(logp, old, adv, w, clip_low=0.2, clip_high=0.2)
     expected = -1.2 - math.exp(-0.5) + math.exp(0.5)
     assert loss.item() == pytest.approx(expected, rel=1e-5)
-    assert stats["clip_frac"].item() == pytest.approx(1.0)  # all three real tokens outside [0.8, 1.2]
+    # all three real tokens lie outside [0.8, 1.2], but only token 0's clip binds (ratio high with A > 0)
+    assert stats["clip_high"].item() == pytest.approx(1 / 3)
+    assert stats["clip_low"].item() == 0.0 and stats["clip_region"].item() == pytest.approx(1 / 3)
+
+
+def test_clip_metrics_count_only_the_clips_that_bind():
+    """Four real tokens and one pad, band [0.8, 1.2].
+
+    seq 0, A = +1: ratio e^0.5 = 1.65 -> high clip binds; ratio e^-0.5 = 0.61 -> outside, but min picks
+    the unclipped term (no clip). seq 1, A = -1: ratio 0.61 -> low clip binds (-0.8 < -0.61 is not the min:
+    min(-0.61, -0.8) = -0.8, the clipped one); ratio 1.65 -> outside, min(-1.65, -1.2) = -1.65 unclipped.
+    The pad token (weight 0) is outside the band with A = -1 and a low ratio but is not counted.
+    low = 1/4, high = 1/4, region = 1/2; mean ratio = (2 * 1.6487 + 2 * 0.6065) / 4 = 1.1276.
+    """
+    logp = torch.tensor([[0.5, -0.5, 0.0], [-0.5, 0.5, -0.5]])
+    w = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
+    _, stats = clipped_policy_loss(logp, torch.zeros(2, 3), torch.tensor([1.0, -1.0]), w, 0.2, 0.2)
+    assert stats["clip_low"].item() == pytest.approx(0.25)
+    assert stats["clip_high"].item() == pytest.approx(0.25)
+    assert stats["clip_region"].item() == pytest.approx(0.5)
+    assert stats["ratio_mean"].item() == pytest.approx((2 * math.exp(0.5) + 2 * math.exp(-0.5)) / 4, rel=1e-6)
+    assert stats["tokens"].item() == 4
+
+
+def test_fully_masked_batch_gives_zero_weights_not_nan():
+    # every completion out of the loss (mask_truncated, all truncated): S_total = 0, T_total = 0
+    for mode in ("sequence", "token", "constant"):
+        w = token_weights(torch.tensor([0, 0]), 3, mode, 0, 0, 3)
+        assert torch.equal(w, torch.zeros(2, 3)), mode
+    # the loss over such a batch is 0 with a zero gradient, not NaN
+    logp = torch.zeros(2, 3, requires_grad=True)
+    loss, stats = clipped_policy_loss(logp, logp.detach(), torch.tensor([1.0, -1.0]),
+                                      token_weights(torch.tensor([0, 0]), 3, "sequence", 0, 0, 3))
+    loss.backward()
+    assert loss.item() == 0.0 and torch.equal(logp.grad, torch.zeros(2, 3)) and stats["tokens"].item() == 0
+
+
+def test_constant_normaliser_counts_truncated_sequences():
+    """Dr. GRPO with mask_truncated: 3 sequences, the middle one truncated (length 0 in the loss).
+
+    The constant is S_all * max_new_tokens = 3 * 3 = 9 (TRL's dr_grpo divides by all), so each real
+    token weighs 1/9, not 1/(2 * 3) = 1/6; the sequence mean stays over the 2 sequences in the loss.
+    """
+    lengths = torch.tensor([2, 0, 3])
+    w = token_weights(lengths, 3, "constant", num_sequences=3, num_tokens=5, max_new_tokens=3)
+    assert torch.allclose(w, torch.tensor([[1 / 9, 1 / 9, 0], [0, 0, 0], [1 / 9] * 3]))
+    w = token_weights(lengths, 3, "sequence", num_sequences=2, num_tokens=5, max_new_tokens=3)
+    assert torch.allclose(w, torch.tensor([[1 / 4, 1 / 4, 0], [0, 0, 0], [1 / 6] * 3]))
 
 
 def test_asymmetric_clip_and_sequence_ratio():

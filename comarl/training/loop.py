@@ -33,6 +33,7 @@ from ..rollout import RolloutSettings, check_tree_size, collect_rollout
 from ..runtime import check_mixed_precision
 from . import checkpoint as ckpt
 from . import distributed as dist
+from .dropout import dropout_disabled
 from .logging import MetricsLogger, Progress
 from .optim import build_optimizer, build_scheduler, rebuild_scheduler
 from .placement import agent_device_names, check_shared_devices, place_references
@@ -78,6 +79,8 @@ class _Batch:
     spans: list[tuple[int, int]]
     n_seq: float
     n_tok: float
+    n_all: float
+    """Sequences including those out of the loss (truncated under mask_truncated): the constant normaliser."""
 
 
 @dataclass
@@ -86,7 +89,7 @@ class TrainState:
     epoch: int = 0
     batch_in_epoch: int = 0
     counters: dict[str, int] = field(default_factory=lambda: {
-        "nonfinite_skips": 0, "completions": 0, "optimizer_steps": 0})
+        "nonfinite_skips": 0, "empty_batch_skips": 0, "completions": 0, "optimizer_steps": 0})
 
 
 class Trainer:
@@ -236,7 +239,11 @@ class Trainer:
 
         Old log-probs (the sampling policy's) are computed once, before the
         first update, whenever a later pass or the KL-in-reward needs them;
-        reference log-probs once, when ``kl_beta`` > 0.
+        reference log-probs once, when ``kl_beta`` > 0. Sampling, old and
+        reference log-probs run without dropout, and so does the update unless
+        ``train.disable_dropout`` is false, so pass one has ratio 1 exactly. A
+        batch with no token in the loss (every completion truncated under
+        ``mask_truncated``) skips the update (``count/empty_batch_skips``).
         """
         cfg, agent = self.config, self.agents[i]
         model = agent.model
@@ -247,17 +254,21 @@ class Trainer:
             lengths = lengths * (~torch.cat([s.truncated for s in samples])).long()
         batch = _Batch(prompts, comps, lengths, [(s, min(s + cfg.micro_batch_size, len(comps)))
                                                  for s in range(0, len(comps), cfg.micro_batch_size)],
-                       n_seq=dist.all_reduce_sum(int((lengths > 0).sum())), n_tok=dist.all_reduce_sum(int(lengths.sum())))
+                       n_seq=dist.all_reduce_sum(int((lengths > 0).sum())),
+                       n_tok=dist.all_reduce_sum(int(lengths.sum())), n_all=dist.all_reduce_sum(len(comps)))
+        if batch.n_seq == 0 or batch.n_tok == 0:  # the counts are global: every rank skips together
+            return self._skip_empty_batch(i, batch)
         ref = self.references[i]
         with autocast(cfg.mixed_precision, agent.device):
             ref_out = [ref.logprobs(prompts[a:b], comps[a:b]) for a, b in batch.spans] if ref is not None else []
         kl_in_reward = ref is not None and cfg.kl_mode == "reward"
-        model.train()
         old = None
         if cfg.num_iterations > 1 or kl_in_reward:
+            model.eval()  # the sampling policy: no dropout (as in generate and the reference)
             with torch.no_grad(), autocast(cfg.mixed_precision, agent.device):
                 old = [completion_logprobs(model, prompts[a:b], comps[a:b], agent.tokenizer.pad_token_id,
                                            agent.config.temperature)[0] for a, b in batch.spans]
+        model.train()
         if kl_in_reward:  # R <- R - beta * sum_t kl_t, before the advantages
             seq_kl = torch.cat([sequence_kl(o, r, mask.to(o.dtype), cfg.kl_estimator).cpu()
                                 for o, (r, mask) in zip(old, ref_out)])
@@ -272,10 +283,12 @@ class Trainer:
         out: dict[str, float] = {}
         name = agent.name
         ref_lp = [lp for lp, _ in ref_out]
+        clip_passes: list[dict[str, float]] = []
         for it in range(cfg.num_iterations):
-            if self.critic is not None:  # first, so a value head's backbone gradients join this agent's step
-                out.update(self.critic.update(i, it, dist.all_reduce_sum, dist.all_reduce_grads))
-            total, clip_frac, kl, bad = self._backward_pass(i, batch, adv, old, ref_lp, first=it == 0)
+            with dropout_disabled(model, cfg.disable_dropout):
+                if self.critic is not None:  # first, so a value head's backbone gradients join this agent's step
+                    out.update(self.critic.update(i, it, dist.all_reduce_sum, dist.all_reduce_grads))
+                total, clip, kl, bad = self._backward_pass(i, batch, adv, old, ref_lp, first=it == 0)
             if it == 0 and ref is not None:
                 out[f"{name}/kl"] = kl
             grad_norm = self._optimizer_step(i, bad)
@@ -283,7 +296,10 @@ class Trainer:
                 continue
             out[f"{name}/loss"] = dist.all_reduce_sum(total)
             out[f"{name}/grad_norm"] = grad_norm
-            out[f"{name}/clip_frac"] = clip_frac / max(len(comps), 1)
+            clip_passes.append(clip)
+        for key in ("low", "high", "region"):  # mean over the passes that stepped (TRL's clip_ratio/*_mean)
+            if clip_passes:
+                out[f"{name}/clip_ratio/{key}_mean"] = sum(c[key] for c in clip_passes) / len(clip_passes)
         out[f"{name}/lr"] = self.schedulers[i].get_last_lr()[0]
         out[f"{name}/advantage_abs"] = float(adv.abs().mean()) if len(adv) else 0.0
         return out
@@ -291,16 +307,18 @@ class Trainer:
     def _backward_pass(self, i: int, batch: "_Batch", adv: torch.Tensor, old, ref_lp, first: bool):
         """Loss and backward over the micro-batches of agent ``i``.
 
-        Returns (summed loss, clip fraction x sequences, mean KL to the reference
-        over real tokens (first pass), whether a loss was non-finite).
+        Returns (summed loss, fractions of this rank's real tokens clipped ``{low, high, region}``,
+        mean KL to the reference over real tokens (first pass), whether a loss was non-finite).
         """
         cfg, agent = self.config, self.agents[i]
         model, pad, temp = agent.model, agent.tokenizer.pad_token_id, agent.config.temperature
-        total, clip_frac, kl_sum, kl_tokens = 0.0, 0.0, 0.0, 0
+        total, kl_sum, kl_tokens = 0.0, 0.0, 0
+        clip_sums, clip_tokens = {"low": 0.0, "high": 0.0, "region": 0.0}, 0.0
+        n_norm = batch.n_all if cfg.loss_normalization == "constant" else batch.n_seq  # docs/algorithms.md
         for m, (a, b) in enumerate(batch.spans):
             with autocast(cfg.mixed_precision, agent.device):  # train.mixed_precision (precision.py)
                 logp, cmask = completion_logprobs(model, batch.prompts[a:b], batch.comps[a:b], pad, temp)
-            w = token_weights(batch.lengths[a:b], logp.shape[1], cfg.loss_normalization, batch.n_seq, batch.n_tok,
+            w = token_weights(batch.lengths[a:b], logp.shape[1], cfg.loss_normalization, n_norm, batch.n_tok,
                               agent.config.max_new_tokens).to(logp.device)
             old_lp = old[m] if old is not None else logp.detach()
             loss, st = clipped_policy_loss(logp, old_lp, adv[a:b].to(logp.device, logp.dtype), w,
@@ -314,11 +332,24 @@ class Trainer:
             if self.critic is not None and cfg.critic.entropy_coef > 0:  # actor-critic entropy bonus
                 loss = loss + entropy_bonus(logp, w, cfg.critic.entropy_coef)
             if not torch.isfinite(loss):
-                return total, clip_frac, kl_sum / max(kl_tokens, 1), True
+                return total, {}, kl_sum / max(kl_tokens, 1), True
             backward(loss, self.scalers.get(id(model)))  # loss.backward(), fp16: loss-scaled
             total += loss.item()
-            clip_frac += st["clip_frac"].item() * (b - a)
-        return total, clip_frac, kl_sum / max(kl_tokens, 1), False
+            n = float(st["tokens"])
+            for key in clip_sums:
+                clip_sums[key] += float(st[f"clip_{key}"]) * n
+            clip_tokens += n
+        clip = {k: v / max(clip_tokens, 1.0) for k, v in clip_sums.items()}
+        return total, clip, kl_sum / max(kl_tokens, 1), False
+
+    def _skip_empty_batch(self, i: int, batch: "_Batch") -> dict[str, float]:
+        """No token of agent ``i`` is in the loss on any rank: no update, its own counter, one line."""
+        counters = self.state.counters
+        counters["empty_batch_skips"] = counters.get("empty_batch_skips", 0) + 1
+        warnings.warn(f"step {self.state.step}: {self.agents[i].name} has no completion in the loss "
+                      f"({int(batch.n_all)} sequences, all truncated under mask_truncated or empty); update skipped "
+                      f"(empty-batch skips so far: {counters['empty_batch_skips']})", RuntimeWarning)
+        return {f"{self.agents[i].name}/lr": self.schedulers[i].get_last_lr()[0]}
 
     def _optimizer_step(self, i: int, bad: bool) -> float | None:
         """All-reduce, clip and step agent ``i``; None (update skipped with a warning) on non-finite values."""
