@@ -4,7 +4,8 @@ Every function-level item (HumanEval, MBPP, CoopHumanEval) is normalised to::
 
     {"task_id": str, "prompt": str (signature + docstring, HumanEval style),
      "entry_point": str, "tests": [snippet, ...], "setup": str,
-     "reference": str | None (a full reference program), "dataset": str}
+     "reference": str | None (a full reference program), "dataset": str,
+     "test_source": str | None (the raw ``def check(candidate)`` test; the paper preset reads it)}
 
 ClassEval items keep their benchmark fields and gain ``tests``, ``setup``,
 ``reference`` (= ``solution_code``), ``methods`` (method names, benchmark
@@ -114,7 +115,7 @@ def normalize_function_item(row: dict[str, Any], dataset: str) -> dict[str, Any]
         raise ValueError(f"{dataset} row {task_id}: expected fields (prompt, entry_point, test) or "
                          f"(prompt, code, test_list); got {sorted(row)}")
     return {"task_id": task_id, "prompt": prompt, "entry_point": entry, "tests": tests, "setup": "",
-            "reference": reference, "dataset": dataset}
+            "reference": reference, "dataset": dataset, "test_source": row.get("test")}
 
 
 def normalize_classeval_item(row: dict[str, Any]) -> dict[str, Any]:
