@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from comarl.envs.coding.data import load_function_items
+from comarl.envs.coding.classeval import ClassEvalEnv
+from comarl.envs.coding.data import load_classeval_items, load_function_items
+from comarl.envs.coding.paper_classeval import incomplete_methods, merge_into_skeleton, method_snippets, param_split
 from comarl.envs.coding.function_env import FunctionCodingEnv
 from comarl.envs.coding.paper_rewards import paper_code_reward, paper_class_reward
 from comarl.envs.coding.paper_text import (function_text, has_return, ignores_helper, is_wrapper, keep_def_blocks,
@@ -51,6 +53,34 @@ def test_paper_preset_matches_reference_first_task(shared_data, dataset):
 @pytest.mark.parametrize("dataset", sorted(SOURCES))
 def test_paper_preset_matches_reference_all(shared_data, dataset):
     assert _check(shared_data, dataset, first_task_only=False) >= 200
+
+
+def _check_classeval(shared_data, first_task_only):
+    records = json.loads((FIXTURES / "coding_classeval.json").read_text())
+    if first_task_only:
+        records = [r for r in records if r["task_id"] == records[0]["task_id"]]
+    items = {it["task_id"]: it for it in load_classeval_items(str(shared_data / "classeval"), None, None)}
+    wrong = []
+    for n in (1, 2):
+        sub = [r for r in records if len(r["texts"]) == n]
+        env = ClassEvalEnv(n, preset="paper", sandbox={"test_timeout_s": 40, "total_timeout_s": 125})
+        try:
+            out = env.step_batch([env.reset(items[r["task_id"]]) for r in sub], [tuple(r["texts"]) for r in sub])
+        finally:
+            env.close()
+        wrong += [(r["task_id"], r["tag"], r["reward"], t.reward) for r, t in zip(sub, out)
+                  if abs(t.reward - r["reward"]) > 1e-9]
+    assert not wrong, wrong
+    return len(records)
+
+
+def test_paper_classeval_matches_reference_first_class(shared_data):
+    assert _check_classeval(shared_data, first_task_only=True) >= 15
+
+
+@pytest.mark.slow
+def test_paper_classeval_matches_reference_all(shared_data):
+    assert _check_classeval(shared_data, first_task_only=False) >= 180
 
 
 # ---- the pure pieces, numbers by hand ----
@@ -99,3 +129,39 @@ def test_paper_preset_rejects_reward_weights():
         FunctionCodingEnv("humaneval", 2, preset="paper", rewards={"tests": 2.0})
     with pytest.raises(ValueError, match="env.args.preset"):
         FunctionCodingEnv("humaneval", 2, preset="papers")
+
+
+SKELETON = '''import os
+
+class Box:
+    """A box."""
+
+    def __init__(self):
+        self.items = []
+
+    def add(self, x):
+        """Add x."""
+        pass
+
+    def size(self):
+        raise NotImplementedError("later")
+
+    @property
+    def empty(self):
+        """Empty?"""
+'''
+
+
+def test_paper_classeval_split_and_merge():
+    assert incomplete_methods(SKELETON) == ["add", "size", "empty"]
+    # one parameter (self) -> agent 0, else agent 1; one agent takes all
+    assert param_split(SKELETON, 2) == {"add": 1, "size": 0, "empty": 0}
+    assert set(param_split(SKELETON, 1).values()) == {0}
+    text = "```python\nclass Box:\n    def size(self):\n        return len(self.items)\n    def add(self, x):\n" \
+           "        self.items.append(x)\n```"
+    assert method_snippets(text, {"size"}) == {"size": "def size(self):\n        return len(self.items)"}
+    merged = merge_into_skeleton(SKELETON, "Box", {"size": "def size(self):\n    return len(self.items)"})
+    assert "        return len(self.items)" in merged and "NotImplementedError" not in merged
+    # a decorated stub: the paper replaced the decorator lines only, so the old stub stays after the new method
+    merged = merge_into_skeleton(SKELETON, "Box", {"empty": "def empty(self):\n    return not self.items"})
+    assert merged.count("def empty(self):") == 2
