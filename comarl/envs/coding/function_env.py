@@ -27,9 +27,11 @@ from .extract import extract_code
 from .feedback import Outcome, check_turn_args, feedback_text, revision_prompts
 from .passk import render_table, summarize_records
 from .prompts import templates
+from .expert import Expert
+from .paper_feedback import PAPER_FEEDBACK_MODES, PaperReport, paper_followups, slice_tests
 from .paper_rewards import paper_code_reward
 from .paper_text import (PAPER_SETUP, function_text, has_return, ignores_helper, is_wrapper, paper_pass_count,
-                         paper_program, paper_test_snippets, prompt_imports, uses_helper)
+                         paper_program, paper_test_lines, paper_test_snippets, prompt_imports, uses_helper)
 from .rewards import CodeLevels, CodeRewardWeights, code_reward
 from .runner import SandboxRunner, make_job
 
@@ -75,13 +77,17 @@ class FunctionCodingEnv:
         pass_k: the k values ``summarize`` reports.
         max_failures: failed tests listed in the diagnosis.
         preset: "comarl" or "paper" (reward and default prompts; see module docstring).
+        sandbox_slice: preset paper: the first N test lines shown in feedback (negative: last N; None: all).
+        expert: preset paper, feedback ``expert_edits``: ``Expert`` arguments (model, max_new_tokens,
+            retries, agent).
     """
 
     def __init__(self, dataset: str, num_agents: int = 2, mode: str | None = None, helper_name: str = "aux",
                  max_turns: int = 1, feedback: str = "diagnosis", prompts: Mapping[str, str] | None = None,
                  rewards: Mapping[str, Any] | None = None, sandbox: Mapping[str, Any] | None = None,
                  workers: int = 2, pass_k: Sequence[int] = (1, 2, 4, 8, 16), max_failures: int = 3,
-                 history: str = "last", preset: str = "comarl"):
+                 history: str = "last", preset: str = "comarl", sandbox_slice: int | None = None,
+                 expert: Mapping[str, Any] | None = None):
         if preset not in PRESETS:
             raise ValueError(f"env.args.preset: must be one of {PRESETS}, got {preset!r}")
         if preset == "paper" and rewards:
@@ -93,7 +99,13 @@ class FunctionCodingEnv:
         need = 2 if mode == "helper_main" else 1
         if num_agents != need:
             raise ValueError(f"env.args.mode={mode!r} needs {need} agent(s), the config has {num_agents}")
-        check_turn_args(feedback, max_turns, history)
+        check_turn_args(feedback, max_turns, history, PAPER_FEEDBACK_MODES if preset == "paper" else ())
+        if feedback == "expert_edits" and not expert:
+            raise ValueError("env.args.expert: feedback expert_edits needs an expert model, e.g. {model: tiny}")
+        if mode == "single" and feedback == "expert_edits":
+            raise ValueError("env.args.feedback: expert_edits needs the helper_main mode (two agents), as in the paper")
+        self.sandbox_slice = sandbox_slice
+        self.expert = Expert(**dict(expert)) if expert and feedback == "expert_edits" else None
         self.history = history
         self.dataset, self.num_agents, self.mode = dataset, num_agents, mode
         self.helper_name, self.max_turns, self.feedback = helper_name, max_turns, feedback
@@ -172,10 +184,12 @@ class FunctionCodingEnv:
     # ---- preset "paper" ----
     def _paper_step_batch(self, states: Sequence[EnvState], responses: Sequence[Sequence[str]]) -> list[Transition]:
         attempts = [self._paper_attempt(s.item, r) for s, r in zip(states, responses)]
-        jobs = [make_job(a.program, a.tests, PAPER_SETUP) if a.main_defined and a.parses and a.tests else None
-                for a in attempts]
+        # with more turns ahead, a program whose main is missing still runs: its test results feed the feedback
+        jobs = [make_job(a.program, a.tests, PAPER_SETUP)
+                if a.parses and a.tests and (a.main_defined or self.max_turns > 1) else None for a in attempts]
         reports = self.runner.run(jobs)
-        return [self._paper_transition(s, r, a, rep) for s, r, a, rep in zip(states, responses, attempts, reports)]
+        out = [self._paper_transition(s, r, a, rep) for s, r, a, rep in zip(states, responses, attempts, reports)]
+        return self._paper_followups(states, responses, attempts, reports, out)
 
     def _paper_attempt(self, item: Mapping[str, Any], resp: Sequence[str]) -> "PaperAttempt":
         helper_text = resp[0] if self.mode == "helper_main" else ""
@@ -195,8 +209,7 @@ class FunctionCodingEnv:
     def _paper_transition(self, state: EnvState, resp: Sequence[str], a: "PaperAttempt", rep) -> Transition:
         n = len(a.tests)
         errors = tuple(rep.errors) if rep is not None else (None,) * n
-        passed_flags = tuple(rep.passed) if rep is not None else (False,) * n
-        passed = paper_pass_count(list(errors)) if rep is not None else 0
+        passed = paper_pass_count(list(errors)) if rep is not None and a.main_defined else 0
         calls = uses_helper(a.main_fn, self.helper_name)
         wrapper = is_wrapper(a.main_fn, self.helper_name)
         reward, parts = paper_code_reward(
@@ -210,12 +223,51 @@ class FunctionCodingEnv:
             metrics.update(helper_defined=float(a.helper_defined), calls_helper=float(calls), thin_wrapper=float(wrapper))
         if passed_all or state.turn + 1 >= self.max_turns:
             return Transition(reward, True, None, metrics)
-        outcome = Outcome(
-            main_defined=a.main_defined, compiled=a.parses, syntax_error=a.syntax_error,
-            program_error=rep.program_error if rep is not None else None, tests=a.tests, passed=passed_flags,
-            errors=errors, entry_point=state.item["entry_point"],
-            helper=self.helper_name if self.mode == "helper_main" else None, calls_helper=calls, thin_wrapper=wrapper)
-        return self._next_turn(state, resp, outcome, frac, reward, metrics)
+        if self.feedback not in PAPER_FEEDBACK_MODES:  # the comarl modes (plain, diagnosis) on paper scoring
+            outcome = Outcome(
+                main_defined=a.main_defined, compiled=a.parses, syntax_error=a.syntax_error,
+                program_error=rep.program_error if rep is not None else None, tests=a.tests,
+                passed=tuple(e is None for e in errors) if rep is not None else (False,) * n, errors=errors,
+                entry_point=state.item["entry_point"], helper=self.helper_name if self.mode == "helper_main" else None,
+                calls_helper=calls, thin_wrapper=wrapper)
+            return self._next_turn(state, resp, outcome, frac, reward, metrics)
+        return Transition(reward, False, None, metrics)  # next state: _paper_followups
+
+    def _paper_report(self, state: EnvState, a: "PaperAttempt", rep) -> PaperReport:
+        lines = paper_test_lines(state.item.get("test_source"), state.item["entry_point"])
+        shown = slice_tests(len(lines), self.sandbox_slice)
+        if rep is None or not a.parses:
+            tests, errors = (), ()
+        else:
+            errs = list(rep.errors) if rep.program_error is None else [rep.program_error] * len(lines)
+            tests, errors = tuple(lines[shown]), tuple(errs[shown])
+        return PaperReport(
+            helper=self.helper_name if self.mode == "helper_main" else None, entry_point=state.item["entry_point"],
+            helper_fn=a.helper_fn, main_fn=a.main_fn, helper_defined=a.helper_defined, main_defined=a.main_defined,
+            parses=a.parses, syntax_error=a.syntax_error, tests=tests, errors=errors,
+            calls_helper=uses_helper(a.main_fn, self.helper_name), ignores_result=ignores_helper(a.main_fn, self.helper_name),
+            wrapper=is_wrapper(a.main_fn, self.helper_name))
+
+    def _paper_followups(self, states, responses, attempts, reports, transitions) -> list[Transition]:
+        """Give every transition that continues its next state (prompts from the paper feedback mode)."""
+        cont = [i for i, t in enumerate(transitions) if not t.done]
+        if not cont:
+            return transitions
+        edits: dict[int, tuple[str, str]] = {}
+        if self.feedback == "expert_edits":
+            asks = [{"prompt": states[i].item["prompt"], "helper": self.helper_name,
+                     "entry_point": states[i].item["entry_point"], "code": attempts[i].program} for i in cont]
+            edits = dict(zip(cont, self.expert.edits(asks)))
+        out = list(transitions)
+        for i in cont:
+            s, r, t = states[i], responses[i], transitions[i]
+            report = self._paper_report(s, attempts[i], reports[i])
+            hist = s.history or tuple(() for _ in s.prompts)
+            histories = [h + ((p, x),) for h, p, x in zip(hist, s.prompts, r)]
+            nxt = paper_followups(self.feedback, report, histories, self.first_prompts(s.item), edits.get(i))
+            info = {"pass_rate": t.metrics["pass_rate"], "feedback": self.feedback}
+            out[i] = Transition(t.reward, False, s.advanced(r, nxt, info), t.metrics)
+        return out
 
     # ---- evaluation ----
     def summarize(self, records) -> dict[str, Any]:
