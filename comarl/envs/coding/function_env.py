@@ -186,7 +186,8 @@ class FunctionCodingEnv:
         attempts = [self._paper_attempt(s.item, r) for s, r in zip(states, responses)]
         # with more turns ahead, a program whose main is missing still runs: its test results feed the feedback
         jobs = [make_job(a.program, a.tests, PAPER_SETUP)
-                if a.parses and a.tests and (a.main_defined or self.max_turns > 1) else None for a in attempts]
+                if a.parses and a.tests and (a.main_defined or (self.max_turns > 1 and a.main_fn)) else None
+                for a in attempts]
         reports = self.runner.run(jobs)
         out = [self._paper_transition(s, r, a, rep) for s, r, a, rep in zip(states, responses, attempts, reports)]
         return self._paper_followups(states, responses, attempts, reports, out)
@@ -236,7 +237,10 @@ class FunctionCodingEnv:
     def _paper_report(self, state: EnvState, a: "PaperAttempt", rep) -> PaperReport:
         lines = paper_test_lines(state.item.get("test_source"), state.item["entry_point"])
         shown = slice_tests(len(lines), self.sandbox_slice)
-        if rep is None or not a.parses:
+        if a.parses and not a.main_fn:  # nothing to run: every test fails on the missing name, as it did there
+            tests = tuple(lines[shown])
+            errors = tuple(f"NameError: name '{state.item['entry_point']}' is not defined" for _ in tests)
+        elif rep is None or not a.parses:
             tests, errors = (), ()
         else:
             errs = list(rep.errors) if rep.program_error is None else [rep.program_error] * len(lines)
