@@ -108,8 +108,8 @@ def check_turn_args(feedback: str, max_turns: int, history: str, paper_modes: tu
     ``paper_modes``: the extra feedback modes the environment accepts (preset ``paper``).
     """
     if feedback not in FEEDBACK_MODES + paper_modes:
-        hint = " (level_feedback, level_passed, passed and expert_edits need env.args.preset=paper)" \
-            if not paper_modes else ""
+        hint = (" (level_feedback, level_passed, passed and expert_edits exist for humaneval, mbpp and "
+                "coophumaneval with env.args.preset=paper)") if not paper_modes else ""
         raise ValueError(f"env.args.feedback: must be one of {FEEDBACK_MODES + paper_modes}, got {feedback!r}{hint}")
     if max_turns < 1:
         raise ValueError(f"env.args.max_turns: must be >= 1, got {max_turns}")

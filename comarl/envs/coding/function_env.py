@@ -201,7 +201,7 @@ class FunctionCodingEnv:
             ast.parse(program)
             parses, syntax_error = True, None
         except SyntaxError as e:
-            parses, syntax_error = False, f"line {e.lineno}: {e.msg}"
+            parses, syntax_error = False, f"line {e.lineno}, col {e.offset}: {e.msg}"
         except ValueError as e:  # e.g. null bytes
             parses, syntax_error = False, str(e)
         return PaperAttempt(helper_fn, main_fn, has_return(helper_fn), has_return(main_fn), program, parses,
