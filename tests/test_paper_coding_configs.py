@@ -46,3 +46,15 @@ def test_paper_config_trains_two_steps_with_tiny_models(path, shared_data, tmp_p
     finally:
         getattr(trainer.env, "close", lambda: None)()
     assert len(hist) == 2 and all(h["count/completions"] > 0 for h in hist)
+
+
+def test_split_slices(shared_data):
+    from comarl.envs.coding.data import load_classeval_items, load_function_items, parse_split
+    assert parse_split("test[33:163]") == ("test", slice(33, 163)) and parse_split("train[16:]") == ("train", slice(16, None))
+    assert parse_split("[:32]") == (None, slice(None, 32)) and parse_split("test") == ("test", None)
+    with pytest.raises(ValueError, match="test\\[a:b\\]"):
+        parse_split("test[a:b]")
+    he = load_function_items("humaneval", str(shared_data / "humaneval"), "test[33:163]", None)
+    assert len(he) == 130 and he[0]["task_id"] == "HumanEval/33" and he[-1]["task_id"] == "HumanEval/162"
+    ce = load_classeval_items(str(shared_data / "classeval"), "test[66:82]", None)
+    assert [c["task_id"] for c in ce[:1]] == ["ClassEval_66"] and len(ce) == 16
