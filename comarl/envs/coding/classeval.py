@@ -13,6 +13,12 @@ version of the agent it was assigned to, else another agent's version, else a
 stub that raises ``NotImplementedError`` / extra methods agents added.
 Tests: one snippet per benchmark ``unittest.TestCase`` class.
 
+Preset ``paper`` (``env.args.preset``) replaces split, merge, tests and reward
+with the MAGRPO paper's (``paper_classeval.py``, ``paper_rewards.py``):
+methods split by parameter count, the stubs of the skeleton replaced in
+place, one counted test per test method, reward 2*valid/M + 4*passed/run -
+overlap/M (0 when the merged module does not compile).
+
 Registers ``classeval`` on import.
 """
 from __future__ import annotations
@@ -30,6 +36,10 @@ from .extract import Block, extract_code, is_stub, parses, split_blocks
 from .feedback import Outcome, check_turn_args, feedback_text, revision_prompts
 from .passk import render_table, summarize_records
 from .prompts import templates
+from .paper_classeval import (RUN_ONE_SETUP, chosen_methods, class_name, compiles, incomplete_methods,
+                              merge_into_skeleton, overlap_count, param_split, program_with_tests, test_snippets)
+from .paper_rewards import paper_class_reward
+from .paper_text import paper_pass_count
 from .rewards import ClassRewardWeights, class_reward
 from .runner import SandboxRunner, make_job
 
@@ -153,13 +163,19 @@ class ClassEvalEnv:
         split: "alternate" or "halves".
         max_turns / feedback / history / prompts / sandbox / workers / pass_k / max_failures:
             as in ``FunctionCodingEnv`` (template roles: class, revise).
-        rewards: ``ClassRewardWeights`` fields.
+        rewards: ``ClassRewardWeights`` fields (preset comarl only).
+        preset: "comarl" (default) or "paper" (see module docstring; ``split`` is then by parameter count).
     """
 
     def __init__(self, num_agents: int = 2, split: str = "alternate", max_turns: int = 1, feedback: str = "diagnosis",
                  prompts: Mapping[str, str] | None = None, rewards: Mapping[str, Any] | None = None,
                  sandbox: Mapping[str, Any] | None = None, workers: int = 2, pass_k: Sequence[int] = (1, 2, 4, 8, 16),
-                 max_failures: int = 3, history: str = "last"):
+                 max_failures: int = 3, history: str = "last", preset: str = "comarl"):
+        if preset not in ("comarl", "paper"):
+            raise ValueError(f"env.args.preset: must be one of ('comarl', 'paper'), got {preset!r}")
+        if preset == "paper" and rewards:
+            raise ValueError("env.args.rewards: the paper preset has fixed weights; remove env.args.rewards")
+        self.preset = preset
         if num_agents < 1:
             raise ValueError(f"classeval needs at least one agent, got {num_agents}")
         if split not in SPLITS:
@@ -167,7 +183,7 @@ class ClassEvalEnv:
         check_turn_args(feedback, max_turns, history)
         self.history = history
         self.num_agents, self.split, self.max_turns, self.feedback = num_agents, split, max_turns, feedback
-        self.templates = templates(dict(prompts or {}))
+        self.templates = templates(dict(prompts or {}), preset)
         try:
             self.weights = ClassRewardWeights(**dict(rewards or {}))
         except TypeError as e:
@@ -176,6 +192,9 @@ class ClassEvalEnv:
         self.pass_k, self.max_failures = tuple(pass_k), max_failures
 
     def assignment(self, item: Mapping[str, Any]) -> list[list[str]]:
+        if self.preset == "paper":
+            split = param_split(item["skeleton"], self.num_agents)
+            return [[m for m, a in split.items() if a == i] for i in range(self.num_agents)]
         return split_methods(item["methods"], self.num_agents, self.split)
 
     def first_prompts(self, item: Mapping[str, Any]) -> tuple[str, ...]:
@@ -184,8 +203,8 @@ class ClassEvalEnv:
         for i, mine in enumerate(parts):
             others = [m for j, ms in enumerate(parts) if j != i for m in ms]
             out.append(self.templates["class"].format(
-                skeleton=item["skeleton"], class_name=item["class_name"], methods=", ".join(mine) or "(none)",
-                others=", ".join(others) or "(none)"))
+                skeleton=item["skeleton"].strip(), class_name=item["class_name"], methods=", ".join(mine) or "(none)",
+                others=", ".join(others) or "(none)", methods_list="\n".join(f"- {m}" for m in mine) or "(none)"))
         return tuple(out)
 
     def reset(self, item: Mapping[str, Any]) -> EnvState:
@@ -199,6 +218,9 @@ class ClassEvalEnv:
         for s, resp in zip(states, responses):
             if len(resp) != self.num_agents:
                 raise ValueError(f"joint action has {len(resp)} responses, environment has {self.num_agents} agents")
+        if self.preset == "paper":
+            return self._paper_step_batch(states, responses)
+        for s, resp in zip(states, responses):
             merged.append(merge_class(s.item, resp, self.assignment(s.item)))
         jobs = [make_job(m.program, s.item["tests"], s.item["setup"]) if m.compiled else None for m, s in zip(merged, states)]
         reports = self.runner.run(jobs)
@@ -233,6 +255,42 @@ class ClassEvalEnv:
             blocks.append(self.templates["revise"].format(previous=extract_code(r) or r.strip(), feedback=text))
         nxt, kept = revision_prompts(self.first_prompts(item), state.info.get("revisions"), blocks, self.history)
         return Transition(reward, False, state.advanced(resp, nxt, {"pass_rate": frac, "revisions": kept}), metrics)
+
+    # ---- preset "paper" ----
+    def _paper_step_batch(self, states: Sequence[EnvState], responses: Sequence[Sequence[str]]) -> list[Transition]:
+        attempts = []
+        for s, resp in zip(states, responses):
+            item = s.item
+            methods = incomplete_methods(item["skeleton"])
+            chosen = chosen_methods(list(resp), methods, param_split(item["skeleton"], self.num_agents))
+            merged = merge_into_skeleton(item["skeleton"], class_name(item["skeleton"]) or "", chosen)
+            program = program_with_tests(merged, item["test"])
+            attempts.append((methods, chosen, overlap_count(list(resp), methods), program, compiles(program),
+                             tuple(test_snippets(item["test"]))))
+        jobs = [make_job(a[3], a[5], RUN_ONE_SETUP) if a[4] and a[5] else None for a in attempts]
+        reports = self.runner.run(jobs)
+        out = []
+        for s, resp, (methods, chosen, overlap, program, ok, tests), rep in zip(states, responses, attempts, reports):
+            errors = tuple(rep.errors) if rep is not None else (None,) * len(tests)
+            passed = paper_pass_count(list(errors)) if rep is not None else 0
+            reward, parts = paper_class_reward(len(methods), len(chosen), overlap, ok, len(tests), passed)
+            frac = passed / len(tests) if tests else 0.0
+            passed_all = bool(tests) and passed == len(tests)
+            metrics = {"pass_rate": frac, "passed_all": float(passed_all), "compiled": float(ok),
+                       "method_share": len(chosen) / len(methods) if methods else 0.0,
+                       "overlap_share": overlap / len(methods) if methods else 0.0, **parts}
+            if passed_all or s.turn + 1 >= self.max_turns:
+                out.append(Transition(reward, True, None, metrics))
+                continue
+            passed_flags = tuple(rep.passed) if rep is not None else (False,) * len(tests)
+            o = Outcome(main_defined=bool(chosen), compiled=ok, syntax_error=None if ok else "the merged class does not compile",
+                        program_error=rep.program_error if rep is not None else None, tests=tests, passed=passed_flags,
+                        errors=errors, entry_point=s.item["class_name"])
+            text = feedback_text(self.feedback, o, self.max_failures)
+            blocks = [self.templates["revise"].format(previous=extract_code(r) or r.strip(), feedback=text) for r in resp]
+            nxt, kept = revision_prompts(self.first_prompts(s.item), s.info.get("revisions"), blocks, self.history)
+            out.append(Transition(reward, False, s.advanced(resp, nxt, {"pass_rate": frac, "revisions": kept}), metrics))
+        return out
 
     def summarize(self, records) -> dict[str, Any]:
         """Team pass@k per class and overall (see ``passk.summarize_records``)."""

@@ -4,7 +4,8 @@ Every function-level item (HumanEval, MBPP, CoopHumanEval) is normalised to::
 
     {"task_id": str, "prompt": str (signature + docstring, HumanEval style),
      "entry_point": str, "tests": [snippet, ...], "setup": str,
-     "reference": str | None (a full reference program), "dataset": str}
+     "reference": str | None (a full reference program), "dataset": str,
+     "test_source": str | None (the raw ``def check(candidate)`` test; the paper preset reads it)}
 
 ClassEval items keep their benchmark fields and gain ``tests``, ``setup``,
 ``reference`` (= ``solution_code``), ``methods`` (method names, benchmark
@@ -15,6 +16,7 @@ from __future__ import annotations
 import ast
 import gzip
 import json
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -114,7 +116,7 @@ def normalize_function_item(row: dict[str, Any], dataset: str) -> dict[str, Any]
         raise ValueError(f"{dataset} row {task_id}: expected fields (prompt, entry_point, test) or "
                          f"(prompt, code, test_list); got {sorted(row)}")
     return {"task_id": task_id, "prompt": prompt, "entry_point": entry, "tests": tests, "setup": "",
-            "reference": reference, "dataset": dataset}
+            "reference": reference, "dataset": dataset, "test_source": row.get("test")}
 
 
 def normalize_classeval_item(row: dict[str, Any]) -> dict[str, Any]:
@@ -134,6 +136,26 @@ def normalize_classeval_item(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+_SLICE = re.compile(r"^\s*([A-Za-z0-9_\-]*)\s*(?:\[\s*(-?\d*)\s*:\s*(-?\d*)\s*\])?\s*$")
+
+
+def parse_split(split: str | None) -> tuple[str | None, slice | None]:
+    """``"test[33:163]"`` -> ("test", slice(33, 163)); ``"train[16:]"``, ``"[:32]"``, ``"test"``, None also work.
+
+    The slice is over the rows of the named split in file (or hub) order, as the
+    hub's own ``split="test[33:163]"`` syntax (what the paper's configs use).
+    """
+    if split is None:
+        return None, None
+    m = _SLICE.match(split)
+    if not m:
+        raise ValueError(f"data split {split!r}: expected NAME, NAME[a:b] or [a:b] (a, b integers, either optional)")
+    name, a, b = m.group(1) or None, m.group(2), m.group(3)
+    if m.group(2) is None:
+        return name, None
+    return name, slice(int(a) if a else None, int(b) if b else None)
+
+
 def _select(rows: Iterable[dict[str, Any]], dataset: str, split: str | None) -> list[dict[str, Any]]:
     rows = list(rows)
     if dataset == "mbpp" and split in MBPP_SPLITS and rows and "test_list" in rows[0]:
@@ -147,14 +169,19 @@ def load_function_items(dataset: str, source: str | None, split: str | None, lim
 
     ``split``: for a local sanitized-MBPP file, one of prompt/test/validation/
     train (task_id ranges) or None/"all" for all 427 rows; other local files
-    hold one split and ignore it; for a hub id it is the hub split (default "test").
+    hold one split and ignore its name; for a hub id it is the hub split
+    (default "test"). Any of them may end in a slice, e.g. ``test[33:163]``
+    (see ``parse_split``), applied after the split is chosen.
     """
-    rows = _select(read_source(dataset, source, split), dataset, split)
-    items = [normalize_function_item(r, dataset) for r in rows]
+    name, cut = parse_split(split)
+    rows = _select(read_source(dataset, source, name), dataset, name)
+    items = [normalize_function_item(r, dataset) for r in (rows[cut] if cut else rows)]
     return items[:limit] if limit is not None else items
 
 
 def load_classeval_items(source: str | None, split: str | None, limit: int | None) -> list[dict[str, Any]]:
-    """ClassEval items, normalised (the local file holds the 100 test classes)."""
-    items = [normalize_classeval_item(r) for r in read_source("classeval", source, split)]
+    """ClassEval items, normalised (the local file holds the 100 test classes; ``split`` may end in a slice)."""
+    name, cut = parse_split(split)
+    rows = read_source("classeval", source, name)
+    items = [normalize_classeval_item(r) for r in (rows[cut] if cut else rows)]
     return items[:limit] if limit is not None else items

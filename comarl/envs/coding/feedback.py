@@ -102,10 +102,15 @@ def revision_prompts(first: tuple[str, ...], earlier: tuple[tuple[str, ...], ...
     return tuple(p + "".join(s) for p, s in zip(first, shown)), kept
 
 
-def check_turn_args(feedback: str, max_turns: int, history: str) -> None:
-    """The multi-turn arguments every coding environment takes; errors name the env.args key."""
-    if feedback not in FEEDBACK_MODES:
-        raise ValueError(f"env.args.feedback: must be one of {FEEDBACK_MODES}, got {feedback!r}")
+def check_turn_args(feedback: str, max_turns: int, history: str, paper_modes: tuple[str, ...] = ()) -> None:
+    """The multi-turn arguments every coding environment takes; errors name the env.args key.
+
+    ``paper_modes``: the extra feedback modes the environment accepts (preset ``paper``).
+    """
+    if feedback not in FEEDBACK_MODES + paper_modes:
+        hint = (" (level_feedback, level_passed, passed and expert_edits exist for humaneval, mbpp and "
+                "coophumaneval with env.args.preset=paper)") if not paper_modes else ""
+        raise ValueError(f"env.args.feedback: must be one of {FEEDBACK_MODES + paper_modes}, got {feedback!r}{hint}")
     if max_turns < 1:
         raise ValueError(f"env.args.max_turns: must be >= 1, got {max_turns}")
     if history not in HISTORY_MODES:

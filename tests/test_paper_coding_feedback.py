@@ -1,0 +1,72 @@
+"""Feedback modes of the coding paper preset: per-agent prompts, sandbox_slice, the expert."""
+import pytest
+
+from comarl.envs.coding.data import load_function_items
+from comarl.envs.coding.expert import Expert, last_json_edits
+from comarl.envs.coding.function_env import FunctionCodingEnv
+from comarl.envs.coding.paper_feedback import PaperReport, level_feedback, level_passed, passed, slice_tests
+
+REPORT = PaperReport(helper="aux", entry_point="f", helper_fn="def aux(x):\n    return x", main_fn="def f(x):\n    return aux(x)",
+                     helper_defined=True, main_defined=True, parses=True, syntax_error=None,
+                     tests=("assert f(1) == 2", "assert f(2) == 2", "assert f(3) == 4"),
+                     errors=("AssertionError", None, "TypeError: bad"), calls_helper=True, wrapper=True)
+HIST = [(("helper prompt", "helper answer"),), (("main prompt", "main answer"),)]
+
+
+def test_level_feedback_is_per_agent_with_history_and_every_failure():
+    helper, main = level_feedback(REPORT, HIST)
+    for text in (helper, main):
+        assert "Tests: 1/3 passed" in text
+        assert "Failed case: assert f(1) == 2 -> AssertionError" in text
+        assert "Failed case: assert f(3) == 4 -> TypeError: bad" in text
+    assert "helper prompt" in helper and "helper answer" in helper and "main answer" not in helper
+    assert "main prompt" in main and "main answer" in main and "helper answer" not in main
+    # helper-use notes go to the main agent only
+    assert "Helper use" in main and "Helper use" not in helper and "only wraps aux" in main and "Warning" not in helper
+    assert helper.rstrip().endswith("Revise your aux(...) accordingly. Output only the function code, nothing else.")
+
+
+def test_short_modes():
+    helper, main = level_passed(REPORT)
+    assert "Passed 1/3 tests" in main and "Helper use" in main and "Helper use" not in helper
+    assert "def aux(x)" in helper and "def f(x)" in main
+    assert all("Not all levels passed" in t for t in passed(REPORT))
+    single = PaperReport(helper=None, entry_point="f", helper_fn="", main_fn="", helper_defined=False,
+                         main_defined=False, parses=False, syntax_error="line 1, col 2: invalid syntax", tests=(), errors=())
+    (text,) = level_feedback(single, [()])
+    assert "MISSING (not defined)" in text and "ERROR (line 1, col 2: invalid syntax)" in text and "aux" not in text
+
+
+def test_slice_tests():
+    assert slice_tests(5, 1) == slice(0, 1) and slice_tests(5, None) == slice(0, 5) and slice_tests(5, 0) == slice(0, 5)
+    assert list(range(5))[slice_tests(5, -2)] == [3, 4]
+
+
+def test_last_json_edits():
+    assert last_json_edits('noise {"aux": "a1"} then {"aux": "x", "main": "y"} end') == ("x", "y")
+    assert last_json_edits("no json {here") is None
+
+
+def test_env_level_feedback_with_sandbox_slice(shared_data):
+    item = load_function_items("coophumaneval", str(shared_data / "coophumaneval"), "train[:1]", None)[0]
+    env = FunctionCodingEnv("coophumaneval", 2, preset="paper", max_turns=2, feedback="level_feedback", sandbox_slice=1)
+    try:
+        resp = ("def aux(n):\n    return n > 100\n", "def x_or_y(n, x, y):\n    r = aux(n)\n    return x if r else y\n")
+        t = env.step_batch([env.reset(item)], [resp])[0]
+    finally:
+        env.close()
+    assert not t.done and len(t.next_state.prompts) == 2
+    main = t.next_state.prompts[1]
+    # only the first assert is shown (it fails: 7 is prime but aux says no)
+    assert "Tests: 0/1 passed" in main and "assert x_or_y(7, 34, 12) == 34 -> AssertionError" in main
+    assert t.next_state.history[1][0][1] == resp[1]
+
+
+def test_expert_edits_needs_an_expert_and_runs_with_the_tiny_model():
+    with pytest.raises(ValueError, match="env.args.expert"):
+        FunctionCodingEnv("humaneval", 2, preset="paper", max_turns=2, feedback="expert_edits")
+    with pytest.raises(ValueError, match="preset=paper"):
+        FunctionCodingEnv("humaneval", 2, max_turns=2, feedback="level_feedback")
+    edits = Expert("tiny", max_new_tokens=4, retries=2).edits(
+        [{"prompt": "def f(x):\n", "helper": "aux", "entry_point": "f", "code": "def f(x):\n    return x"}])
+    assert edits == [("", "")]  # a random tiny model writes no JSON: no edits, as the paper's fallback
