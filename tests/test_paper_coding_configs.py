@@ -58,3 +58,17 @@ def test_split_slices(shared_data):
     assert len(he) == 130 and he[0]["task_id"] == "HumanEval/33" and he[-1]["task_id"] == "HumanEval/162"
     ce = load_classeval_items(str(shared_data / "classeval"), "test[66:82]", None)
     assert [c["task_id"] for c in ce[:1]] == ["ClassEval_66"] and len(ce) == 16
+
+
+# reference reward processing: (shift, sibling-mean threshold or None) per config
+REFERENCE_SHIFT = {"humaneval": (-4.0, -0.2), "humaneval_1turn": (-4.0, None), "humaneval_single": (-2.1, -0.1),
+                   "coophumaneval": (-4.0, -0.2), "coophumaneval_1turn": (-4.0, None), "mbpp": (-4.0, -0.2),
+                   "classeval": (-6.0, -0.2)}
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_paper_config_shifts_rewards_and_stops_on_the_sibling_mean(path):
+    cfg = load_config(path)
+    shift, threshold = REFERENCE_SHIFT[path.stem]
+    assert (cfg.env.reward_shift, cfg.env.reward_scale) == (shift, 1.0)
+    assert cfg.train.early_stop_sibling_mean == threshold and cfg.train.early_stop_reward is None
