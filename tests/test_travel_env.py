@@ -202,3 +202,13 @@ def test_each_role_sees_the_catalog_of_its_fields(items):
     assert "[move St. Petersburg -> Rockford]" in p0 and "[stay" not in p0 and "[eat" not in p0
     assert "[stay Rockford]" in p1 and "[see Rockford]" in p1 and "[move" not in p1 and "[eat" not in p1
     assert "[eat Rockford]" in p2 and "[see" not in p2
+
+
+def test_catalog_names_are_copyable():
+    """A name with a line break is shown by its first line, which the benchmark's substring match still finds."""
+    raw = {"Accommodations in Kalamazoo": [{"NAME": "Angie Suite  in the Heights\nSe habla Español", "price": 217.0,
+                                            "room type": "Private room", "house_rules": "No pets", "minimum nights": 3.0,
+                                            "maximum occupancy": 2, "review rate number": 3.0, "city": "Kalamazoo"}]}
+    ref = parse_reference(raw)
+    assert C.entity_name(raw["Accommodations in Kalamazoo"][0]["NAME"]) == "Angie Suite  in the Heights"
+    assert ref.accommodation("Angie Suite  in the Heights", "Kalamazoo") is not None

@@ -83,12 +83,22 @@ def transport_value(kind: str, row_or_text, origin: str, dest: str) -> str:
 
 @dataclass(frozen=True)
 class Line:
+    """One catalog entry: ``group`` ("move A -> B", "stay City", "eat City", "see City"), ``rank``
+    (smaller = more useful, compared inside a group only) and the ``text`` shown."""
+
     group: str
     rank: tuple
     text: str
 
 
+def entity_name(name: object) -> str:
+    """The name as an agent should copy it: its first line (a few reference names hold line
+    breaks; the benchmark matches names by substring, so the first line still matches)."""
+    return str(name).split("\n")[0].strip()
+
+
 def logistics_lines(q: TravelQuery, ref: Reference, route: Sequence[DayRoute]) -> list[Line]:
+    """Transport options of every move of the route and the accommodations of every city."""
     lines = []
     moves = {(r.origin, r.city) for r in route if r.origin}
     for f in ref.flights:
@@ -113,13 +123,14 @@ def logistics_lines(q: TravelQuery, ref: Reference, route: Sequence[DayRoute]) -
             too_long = float(r.get("minimum nights") or 0) > stay.get(city, 0)
             price = float(r["price"]) * math.ceil(q.people / float(r.get("maximum occupancy") or 1))
             lines.append(Line(f"stay {city}", (rule_bad or type_bad or too_long, price),
-                              f"{r['NAME']}, {city} | ${float(r['price']):.0f}/night, max {int(r['maximum occupancy'])}"
+                              f"{entity_name(r['NAME'])}, {city} | ${float(r['price']):.0f}/night, max {int(r['maximum occupancy'])}"
                               f" people | {r.get('room type')} | {r.get('house_rules')} | min {int(r['minimum nights'])}"
                               f" nights"))
     return lines
 
 
 def experience_lines(q: TravelQuery, ref: Reference, route: Sequence[DayRoute]) -> list[Line]:
+    """Restaurants and attractions of every destination city on the route."""
     lines = []
     cities = {r.city for r in route} | {r.origin for r in route if r.origin}
     cities.discard(q.org)
@@ -127,9 +138,9 @@ def experience_lines(q: TravelQuery, ref: Reference, route: Sequence[DayRoute]) 
         for r in ref.restaurants.get(city, ()):
             hits = sum(c in str(r.get("Cuisines")) for c in q.cuisine)
             lines.append(Line(f"eat {city}", (-hits, float(r["Average Cost"])),
-                              f"{r['Name']}, {city} | ${float(r['Average Cost']):.0f}/person | {r.get('Cuisines')}"))
+                              f"{entity_name(r['Name'])}, {city} | ${float(r['Average Cost']):.0f}/person | {r.get('Cuisines')}"))
         for k, r in enumerate(ref.attractions.get(city, ())):
-            lines.append(Line(f"see {city}", (k,), f"{r['Name']}, {city}"))
+            lines.append(Line(f"see {city}", (k,), f"{entity_name(r['Name'])}, {city}"))
     return lines
 
 
