@@ -53,8 +53,9 @@ def rise(hist, n=8):
     ("maac", CriticSettings(model="tiny", lr=1e-3)),  # one central tiny critic
 ], ids=["iac_value_head", "maac_central"])
 def test_actor_critic_raises_the_coordination_reward(algorithm, critic):
-    """Fixed seed, 30 steps: both must name the same word; measured (40 steps) iac .43 -> .99, maac .34 -> .78."""
-    hist = trainer(algorithm, steps=30, critic=critic).train()
+    """Fixed seed, 24 steps: both must name the same word. Measured mean reward of the first -> last 8 steps:
+    iac .39 -> .97, maac .35 -> .83 (both reach ~1.0 by step 30)."""
+    hist = trainer(algorithm, steps=24, critic=critic).train()
     first, last = rise(hist)
     assert last >= first + 0.25, (first, last)
     assert all(np.isfinite(h[k]) for h in hist for k in h if k.endswith("value_loss"))

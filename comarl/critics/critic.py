@@ -34,6 +34,14 @@ class _Targets:
     targets: torch.Tensor
 
 
+def _mean_by_index(x: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
+    """``out[u] = mean of x[g, j] over index[g, j] == u``: one target per critic input. [G, J] -> [size]."""
+    flat = index.reshape(-1)
+    summed = torch.zeros(size, dtype=torch.float64).index_add_(0, flat, x.reshape(-1).to(torch.float64))
+    count = torch.zeros(size, dtype=torch.float64).index_add_(0, flat, torch.ones(len(flat), dtype=torch.float64))
+    return summed / count.clamp(min=1)
+
+
 class Critic:
     """C value functions (one per agent, or one central) with their optimizers and input rules.
 
@@ -68,6 +76,29 @@ class Critic:
             return torch.cat([vm.values(ids[a:a + self.micro]).cpu() for a in range(0, len(ids), self.micro)]
                              ).to(torch.float64) if ids else torch.zeros(0, dtype=torch.float64)
 
+    def _value_tree(self, r) -> tuple[torch.Tensor, torch.Tensor, list]:
+        """Values [G, J, C] of every joint action, bootstrap values [G, J, C] of cut branches, and per column
+        the critic inputs (Units, token ids, [U] values)."""
+        st, inputs, tree = self.settings, self.inputs, r.tree
+        k = r.agents[0].returns.shape[1]
+        texts = [s.texts for s in r.agents]
+        shape = (*tree.child.shape, inputs.columns)
+        values = torch.zeros(shape, dtype=torch.float64)
+        boot = torch.zeros(shape, dtype=torch.float64)
+        columns = []
+        for c, vm in enumerate(self.models):
+            units = inputs.units(tree, texts, c, k)
+            unit_ids = vm.encode(units.prompts, units.responses)
+            v = self._values(vm, unit_ids)
+            values[:, :, c] = v[units.index]
+            if st.critic_type == "v" and st.bootstrap_truncated and tree.next_prompts:
+                keys = sorted(tree.next_prompts)
+                bv = self._values(vm, vm.encode([inputs.bootstrap(tree.next_prompts[key], c) for key in keys]))
+                for (g, j), val in zip(keys, bv):
+                    boot[g, j, c] = val
+            columns.append((units, unit_ids, v))
+        return values, boot, columns
+
     def prepare(self, rollouts: list) -> dict[str, float]:
         """Values, GAE advantages (into each ``AgentSamples.critic_advantages``) and value targets."""
         st, inputs = self.settings, self.inputs
@@ -77,35 +108,15 @@ class Critic:
         tgt: list[list] = [[] for _ in cols]
         raw_adv: dict[int, list] = {}
         for r in rollouts:
-            tree, n = r.tree, len(r.agents)
-            k = r.agents[0].returns.shape[1]
-            texts = [s.texts for s in r.agents]
+            tree, n, k = r.tree, len(r.agents), r.agents[0].returns.shape[1]
             rewards = inputs.rewards(tree).to(torch.float64)
-            values = torch.zeros_like(rewards)
-            boot = torch.zeros_like(rewards)
-            unit_lists = []
-            for c in cols:
-                vm = self.models[c]
-                units = inputs.units(tree, texts, c, k)
-                unit_ids = vm.encode(units.prompts, units.responses)
-                v = self._values(vm, unit_ids)
-                values[:, :, c] = v[units.index]
-                if st.critic_type == "v" and st.bootstrap_truncated and tree.next_prompts:
-                    keys = sorted(tree.next_prompts)
-                    bv = self._values(vm, vm.encode([inputs.bootstrap(tree.next_prompts[key], c) for key in keys]))
-                    for (g, j), val in zip(keys, bv):
-                        boot[g, j, c] = val
-                unit_lists.append((units, unit_ids, v))
+            values, boot, unit_lists = self._value_tree(r)
             adv = gae_tree(rewards, values, tree.child, self.gamma, st.gae_lambda, boot)
             targets = adv + values
             for c, (units, unit_ids, v) in zip(cols, unit_lists):
-                flat = units.index.reshape(-1)
-                summed = torch.zeros(len(unit_ids), dtype=torch.float64).index_add_(0, flat, targets[:, :, c].reshape(-1))
-                count = torch.zeros(len(unit_ids), dtype=torch.float64).index_add_(0, flat, torch.ones(len(flat),
-                                                                                                         dtype=torch.float64))
                 ids[c] += unit_ids
                 old[c].append(v)
-                tgt[c].append(summed / count.clamp(min=1))
+                tgt[c].append(_mean_by_index(targets[:, :, c], units.index, len(unit_ids)))
             for i in range(n):
                 onehot = (tree.joints[:, i].unsqueeze(1) == torch.arange(k)).to(torch.float64)  # [J, K]
                 per_sample = adv[:, :, inputs.column(i)] @ onehot / onehot.sum(0).clamp(min=1)  # [G, K]
