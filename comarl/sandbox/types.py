@@ -48,9 +48,15 @@ class TestJob:
 
     Attributes:
         program: the code under test (defines functions/classes).
-        tests: code snippets, each exec'd after the program in the program's
-            namespace with its own timeout; a snippet passes if it raises nothing.
-        setup: trusted code run before the program (imports, helpers).
+        tests: trusted code snippets, each exec'd with its own timeout in a
+            namespace of the harness where the program's top-level names are
+            references to the program's objects (docs/sandbox.md); a snippet
+            passes if it raises nothing.
+        setup: trusted code run before the program (imports, helpers), in the
+            program's process and again in the tests' namespace.
+        entry_points: names of the program the tests may use even where they
+            shadow a builtin (MBPP's ``def sum(a, b)``); other such names of the
+            program are not visible to the tests.
     """
 
     __test__ = False  # not a pytest test class
@@ -58,11 +64,15 @@ class TestJob:
     program: str
     tests: tuple[str, ...]
     setup: str = ""
+    entry_points: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.tests, str):
             raise TypeError("TestJob.tests must be a tuple of snippets, got one str")
+        if isinstance(self.entry_points, str):
+            raise TypeError("TestJob.entry_points must be a tuple of names, got one str")
         object.__setattr__(self, "tests", tuple(self.tests))
+        object.__setattr__(self, "entry_points", tuple(self.entry_points))
 
 
 @dataclass

@@ -95,7 +95,8 @@ class FunctionCodingEnv:
             if len(resp) != self.num_agents:
                 raise ValueError(f"joint action has {len(resp)} responses, environment has {self.num_agents} agents")
             assemblies.append(self._assemble(state.item, resp))
-        jobs = [make_job(a.program, s.item["tests"], s.item.get("setup", "")) if a.main_defined and a.compiled else None
+        jobs = [make_job(a.program, s.item["tests"], s.item.get("setup", ""), s.item["entry_point"])
+                if a.main_defined and a.compiled else None
                 for a, s in zip(assemblies, states)]
         reports = self.runner.run(jobs)
         return [self._transition(s, r, a, rep) for s, r, a, rep in zip(states, responses, assemblies, reports)]
