@@ -172,15 +172,21 @@ def _outgoing_id(obj):
 
 
 PLAIN = frozenset({type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset})
-_UNSAFE_MODULES = frozenset({"antigravity", "this"})
+_UNSAFE_MODULES = frozenset({"antigravity", "this", "idlelib", "turtledemo", "__hello__", "__phello__", "tkinter",
+                             "turtle", "webbrowser", "ensurepip", "venv", "lib2to3", "pydoc"})
 
 
 def _trusted_module(name: str):
-    """The harness's own copy of a standard-library module the program imported (never the program's)."""
+    """The harness's own copy of a standard-library module the program imported (never the program's).
+
+    The name is the worker's claim: modules with import-time effects (``this``, ``antigravity``,
+    any ``__main__``) are never imported for it; they stay references."""
     import sys
     top = name.partition(".")[0]
-    if top in _UNSAFE_MODULES or not (top in sys.stdlib_module_names or name in sys.modules):
+    if top in _UNSAFE_MODULES or "__main__" in name or top not in sys.stdlib_module_names:
         return None
+    if name in sys.modules:
+        return sys.modules[name]
     try:
         import importlib
         return importlib.import_module(name)
