@@ -176,7 +176,7 @@ def run_tests(job: dict, client, out: Reporter, tests: list, entry_points: list)
     ns = trusted_namespace(msg[2], entry_points)
     if job["setup"]:
         code, err = compile_or_error(job["setup"], "<setup>")
-        err = err or run_snippet(code, ns, client, -1, max(timeout, 10.0))
+        err = err or run_snippet(code, ns, client, -1, timeout)
         if err:
             out.send(k="program", error=f"setup: {err}")
             return

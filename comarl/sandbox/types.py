@@ -9,14 +9,16 @@ class SandboxLimits:
     """Resource limits applied to every job's child process.
 
     Attributes:
-        test_timeout_s: wall clock per test snippet (and for the program body).
+        test_timeout_s: wall clock per test snippet (and for the program body);
+            the job is killed when a phase runs past it by more than 1 s.
         total_timeout_s: wall clock for the whole job (start-up, program and all
             tests); the child's process group is killed after it.
         cpu_time_s: RLIMIT_CPU of the child, in seconds.
-        memory_mb: RLIMIT_AS (address space) of the child, in MiB.
+        memory_mb: MiB: the job cgroup's memory limit over all its processes
+            where cgroups are usable, and RLIMIT_AS of each process.
         file_size_mb: RLIMIT_FSIZE (largest file it may write), in MiB.
-        max_processes: RLIMIT_NPROC; counts the child's uid, so it only bounds
-            the job when privileges are dropped to a uid of its own.
+        max_processes: the job cgroup's pids.max where cgroups are usable,
+            and RLIMIT_NPROC of the job's own uid when privileges are dropped.
         max_output_bytes: bytes of stdout and of stderr kept; the rest is read
             and discarded.
         drop_privileges: when the trainer runs as root, run the child as an
