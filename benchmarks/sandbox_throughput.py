@@ -5,7 +5,12 @@ snippet: the problem's test code followed by ``check(<entry_point>)``. The
 cache is disabled so every job spawns its own child. Exits with status 1
 unless every canonical solution passes.
 
+``--compare DIR`` also times another checkout of comarl (e.g. ``git worktree
+add /tmp/comarl-old <commit>``), alternating old and new ``--rounds`` times in
+one run so both see the same machine load, and prints new/old.
+
     python benchmarks/sandbox_throughput.py [--data HumanEval.jsonl.gz] [--workers 1 2] [--limit N]
+                                            [--compare DIR --rounds 3]
 """
 from __future__ import annotations
 
@@ -14,14 +19,17 @@ import gzip
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run from a checkout without installing
 from comarl.sandbox import Sandbox, SandboxLimits, TestJob
 
-DEFAULT_DATA = "/work/shared/data/humaneval/HumanEval.jsonl.gz"
+# the shared data folder sits next to the checkout (as tests/conftest.py's shared_data fixture finds it)
+DEFAULT_DATA = str(REPO.parent / "shared" / "data" / "humaneval" / "HumanEval.jsonl.gz")
 
 
 def load_humaneval(path: str) -> list[dict]:
@@ -44,12 +52,53 @@ def measure(jobs: list[TestJob], workers: int) -> tuple[float, list]:
         return time.perf_counter() - start, reports
 
 
+_ONE_PASS = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from comarl.sandbox import Sandbox, SandboxLimits, TestJob
+rows = [json.loads(l) for l in open(sys.argv[2])]
+jobs = [TestJob(r["prompt"] + r["canonical_solution"], (r["test"] + "\\ncheck(" + r["entry_point"] + ")\\n",))
+        for r in rows]
+with Sandbox(SandboxLimits(), workers=int(sys.argv[3]), cache_size=0) as box:
+    box.run_tests(jobs[:2])
+    t = time.perf_counter()
+    reports = box.run_tests(jobs)
+    print(json.dumps([time.perf_counter() - t, sum(r.passed == [True] for r in reports)]))
+"""
+
+
+def compare(rows: list[dict], old: str, workers: int, rounds: int) -> int:
+    """Alternate this checkout and ``old`` (each pass in a fresh interpreter); print programs/s and new/old."""
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+    rates: dict[str, list[float]] = {"old": [], "new": []}
+    try:
+        for _ in range(rounds):
+            for name, tree in (("old", old), ("new", str(REPO))):
+                out = subprocess.run([sys.executable, "-c", _ONE_PASS, tree, f.name, str(workers)],
+                                     capture_output=True, text=True, check=True, cwd=tree)
+                secs, passed = json.loads(out.stdout.strip().splitlines()[-1])
+                rates[name].append(len(rows) / secs)
+                print(f"{name}: {len(rows) / secs:.1f} programs/s ({passed}/{len(rows)} passed)")
+    finally:
+        os.unlink(f.name)
+    old_rate, new_rate = (sorted(rates[k])[len(rates[k]) // 2] for k in ("old", "new"))
+    print(f"\nworkers={workers}: median old {old_rate:.1f}/s, new {new_rate:.1f}/s, new/old = {new_rate / old_rate:.2f}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=DEFAULT_DATA, help="HumanEval.jsonl(.gz)")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--limit", type=int, default=None, help="use only the first N problems")
+    ap.add_argument("--compare", default=None, help="another comarl checkout to time against, alternately")
+    ap.add_argument("--rounds", type=int, default=3, help="with --compare: passes of each")
     args = ap.parse_args(argv)
+    if args.compare:
+        rows = load_humaneval(args.data)[:args.limit]
+        return max(compare(rows, args.compare, w, args.rounds) for w in args.workers)
     rows = load_humaneval(args.data)[:args.limit]
     jobs = [humaneval_job(r) for r in rows]
     print(f"{len(jobs)} HumanEval canonical solutions; {os.cpu_count()} CPUs; Python {platform.python_version()}; "

@@ -28,6 +28,7 @@ CLASSEVAL_CANNOT_PASS = {
     "ClassEval_52": "needs nltk and its downloaded data",
     "ClassEval_69": "needs PyPDF2",
     "ClassEval_93": "needs gensim",
+    "ClassEval_84": "a test sets a MagicMock on the program's object; it cannot cross into the sandbox worker",
     # these pass here because numpy / pandas come with `datasets`; listed for machines without them
     "ClassEval_28": "needs pandas",
     "ClassEval_30": "needs numpy",

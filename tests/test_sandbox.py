@@ -1,7 +1,10 @@
 """The sandbox: hostile programs fail their tests and the trainer (this pytest process) survives.
 
 Every test also checks that honest code still passes where it makes sense, so
-a sandbox that fails everything cannot pass this file.
+a sandbox that fails everything cannot pass this file. Test snippets are trusted
+code (they run in the harness); hostile code is always in the program, reached
+through the functions the snippets call. Attacks on the verdict itself are in
+tests/test_sandbox_attacks.py.
 """
 from __future__ import annotations
 
@@ -73,15 +76,27 @@ def test_swallowing_the_timeout_once_does_not_escape_it(box):
     assert r.errors[0] == "Timeout" and r.passed == [False, True] and not r.timed_out
 
 
-def test_ignoring_the_alarm_is_killed_at_total_timeout():
-    limits = SandboxLimits(test_timeout_s=0.3, total_timeout_s=1.5)
-    prog = "import signal\n"
+def test_ignoring_the_alarm_is_killed_at_the_test_timeout():
+    limits = SandboxLimits(test_timeout_s=0.3, total_timeout_s=10.0)
+    prog = "import signal\ndef deaf():\n    signal.signal(signal.SIGALRM, signal.SIG_IGN)\n    while True: pass\n"
     with Sandbox(limits, workers=1, cache_size=0) as sb:
         start = time.monotonic()
-        [r] = sb.run_tests([TestJob(prog, ("pass", "signal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True: pass", "pass"))])
-    assert r.timed_out and not r.crashed
-    assert r.passed == [True, False, False] and r.errors[1:] == ["Timeout (total)", "Timeout (total)"]
-    assert 1.5 <= r.duration_s < 3.0 and time.monotonic() - start < 3.5
+        [r] = sb.run_tests([TestJob(prog, ("pass", "deaf()", "pass"))])
+    assert not r.timed_out and not r.crashed
+    assert r.passed == [True, False, False]
+    assert r.errors[1:] == ["Timeout", "NotRun: program killed after a timeout"]
+    assert r.duration_s < 0.3 + 2.0 and time.monotonic() - start < 3.5
+
+
+def test_unbounded_recursion_with_huge_limit_ends_within_timeout_plus_one_second():
+    limits = SandboxLimits(test_timeout_s=1.0, total_timeout_s=30.0)
+    prog = "import sys\nsys.setrecursionlimit(10 ** 9)\ndef down(n):\n    return down(n + 1) + 1\n"
+    with Sandbox(limits, workers=1, cache_size=0) as sb:
+        sb.run_tests([TestJob("x = 1\n", ("pass",))])  # warm-up: start-up time is not the point here
+        start = time.monotonic()
+        [r] = sb.run_tests([TestJob(prog, ("down(0)", "pass"))])
+        elapsed = time.monotonic() - start
+    assert r.passed == [False, False] and elapsed < 1.0 + 1.0 + 0.5, (elapsed, r.errors)
 
 
 def test_program_body_timeout(box):
@@ -117,15 +132,17 @@ def test_fork_bomb_is_bounded_and_cleaned_up(box):
 
 def test_memory_bomb_raises_memory_error(box):
     # bytes(n) is calloc'ed: the address space grows to the limit without touching RAM.
-    r = run1(box, "blocks = []\n", "while True:\n    blocks.append(bytes(50 * 1024 * 1024))",
-             "blocks.clear()\nx = bytearray(8 * 1024 ** 3)", "assert len(bytearray(10 * 1024 * 1024)) == 10 * 1024 * 1024")
+    prog = ("blocks = []\ndef bomb():\n    while True:\n        blocks.append(bytes(50 * 1024 * 1024))\n"
+            "def huge():\n    blocks.clear()\n    return len(bytearray(8 * 1024 ** 3))\n"
+            "def small():\n    return len(bytearray(10 * 1024 * 1024))\n")
+    r = run1(box, prog, "bomb()", "huge()", "assert small() == 10 * 1024 * 1024")
     assert r.errors[:2] == ["MemoryError", "MemoryError"]
     assert r.passed == [False, False, True]
 
 
 def test_huge_print_is_truncated_without_hanging(box):
     start = time.monotonic()
-    r = run1(box, "print('y' * 10 ** 7)\n", "while True:\n    print('x' * 10000)", "pass")
+    r = run1(box, "print('y' * 10 ** 7)\ndef shout():\n    while True:\n        print('x' * 10000)\n", "shout()", "pass")
     assert len(r.stdout.encode()) == LIMITS.max_output_bytes and r.stdout.startswith("yyy")
     assert r.errors[0] == "Timeout" and r.passed == [False, True]
     assert time.monotonic() - start < 5.0
@@ -135,8 +152,8 @@ def test_writes_outside_the_workdir_do_not_land(box, tmp_path):
     os.chmod(tmp_path, 0o755)
     escape_tmp = f"/tmp/comarl_escape_{secrets.token_hex(6)}"
     escape_dir = tmp_path / "escape.txt"
-    r = run1(box, "import os\nopen('inside.txt', 'w').write('ok')\n",
-             f"open({escape_tmp!r}, 'w').write('x')", f"open({str(escape_dir)!r}, 'w').write('x')",
+    r = run1(box, "import os\nopen('inside.txt', 'w').write('ok')\ndef write(p):\n    open(p, 'w').write('x')\n",
+             f"write({escape_tmp!r})", f"write({str(escape_dir)!r})",
              "assert open('inside.txt').read() == 'ok'")
     assert not os.path.exists(escape_tmp) and not escape_dir.exists()
     assert r.passed[1:] == [False, True]
@@ -148,7 +165,8 @@ def test_cannot_delete_files_it_is_given(box, tmp_path):
     victim = tmp_path / "keep.txt"
     victim.write_text("precious")
     os.chmod(victim, 0o644)
-    r = run1(box, "import os, shutil\n", f"os.remove({str(victim)!r})", f"shutil.rmtree({str(tmp_path)!r})")
+    r = run1(box, "import os, shutil\ndef rm(p):\n    os.remove(p)\ndef rmtree(p):\n    shutil.rmtree(p)\n",
+             f"rm({str(victim)!r})", f"rmtree({str(tmp_path)!r})")
     assert r.passed == [False, False] and victim.read_text() == "precious"
 
 
@@ -164,9 +182,13 @@ def test_killing_the_parent_fails(box):
     # getppid() is 0; on top of that the harness's audit hook refuses signals to the parent,
     # the process group, init or everyone, so each attempt fails its test.
     trainer = os.getpid()
-    r = run1(box, "import os, signal\n", f"os.kill({trainer}, signal.SIGKILL)",
-             "os.kill(os.getppid(), signal.SIGKILL)", "os.killpg(os.getpgid(os.getppid()), signal.SIGKILL)",
-             "os.kill(-1, signal.SIGKILL)", "assert os.getppid() == 0 and os.getpid() == 1")
+    prog = ("import os, signal\n"
+            f"def k0():\n    os.kill({trainer}, signal.SIGKILL)\n"
+            "def k1():\n    os.kill(os.getppid(), signal.SIGKILL)\n"
+            "def k2():\n    os.killpg(os.getpgid(os.getppid()), signal.SIGKILL)\n"
+            "def k3():\n    os.kill(-1, signal.SIGKILL)\n"
+            "def ids():\n    return os.getppid(), os.getpid()\n")
+    r = run1(box, prog, "k0()", "k1()", "k2()", "k3()", "assert ids() == (0, 1)")
     assert os.getpid() == trainer  # still alive
     assert r.errors[0].startswith(("ProcessLookupError", "PermissionError"))
     assert all(e.startswith("PermissionError") for e in r.errors[1:4]), r.errors
@@ -175,7 +197,7 @@ def test_killing_the_parent_fails(box):
 
 @needs_root
 def test_runs_as_unprivileged_uid_without_network(box):
-    r = run1(box, "import os\nprint(os.getuid(), os.readlink('/proc/self/ns/net'))\n", "assert os.getuid() != 0")
+    r = run1(box, "import os\nUID = os.getuid()\nprint(UID, os.readlink('/proc/self/ns/net'))\n", "assert UID != 0")
     uid, netns = r.stdout.split()
     assert r.passed == [True] and int(uid) in box.uids
     assert netns != os.readlink("/proc/self/ns/net")
@@ -183,8 +205,9 @@ def test_runs_as_unprivileged_uid_without_network(box):
 
 @needs_root
 def test_sees_only_its_own_processes(box):
-    r = run1(box, "import os\npids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n",
-             "assert pids == [1], pids", f"assert not os.path.exists('/proc/{os.getpid()}')")
+    r = run1(box, "import os\npids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"
+             "def exists(p):\n    return os.path.exists(p)\n",
+             "assert pids == [1], pids", f"assert not exists('/proc/{os.getpid()}')")
     assert r.passed == [True, True]
 
 
@@ -193,19 +216,22 @@ def test_exits_count_as_failures(box):
     assert body_exit.program_error == "SystemExit: 0" and body_exit.passed == [False]
     hard_exit = run1(box, "import os\nos._exit(0)\n", "pass")
     assert hard_exit.crashed and hard_exit.passed == [False]
-    test_exit = run1(box, "import os, sys\n", "pass", "sys.exit(0)", "os._exit(0)", "pass")
-    assert test_exit.passed == [True, False, False, False]
-    assert test_exit.errors[1] == "SystemExit: 0" and test_exit.crashed
-    segfault = run1(box, "import ctypes\n", "pass", "ctypes.string_at(0)")
+    test_exit = run1(box, "import os, sys\ndef leave():\n    sys.exit(0)\ndef hard():\n    os._exit(0)\n",
+                     "pass", "leave()", "try:\n    leave()\nexcept Exception:\n    pass", "hard()", "pass")
+    assert test_exit.passed == [True, False, False, False, False]
+    assert test_exit.errors[1:3] == ["SystemExit: 0"] * 2 and test_exit.crashed
+    assert test_exit.errors[3:] == ["Crashed: exit code 0"] * 2
+    segfault = run1(box, "import ctypes\ndef seg():\n    ctypes.string_at(0)\n", "pass", "seg()")
     assert segfault.crashed and segfault.passed == [True, False]
     assert segfault.errors[1] == "Crashed: killed by SIGSEGV"
 
 
 def test_parent_environment_is_not_inherited(box, monkeypatch):
     monkeypatch.setenv("COMARL_TEST_SECRET", "s3cret-value")
-    r = run1(box, "import os\nprint(dict(os.environ))\n", "assert 'COMARL_TEST_SECRET' not in os.environ",
-             "assert os.environ['COMARL_TEST_SECRET'] == 's3cret-value'",
-             "assert b's3cret' in open(f'/proc/{os.getppid()}/environ', 'rb').read()")
+    r = run1(box, "import os\nprint(dict(os.environ))\nENV = dict(os.environ)\n"
+             "def parent_env():\n    return open(f'/proc/{os.getppid()}/environ', 'rb').read()\n",
+             "assert 'COMARL_TEST_SECRET' not in ENV", "assert ENV['COMARL_TEST_SECRET'] == 's3cret-value'",
+             "assert b's3cret' in parent_env()")
     assert "s3cret" not in r.stdout
     assert r.passed[:2] == [True, False]
     if ROOT:
@@ -223,7 +249,7 @@ def test_fake_pass_records_do_not_score(box):
         "        except OSError:\n"
         "            pass\n")
     r = run1(box, forge, "assert False, 'really failing'")
-    assert r.passed == [False] and r.errors == ["AssertionError: really failing"]
+    assert r.passed == [False] and r.errors[0] is not None
 
 
 def test_patching_builtins_does_not_skip_tests(box):

@@ -4,19 +4,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
-
 from comarl.sandbox import Sandbox, SandboxLimits, TestJob
 
-DATA = Path("/work/shared/data/humaneval/HumanEval.jsonl.gz")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 
-@pytest.mark.skipif(not DATA.exists(), reason="HumanEval data not available")
-def test_all_canonical_solutions_pass_and_broken_ones_fail():
+def test_all_canonical_solutions_pass_and_broken_ones_fail(shared_data):
     from sandbox_throughput import humaneval_job, load_humaneval
 
-    rows = load_humaneval(str(DATA))
+    rows = load_humaneval(str(shared_data / "humaneval" / "HumanEval.jsonl.gz"))
     assert len(rows) == 164
     jobs = [humaneval_job(r) for r in rows]
     # A wrong solution for each of the first 4 problems: the body returns None.

@@ -1,16 +1,22 @@
-"""The sandbox child: isolate itself, then run one job and report on a private fd.
+"""The sandbox child: a trusted test runner and, forked from it, the worker that runs the program.
 
 Started by the parent as ``python -I harness.py <result_fd>`` in a new session.
-It reads the job (JSON) from stdin, isolates itself (``jail.py``) while still
-root, then runs setup, program and test snippets. Results go to ``result_fd``,
-a pipe the program's prints never reach; every record starts with a nonce the
-program is never given, so blind writes to that fd are ignored by the parent.
+stdin carries two frames (``wire.py``): first the worker's part (program,
+setup, limits, uid, work dir), then the trusted part (test snippets, nonce).
+The harness reads the first, takes the isolation steps both processes share
+(``jail.prepare_job``) and forks the worker *before* it reads the second, so
+the process that runs model code never holds the tests, the expected values,
+the nonce or the result fd. The worker isolates itself further, runs setup and
+program, and then answers requests (``worker.py``). The harness, as the job's
+uid, runs setup and each snippet in a trusted namespace where the program's
+top-level names are references (``remote.py``): every assertion, comparison
+and verdict is computed here, on plain data.
 
-Records (one JSON object per line, after the nonce):
+Records to ``result_fd`` (one JSON object per line, after the nonce):
     {"k": "compiled", "error": str|None}   program parsed or not
     {"k": "program", "error": str|None}    setup + program body ran
     {"k": "test", "i": int, "error": str|None}
-    {"k": "done"}                          the job ended normally
+    {"k": "done", "crashed": str|None}     the job ended; crashed: how the worker died on its own
     {"k": "setup_failed", "error": str}    isolation failed (an infrastructure error)
 """
 import builtins
@@ -20,16 +26,24 @@ import os
 import random
 import signal
 import sys
-import types
 
 MAX_ERROR_CHARS = 1000
-# Bound now: the program may later patch builtins.exec, os.write, json.dumps...
-_exec, _write, _dumps, _setitimer, _str = builtins.exec, os.write, json.dumps, signal.setitimer, str
-_seed = random.seed
+
+
+def _load(name: str):
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    spec = importlib.util.spec_from_file_location("_comarl_sandbox_" + name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+wire, remote, worker_mod, jail = (_load(n) for n in ("wire", "remote", "worker", "jail"))
 
 
 class _Timeout(BaseException):
-    """Raised by SIGALRM inside a snippet; BaseException so `except Exception` misses it."""
+    """SIGALRM in the trusted runner: a snippet ran past its time (backstop for the request timeouts)."""
 
 
 _armed = False
@@ -42,39 +56,15 @@ def _on_alarm(signum, frame):
 
 def describe(e: BaseException) -> str:
     """'TypeName: message' (or just the type name when there is no message)."""
+    if isinstance(e, remote.ProgramExit):
+        return str(e)[:MAX_ERROR_CHARS]
     try:
-        msg = _str(e)
-    except Exception:
+        msg = str(e)
+    except BaseException:
         msg = "<unprintable>"
     name = type(e).__name__
     text = f"{name}: {msg}" if msg else name
     return text[:MAX_ERROR_CHARS]
-
-
-def run_snippet(code, ns: dict, timeout_s: float | None) -> str | None:
-    """exec ``code`` in ``ns``; None when it raised nothing, else the error text.
-
-    ``random`` is re-seeded with 0 first, so a program that draws random numbers scores the same
-    every time (scores are cached by program text, and a reward should not be a coin flip)."""
-    global _armed
-    _seed(0)
-    try:
-        try:
-            if timeout_s is not None:
-                _armed = True  # re-fires every 0.1 s in case the code swallows the first one
-                _setitimer(signal.ITIMER_REAL, timeout_s, 0.1)
-            _exec(code, ns)
-            err = None
-        except _Timeout:
-            err = "Timeout"
-        except BaseException as e:  # SystemExit and KeyboardInterrupt are failures too
-            err = describe(e)
-        finally:
-            _armed = False
-            _setitimer(signal.ITIMER_REAL, 0)
-    except _Timeout:  # fired while the error was being described
-        err = "Timeout"
-    return err
 
 
 def compile_or_error(source: str, name: str):
@@ -92,63 +82,131 @@ class Reporter:
         self.fd, self.nonce = fd, nonce
 
     def send(self, **record) -> None:
-        data = (self.nonce + " " + _dumps(record) + "\n").encode()
+        data = (self.nonce + " " + json.dumps(record) + "\n").encode()
         while data:
-            data = data[_write(self.fd, data):]
-
-
-_PARENT = os.getppid()  # 0 inside the job's pid namespace, else the sandbox runner
+            data = data[os.write(self.fd, data):]
 
 
 def _refuse_outward_signals(event: str, args) -> None:
-    """Audit hook: model code may signal its own children, never its parent, its group, init or everyone.
-
-    ``os.kill(os.getppid(), SIGKILL)`` then raises PermissionError, so the test that tried it fails
-    (the pid namespace and the unprivileged uid already keep the signal from reaching the trainer).
-    Audit hooks cannot be removed once added.
-    """
+    """Audit hook in the worker: it may signal its own children, never its parent, its group, init or everyone."""
     if event == "os.kill" and (args[0] <= 1 or args[0] == _PARENT):
         raise PermissionError(f"sandbox: os.kill({args[0]}, ...) is not allowed")
     if event == "os.killpg":
         raise PermissionError("sandbox: os.killpg is not allowed")
 
 
-def run_job(job: dict, out: Reporter) -> None:
+_PARENT = 0
+
+
+def run_snippet(code, ns: dict, client, index: int, timeout_s: float) -> str | None:
+    """exec trusted ``code`` in ``ns``; None when it raised nothing, else the error text.
+
+    Requests to the program share the snippet's deadline; ``random`` is re-seeded with 0 here and
+    in the worker, so a program that draws random numbers scores the same every time."""
+    global _armed
+    random.seed(0)
+    client.snippet = index
+    client.deadline = remote.time.monotonic() + timeout_s
+    try:
+        try:
+            _armed = True  # backstop for trusted code; re-fires every 0.1 s
+            signal.setitimer(signal.ITIMER_REAL, timeout_s + 2 * remote.GRACE_S, 0.1)
+            exec(code, ns)
+            err = None
+        except (_Timeout, remote.RequestTimeout):
+            err = "Timeout"
+        except remote.ProgramGone:
+            err = _gone_text(client)
+        except BaseException as e:  # SystemExit and KeyboardInterrupt are failures too
+            err = describe(e)
+        finally:
+            _armed = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except _Timeout:
+        err = "Timeout"
+    if client.dead is not None and err is None:
+        err = _gone_text(client)  # passed only because the program's death was swallowed
+    return err
+
+
+def _gone_text(client) -> str:
+    if client.dead == "killed after a timeout":
+        return "NotRun: program killed after a timeout"
+    if not hasattr(client, "exit"):
+        client.exit = client.exit_text()
+    return f"Crashed: {client.exit}"
+
+
+def trusted_namespace(names: dict, entry_points: list) -> dict:
+    """The program's top-level names as the tests see them.
+
+    A name that shadows a builtin (``def abs(x): return 0``) is not taken over unless the job
+    lists it as an entry point, so tests keep the real ``abs``, ``len``, ``isinstance``..."""
+    ns = {"__name__": "__program__", "__builtins__": builtins}
+    for k, v in names.items():
+        if type(k) is str and (not hasattr(builtins, k) or k in entry_points):
+            ns[k] = v
+    return ns
+
+
+def run_tests(job: dict, client, out: Reporter, tests: list, entry_points: list) -> None:
     timeout = job["limits"]["test_timeout_s"]
-    sys.addaudithook(_refuse_outward_signals)
-    code, err = compile_or_error(job["program"], "<program>")
-    out.send(k="compiled", error=err)
-    if code is None:
+    first = client.receive(timeout + remote.GRACE_S)
+    if first[0] == "setup_failed":
+        out.send(k="setup_failed", error=str(first[1]))
         return
-    # The program's module; also __main__, so the harness is not reachable by import.
-    module = types.ModuleType("__program__")
-    sys.modules["__program__"] = sys.modules["__main__"] = module
-    ns = module.__dict__
+    if first[0] != "compiled":
+        raise wire.ProtocolError("expected the compile result")
+    out.send(k="compiled", error=first[1] if first[1] is None else str(first[1])[:MAX_ERROR_CHARS])
+    if first[1] is not None:
+        return
+    try:
+        msg = client.receive(timeout + remote.GRACE_S)
+    except remote.RequestTimeout:
+        out.send(k="program", error="Timeout")
+        return
+    except remote.ProgramGone:
+        out.send(k="program", error=_gone_text(client))
+        return
+    if type(msg) is not tuple or len(msg) < 2 or msg[0] != "program":
+        raise wire.ProtocolError("expected the program result")
+    if msg[1] is not None or len(msg) != 3 or type(msg[2]) is not dict:
+        out.send(k="program", error=str(msg[1])[:MAX_ERROR_CHARS])
+        return
+    ns = trusted_namespace(msg[2], entry_points)
     if job["setup"]:
-        setup_code, err = compile_or_error(job["setup"], "<setup>")
-        err = err or run_snippet(setup_code, ns, None)
+        code, err = compile_or_error(job["setup"], "<setup>")
+        err = err or run_snippet(code, ns, client, -1, timeout)
         if err:
             out.send(k="program", error=f"setup: {err}")
             return
-    err = run_snippet(code, ns, timeout)
-    out.send(k="program", error=err)
-    if err:
-        return
-    for i, test in enumerate(job["tests"]):
-        test_code, err = compile_or_error(test, f"<test {i}>")
-        if test_code is not None:
-            err = run_snippet(test_code, ns, timeout)
+    out.send(k="program", error=None)
+    for i, test in enumerate(tests):
+        code, err = compile_or_error(test, f"<test {i}>")
+        if code is not None:
+            err = run_snippet(code, ns, client, i, timeout)
         elif not err.startswith("SyntaxError"):
             err = f"SyntaxError: {err}"
         out.send(k="test", i=i, error=err)
 
 
-def _load_jail():
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jail.py")
-    spec = importlib.util.spec_from_file_location("_comarl_sandbox_jail", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def _worker(job: dict, prepared: dict, rfd: int, wfd: int) -> None:
+    """The forked worker: isolate, run the program, serve; never returns."""
+    global _PARENT
+    try:
+        jail.isolate_worker(job["workdir"], job["uid"], job["gid"], job["limits"], prepared)
+        _PARENT = os.getppid()  # 0 inside the pid namespace
+        sys.addaudithook(_refuse_outward_signals)
+    except BaseException as e:
+        try:
+            wire.write_frame(wfd, worker_mod.pickle.dumps(("setup_failed", describe(e))))
+        finally:
+            os._exit(3)
+    try:
+        worker_mod.Worker(rfd, wfd, wire).run_program(job)
+    finally:
+        worker_mod._flush()
+        os._exit(0)  # skip atexit hooks the program may have registered
 
 
 def _needed_paths() -> list[str]:
@@ -159,31 +217,49 @@ def _needed_paths() -> list[str]:
     return sorted(os.path.realpath(p) for p in paths if os.path.exists(p))
 
 
+def _read_stdin_frame():
+    return json.loads(wire.read_frame(0))
+
+
 def main() -> None:
     result_fd = int(sys.argv[1])
-    chunks = []
-    while chunk := os.read(0, 1 << 20):
-        chunks.append(chunk)
-    job = json.loads(b"".join(chunks))
+    job = _read_stdin_frame()
+    pid = None
+    try:
+        prepared = jail.prepare_job(job["workdir"], job["uid"], job["gid"], job["limits"], _needed_paths())
+        to_worker, from_worker = os.pipe(), os.pipe()
+        pid = os.fork()
+    except BaseException as e:
+        failure = describe(e)
+    if pid == 0:  # the worker: drop stdin (the tests are still unread in it), the result fd, our pipe ends
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        for fd in (devnull, result_fd, to_worker[1], from_worker[0]):
+            os.close(fd)
+        _worker(job, prepared, to_worker[0], from_worker[1])
+    trusted = _read_stdin_frame()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
-    out = Reporter(result_fd, job.pop("nonce"))
-    try:
-        jail = _load_jail()
-        jail.isolate(job["workdir"], job["uid"], job["gid"], job["limits"], _needed_paths())
-    except BaseException as e:
-        out.send(k="setup_failed", error=describe(e))
+    out = Reporter(result_fd, trusted["nonce"])
+    if pid is None:
+        out.send(k="setup_failed", error=failure)
         os._exit(3)
-    signal.signal(signal.SIGALRM, _on_alarm)
-    run_job(job, out)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BaseException:
-            pass
-    out.send(k="done")
-    os._exit(0)  # skip atexit hooks the program may have registered
+    os.close(to_worker[0])
+    os.close(from_worker[1])
+    client = remote.Client(pid, from_worker[0], to_worker[1], wire)
+    try:
+        jail.become_trusted_runner(job["workdir"], job["uid"], job["gid"])
+        signal.signal(signal.SIGALRM, _on_alarm)
+        run_tests(job, client, out, trusted["tests"], trusted["entry_points"])
+    except (remote.ProgramGone, remote.RequestTimeout, wire.ProtocolError):
+        pass  # records not sent mark the rest as crashed
+    crashed = None
+    if client.dead is not None and client.dead not in ("killed after a timeout", "protocol broken"):
+        crashed = client.exit if hasattr(client, "exit") else client.exit_text()
+    client.kill("job over")
+    out.send(k="done", crashed=crashed)
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,9 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
 WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -61,25 +62,43 @@ def new_network_namespace(as_root: bool) -> str:
         return f"network: host (unshare refused: {e})"
 
 
-def private_mounts(workdir: str, uid: int, gid: int, tmp_mb: int) -> str:
+def private_mounts(workdir: str, uid: int, gid: int, tmp_mb: int, needed_paths: list[str] = ()) -> str:
     """A mount namespace where every world-writable dir is a fresh small tmpfs.
 
     The job's ``workdir`` (created by the parent under one of those dirs) is
     re-created, empty and owned by ``uid``, inside the new tmpfs, so nothing the
     job writes reaches the host disk and it cannot see other jobs' files.
+    ``needed_paths`` that live under those dirs (a virtual environment in
+    ``/tmp``) are bind-mounted back read-only at the same place.
     """
     try:
         unshare(CLONE_NEWNS)
         mount("none", "/", None, MS_REC | MS_PRIVATE)
     except OSError as e:
         return f"mounts: shared with host ({e})"
-    for d in WORLD_WRITABLE:
-        if os.path.isdir(d) and not os.path.islink(d):
-            mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={tmp_mb}m")
+    under = sorted({p for p in needed_paths
+                    if any(p.startswith(d + "/") for d in WORLD_WRITABLE) and os.path.exists(p)})
+    under = [p for i, p in enumerate(under) if not any(p.startswith(q + "/") for q in under[:i])]
+    keep = {p: os.open(p, os.O_PATH) for p in under}  # opened before the tmpfs hides them
+    try:
+        for d in WORLD_WRITABLE:
+            if os.path.isdir(d) and not os.path.islink(d):
+                mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={tmp_mb}m")
+        for p, fd in keep.items():
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                os.makedirs(p, mode=0o755, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(p), mode=0o755, exist_ok=True)
+                open(p, "w").close()
+            mount(f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC)
+            mount("none", p, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    finally:
+        for fd in keep.values():
+            os.close(fd)
     if any(workdir.startswith(d + "/") for d in WORLD_WRITABLE):
         os.makedirs(workdir, mode=0o700, exist_ok=True)
         os.chown(workdir, uid, gid)
-    return "mounts: private tmpfs " + ",".join(WORLD_WRITABLE)
+    return "mounts: private tmpfs " + ",".join(WORLD_WRITABLE) + ("; read-only " + ",".join(under) if under else "")
 
 
 def _blocker(path: str) -> tuple[str, str] | None:
@@ -127,36 +146,24 @@ def expose(paths: list[str]) -> list[str]:
     return covered
 
 
-def new_pid_namespace(remount_proc: bool) -> str:
-    """Continue as pid 1 of a new pid namespace; the original process only waits.
+def new_pid_namespace() -> bool:
+    """The next child this process forks is pid 1 of a new pid namespace.
 
     When pid 1 of a namespace dies, the kernel kills and reaps every process
-    left in it, so nothing the job forked outlives it, not even as a zombie
-    re-parented to the trainer. The waiting process passes on pid 1's exit
-    status, or dies of the same signal.
+    left in it, so nothing the job forked outlives it. Returns False when the
+    OS refuses.
     """
     try:
         unshare(CLONE_NEWPID)
-    except OSError as e:
-        return f"pids: host namespace ({e})"
-    pid = os.fork()
-    if pid:  # the original process: wait, then mirror the outcome
-        while True:
-            try:
-                _, status = os.waitpid(pid, 0)
-                break
-            except ChildProcessError:
-                os._exit(1)
-            except InterruptedError:
-                continue
-        if os.WIFSIGNALED(status):
-            sig = os.WTERMSIG(status)
-            signal.signal(sig, signal.SIG_DFL)
-            os.kill(os.getpid(), sig)
-        os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
-    if remount_proc:  # /proc showing only this namespace's processes
-        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    return "pids: new namespace" + (", private /proc" if remount_proc else "")
+        return True
+    except OSError:
+        return False
+
+
+def private_proc() -> None:
+    """In pid 1 of the new namespace: a mount namespace of its own with a /proc of that namespace only."""
+    unshare(CLONE_NEWNS)
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
 def set_limits(cpu_s: int, memory_mb: int, file_size_mb: int, nproc: int | None) -> None:
@@ -184,22 +191,31 @@ def no_new_privileges() -> None:
     _libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # SIGKILL; must follow the uid change
 
 
-def isolate(workdir: str, uid: int | None, gid: int | None, limits: dict, needed_paths: list[str]) -> list[str]:
-    """All isolation steps, in order. ``uid is None``: keep the current user.
+def prepare_job(workdir: str, uid: int | None, gid: int | None, limits: dict, needed_paths: list[str]) -> dict:
+    """Steps shared by the trusted harness and the worker, taken before the worker is forked.
 
-    Namespaces and mounts need root; without it only the network step is
-    tried (through a user namespace). Returns notes on the best-effort steps.
+    No core dumps; a new network namespace (best effort); as root with a uid
+    to drop to, a private mount namespace (``private_mounts``, ``expose``) and
+    a new pid namespace for the worker. Returns what worked.
     """
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # before the fork: no core dumps anywhere
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     notes = []
     if limits["no_network"]:
         notes.append(new_network_namespace(as_root=os.geteuid() == 0))
+    private = pidns = False
     if uid is not None:
-        notes.append(private_mounts(workdir, uid, gid, tmp_mb=max(64, 4 * limits["file_size_mb"])))
+        notes.append(private_mounts(workdir, uid, gid, max(64, 4 * limits["file_size_mb"]), needed_paths))
         private = notes[-1].startswith("mounts: private")
         if private and (covered := expose(needed_paths)):
             notes.append("exposed through " + ",".join(covered))
-        notes.append(new_pid_namespace(remount_proc=private))
+        pidns = new_pid_namespace()
+    return {"notes": notes, "private": private, "pidns": pidns}
+
+
+def isolate_worker(workdir: str, uid: int | None, gid: int | None, limits: dict, prepared: dict) -> None:
+    """In the forked worker, before any model code: /proc, rlimits, the uid, no new privileges."""
+    if prepared["pidns"] and prepared["private"]:
+        private_proc()
     os.chdir(workdir)
     set_limits(limits["cpu_time_s"], limits["memory_mb"], limits["file_size_mb"],
                limits["max_processes"] if uid is not None else None)
@@ -209,4 +225,16 @@ def isolate(workdir: str, uid: int | None, gid: int | None, limits: dict, needed
     stdlib = os.path.dirname(os.__file__)
     if not os.access(stdlib, os.R_OK | os.X_OK):  # the program's imports would all fail
         raise RuntimeError(f"the standard library {stdlib} is not readable by uid {os.getuid()}")
-    return notes
+
+
+def become_trusted_runner(workdir: str, uid: int | None, gid: int | None) -> None:
+    """The harness after the fork: the job's uid too (files the tests write are the job's), not dumpable.
+
+    Not dumpable: a process of the same uid cannot ptrace it or open its
+    ``/proc/<pid>/fd`` (matters where there is no pid namespace).
+    """
+    os.chdir(workdir)
+    if uid is not None:
+        drop_privileges(uid, gid)
+    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)

@@ -1,8 +1,14 @@
-"""Parent side of one job: spawn the harness, feed it, watch the clock, read results."""
+"""Parent side of one job: spawn the harness, feed it, watch the clock, read results.
+
+Two clocks kill the whole job (process group, uid, cgroup): ``total_timeout_s``
+after the spawn, and ``test_timeout_s + HARD_GRACE_S`` after the harness's last
+record once it has sent one, whatever the processes inside do.
+"""
 from __future__ import annotations
 
 import json
 import os
+import struct
 import secrets
 import selectors
 import shutil
@@ -14,12 +20,14 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from comarl.sandbox.cgroups import JobCgroup
 from comarl.sandbox.types import SandboxLimits, TestJob, TestReport
 from comarl.sandbox.uids import kill_uid
 
 HARNESS = Path(__file__).with_name("harness.py")
 MAX_RESULT_BYTES = 1 << 20
 DRAIN_S = 1.0  # after the child exits, how long leftover output may still arrive
+HARD_GRACE_S = 1.0  # a phase (program body, one snippet) ends by test_timeout_s + this, or the job is killed
 
 
 class SandboxError(RuntimeError):
@@ -47,13 +55,20 @@ class _Capped:
         return self.data.decode("utf-8", errors="replace")
 
 
-def _kill(pid: int, uid: int | None) -> None:
+def _kill(pid: int, uid: int | None, cgroup: JobCgroup | None) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    if cgroup is not None:
+        cgroup.kill_all()
     if uid is not None:
         kill_uid(uid)  # also the processes that left the group (setsid)
+
+
+def _frame(obj) -> bytes:
+    data = json.dumps(obj).encode()
+    return struct.pack("<I", len(data)) + data
 
 
 def _exit_text(returncode: int | None) -> str:
@@ -67,8 +82,8 @@ def _exit_text(returncode: int | None) -> str:
     return f"exit code {returncode}"
 
 
-def run_job(job: TestJob, limits: SandboxLimits, uid: int | None) -> TestReport:
-    """Run ``job`` in a fresh isolated child; ``uid`` None keeps the current user."""
+def run_job(job: TestJob, limits: SandboxLimits, uid: int | None, cgroup: JobCgroup | None = None) -> TestReport:
+    """Run ``job`` in a fresh isolated child; ``uid`` None keeps the current user; ``cgroup`` bounds the job."""
     start = time.monotonic()
     deadline = start + limits.total_timeout_s
     workdir = tempfile.mkdtemp(prefix="comarl-sbx-")
@@ -76,9 +91,10 @@ def run_job(job: TestJob, limits: SandboxLimits, uid: int | None) -> TestReport:
     try:
         if uid is not None:
             os.chown(workdir, uid, uid)
-        payload = json.dumps({"nonce": nonce, "program": job.program, "tests": list(job.tests),
-                              "setup": job.setup, "workdir": workdir, "uid": uid, "gid": uid,
-                              "limits": asdict(limits)}).encode()
+        # frame 1 reaches the worker too; frame 2 (tests, nonce) only the trusted harness
+        payload = _frame({"program": job.program, "setup": job.setup, "workdir": workdir, "uid": uid, "gid": uid,
+                          "limits": asdict(limits)}) + _frame({"nonce": nonce, "tests": list(job.tests),
+                                                                    "entry_points": list(job.entry_points)})
         rfd, wfd = os.pipe()
         try:
             proc = subprocess.Popen([sys.executable, "-I", str(HARNESS), str(wfd)], stdin=subprocess.PIPE,
@@ -92,10 +108,12 @@ def run_job(job: TestJob, limits: SandboxLimits, uid: int | None) -> TestReport:
         out, err = _Capped(limits.max_output_bytes), _Capped(limits.max_output_bytes)
         res = _Capped(MAX_RESULT_BYTES)
         try:
+            if cgroup is not None:
+                cgroup.add(proc.pid)  # before it reads the job, so before it forks
             timed_out = _pump(proc, payload, {proc.stdout.fileno(): out, proc.stderr.fileno(): err, rfd: res},
-                              deadline, uid)
+                              deadline, uid, cgroup, rfd, limits.test_timeout_s + HARD_GRACE_S)
         finally:
-            _kill(proc.pid, uid)
+            _kill(proc.pid, uid, cgroup)
             proc.wait()
             for f in (proc.stdin, proc.stdout, proc.stderr):
                 f.close()
@@ -106,8 +124,13 @@ def run_job(job: TestJob, limits: SandboxLimits, uid: int | None) -> TestReport:
     return _report(job, records, timed_out, proc.returncode, out, err, time.monotonic() - start)
 
 
-def _pump(proc: subprocess.Popen, payload: bytes, sinks: dict, deadline: float, uid: int | None) -> bool:
-    """Write the job, read every pipe into its sink; True when the total timeout hit."""
+def _pump(proc: subprocess.Popen, payload: bytes, sinks: dict, deadline: float, uid: int | None,
+          cgroup: JobCgroup | None, result_fd: int, phase_s: float) -> bool:
+    """Write the job, read every pipe into its sink; True when a deadline hit.
+
+    Once a record arrived on ``result_fd`` (only the trusted harness holds it), the next one must
+    come within ``phase_s``."""
+    end = deadline
     sel = selectors.DefaultSelector()
     stdin_fd = proc.stdin.fileno()
     os.set_blocking(stdin_fd, False)
@@ -120,8 +143,8 @@ def _pump(proc: subprocess.Popen, payload: bytes, sinks: dict, deadline: float, 
         now = time.monotonic()
         if exited_at is None and proc.poll() is not None:
             exited_at = now
-            _kill(proc.pid, uid)  # leftovers that still hold our pipes open
-        limit = deadline if exited_at is None else min(deadline, exited_at + DRAIN_S)
+            _kill(proc.pid, uid, cgroup)  # leftovers that still hold our pipes open
+        limit = end if exited_at is None else min(end, exited_at + DRAIN_S)
         if now >= limit:
             return exited_at is None
         for key, _ in sel.select(timeout=min(0.05, limit - now)):
@@ -141,6 +164,8 @@ def _pump(proc: subprocess.Popen, payload: bytes, sinks: dict, deadline: float, 
                 continue
             if chunk:
                 sinks[fd].add(chunk)
+                if fd == result_fd:
+                    end = min(deadline, time.monotonic() + phase_s)
             else:
                 sel.unregister(fd)
     return False
@@ -175,7 +200,9 @@ def _report(job: TestJob, records: list[dict], timed_out: bool, returncode: int 
         raise SandboxError(f"sandbox isolation failed: {first['setup_failed'].get('error')}; "
                            f"stderr: {err.text()[-2000:]}")
     done = "done" in first
-    died = "Timeout (total)" if timed_out else f"Crashed: {_exit_text(returncode)}"
+    worker_crash = first["done"].get("crashed") if done else None
+    died = ("Timeout (total)" if timed_out else
+            f"Crashed: {worker_crash}" if worker_crash else f"Crashed: {_exit_text(returncode)}")
     compiled = "compiled" in first and first["compiled"].get("error") is None
     syntax_error = first["compiled"].get("error") if "compiled" in first else None
     if not compiled:
@@ -190,5 +217,6 @@ def _report(job: TestJob, records: list[dict], timed_out: bool, returncode: int 
     errors = [tests[i] if i in tests else not_run for i in range(len(job.tests))]
     passed = [i in tests and tests[i] is None for i in range(len(job.tests))]
     return TestReport(compiled=compiled, syntax_error=syntax_error, program_error=program_error,
-                      passed=passed, errors=errors, timed_out=timed_out, crashed=not done and not timed_out,
+                      passed=passed, errors=errors, timed_out=timed_out,
+                      crashed=bool(worker_crash) or (not done and not timed_out),
                       stdout=out.text(), stderr=err.text(), duration_s=duration)

@@ -10,14 +10,18 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
+import os
+
+from comarl.sandbox.cgroups import JobCgroup
 from comarl.sandbox.runner import run_job
 from comarl.sandbox.types import SandboxLimits, TestJob, TestReport
 from comarl.sandbox.uids import claim_uids, kill_uid, release, running_as_root
 
 
 def job_key(job: TestJob) -> str:
-    """Cache key: sha256 of (setup, program, tests)."""
-    return hashlib.sha256(json.dumps([job.setup, job.program, list(job.tests)]).encode()).hexdigest()
+    """Cache key: sha256 of (setup, program, tests, entry points)."""
+    return hashlib.sha256(json.dumps([job.setup, job.program, list(job.tests), list(job.entry_points)]).encode()
+                          ).hexdigest()
 
 
 class Sandbox:
@@ -27,7 +31,9 @@ class Sandbox:
     threads each drive one child at a time; when running as root and
     ``limits.drop_privileges``, each worker owns an unprivileged uid.
     Identical jobs (same setup, program and tests) are answered from an LRU
-    cache of ``cache_size`` reports (0 disables it).
+    cache of ``cache_size`` reports (0 disables it). Each worker also owns a
+    cgroup bounding memory and processes over the whole job where the OS
+    allows it (``cgroup_mode``; see ``cgroups.py``).
     """
 
     def __init__(self, limits: SandboxLimits = SandboxLimits(), workers: int = 2, cache_size: int = 4096):
@@ -40,12 +46,27 @@ class Sandbox:
         self._slots: queue.SimpleQueue = queue.SimpleQueue()
         for uid, _ in self._claimed:
             kill_uid(uid)  # leftovers of an earlier trainer that crashed
+        self._cgroups: list[JobCgroup] = []
         for i in range(workers):
-            self._slots.put(self._claimed[i][0] if self._claimed else None)
+            uid = self._claimed[i][0] if self._claimed else None
+            cg = None
+            if running_as_root():
+                name = f"comarl-sandbox-{uid}" if uid is not None else f"comarl-sandbox-{os.getpid()}-{i}"
+                cg = JobCgroup.create(name, limits.memory_mb, limits.max_processes)
+                if cg is not None:
+                    self._cgroups.append(cg)
+            self._slots.put((uid, cg))
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="comarl-sandbox")
         self._cache: OrderedDict[str, TestReport] = OrderedDict()
         self._lock = threading.Lock()
         self._closed = False
+
+    @property
+    def cgroup_mode(self) -> str:
+        """'v1' or 'v2' when every worker has a job cgroup, else 'rlimits' (per process / per uid only)."""
+        if len(self._cgroups) == self.workers:
+            return f"v{self._cgroups[0].version}"
+        return "rlimits"
 
     @property
     def uids(self) -> list[int]:
@@ -75,11 +96,11 @@ class Sandbox:
         return [copy.deepcopy(found[key]) for key in keys]
 
     def _run_one(self, job: TestJob) -> TestReport:
-        uid = self._slots.get()
+        slot = self._slots.get()
         try:
-            return run_job(job, self.limits, uid)
+            return run_job(job, self.limits, *slot)
         finally:
-            self._slots.put(uid)
+            self._slots.put(slot)
 
     def _remember(self, key: str, report: TestReport) -> None:
         if self.cache_size == 0:
@@ -96,6 +117,9 @@ class Sandbox:
             return
         self._closed = True
         self._pool.shutdown(wait=True)
+        for cg in self._cgroups:
+            cg.remove()
+        self._cgroups = []
         release(self._claimed)
         self._claimed = []
 

@@ -9,14 +9,16 @@ class SandboxLimits:
     """Resource limits applied to every job's child process.
 
     Attributes:
-        test_timeout_s: wall clock per test snippet (and for the program body).
+        test_timeout_s: wall clock per test snippet (and for the program body);
+            the job is killed when a phase runs past it by more than 1 s.
         total_timeout_s: wall clock for the whole job (start-up, program and all
             tests); the child's process group is killed after it.
         cpu_time_s: RLIMIT_CPU of the child, in seconds.
-        memory_mb: RLIMIT_AS (address space) of the child, in MiB.
+        memory_mb: MiB: the job cgroup's memory limit over all its processes
+            where cgroups are usable, and RLIMIT_AS of each process.
         file_size_mb: RLIMIT_FSIZE (largest file it may write), in MiB.
-        max_processes: RLIMIT_NPROC; counts the child's uid, so it only bounds
-            the job when privileges are dropped to a uid of its own.
+        max_processes: the job cgroup's pids.max where cgroups are usable,
+            and RLIMIT_NPROC of the job's own uid when privileges are dropped.
         max_output_bytes: bytes of stdout and of stderr kept; the rest is read
             and discarded.
         drop_privileges: when the trainer runs as root, run the child as an
@@ -48,9 +50,15 @@ class TestJob:
 
     Attributes:
         program: the code under test (defines functions/classes).
-        tests: code snippets, each exec'd after the program in the program's
-            namespace with its own timeout; a snippet passes if it raises nothing.
-        setup: trusted code run before the program (imports, helpers).
+        tests: trusted code snippets, each exec'd with its own timeout in a
+            namespace of the harness where the program's top-level names are
+            references to the program's objects (docs/sandbox.md); a snippet
+            passes if it raises nothing.
+        setup: trusted code run before the program (imports, helpers), in the
+            program's process and again in the tests' namespace.
+        entry_points: names of the program the tests may use even where they
+            shadow a builtin (MBPP's ``def sum(a, b)``); other such names of the
+            program are not visible to the tests.
     """
 
     __test__ = False  # not a pytest test class
@@ -58,11 +66,15 @@ class TestJob:
     program: str
     tests: tuple[str, ...]
     setup: str = ""
+    entry_points: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.tests, str):
             raise TypeError("TestJob.tests must be a tuple of snippets, got one str")
+        if isinstance(self.entry_points, str):
+            raise TypeError("TestJob.entry_points must be a tuple of names, got one str")
         object.__setattr__(self, "tests", tuple(self.tests))
+        object.__setattr__(self, "entry_points", tuple(self.entry_points))
 
 
 @dataclass

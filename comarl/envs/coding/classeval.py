@@ -265,7 +265,9 @@ class ClassEvalEnv:
             chosen = chosen_methods(list(resp), methods, param_split(item["skeleton"], self.num_agents))
             merged = merge_into_skeleton(item["skeleton"], class_name(item["skeleton"]) or "", chosen)
             program = program_with_tests(merged, item["test"])
-            attempts.append((methods, chosen, overlap_count(list(resp), methods), program, compiles(program),
+            # the compile check is the reference's (class + tests as one module); the job runs the class alone
+            # and the tests as trusted snippets, out of the program's reach
+            attempts.append((methods, chosen, overlap_count(list(resp), methods), merged, compiles(program),
                              tuple(test_snippets(item["test"]))))
         jobs = [make_job(a[3], a[5], RUN_ONE_SETUP) if a[4] and a[5] else None for a in attempts]
         reports = self.runner.run(jobs)

@@ -139,7 +139,8 @@ class FunctionCodingEnv:
         if self.preset == "paper":
             return self._paper_step_batch(states, responses)
         assemblies = [self._assemble(state.item, resp) for state, resp in zip(states, responses)]
-        jobs = [make_job(a.program, s.item["tests"], s.item.get("setup", "")) if a.main_defined and a.compiled else None
+        jobs = [make_job(a.program, s.item["tests"], s.item.get("setup", ""), s.item["entry_point"])
+                if a.main_defined and a.compiled else None
                 for a, s in zip(assemblies, states)]
         reports = self.runner.run(jobs)
         return [self._transition(s, r, a, rep) for s, r, a, rep in zip(states, responses, assemblies, reports)]
@@ -185,9 +186,9 @@ class FunctionCodingEnv:
     def _paper_step_batch(self, states: Sequence[EnvState], responses: Sequence[Sequence[str]]) -> list[Transition]:
         attempts = [self._paper_attempt(s.item, r) for s, r in zip(states, responses)]
         # with more turns ahead, a program whose main is missing still runs: its test results feed the feedback
-        jobs = [make_job(a.program, a.tests, PAPER_SETUP)
+        jobs = [make_job(a.program, a.tests, PAPER_SETUP, s.item["entry_point"])
                 if a.parses and a.tests and (a.main_defined or (self.max_turns > 1 and a.main_fn)) else None
-                for a in attempts]
+                for a, s in zip(attempts, states)]
         reports = self.runner.run(jobs)
         out = [self._paper_transition(s, r, a, rep) for s, r, a, rep in zip(states, responses, attempts, reports)]
         return self._paper_followups(states, responses, attempts, reports, out)

@@ -286,5 +286,9 @@ def _paper_run_one(cls, name):
 
 
 def test_snippets(test: str) -> list[str]:
-    """One sandbox snippet per test method (the test module itself is part of the program)."""
-    return [f"_paper_run_one({cls}, {name!r})\n" for cls, name in test_methods(test)]
+    """One sandbox snippet per test method: the test module, then one method run.
+
+    The test module is trusted code (it runs in the sandbox's harness, the program's class reaches it
+    as a reference), so the program cannot see or patch it; the reference ran it in the program's module.
+    """
+    return [f"{test.rstrip()}\n\n_paper_run_one({cls}, {name!r})\n" for cls, name in test_methods(test)]

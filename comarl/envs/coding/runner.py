@@ -7,9 +7,12 @@ if TYPE_CHECKING:
     from comarl.sandbox import Sandbox, TestJob, TestReport
 
 
-def make_job(program: str, tests: Sequence[str], setup: str = "") -> "TestJob":
+def make_job(program: str, tests: Sequence[str], setup: str = "", entry_point: str = "") -> "TestJob":
+    """A sandbox job; ``entry_point`` (the tested function or class) stays visible to the tests
+    even if its name shadows a builtin."""
     from comarl.sandbox import TestJob
-    return TestJob(program=program, tests=tuple(tests), setup=setup)
+    return TestJob(program=program, tests=tuple(tests), setup=setup,
+                   entry_points=(entry_point,) if entry_point else ())
 
 
 class SandboxRunner:
