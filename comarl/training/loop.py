@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import random
 import time
 import warnings
@@ -31,6 +32,8 @@ from ..reference import build_reference
 from ..rollout import RolloutSettings, check_tree_size, collect_rollout
 from . import checkpoint as ckpt
 from . import distributed as dist
+from . import run_dir
+from .interrupt import DeferredInterrupt, TrainingInterrupted
 from .logging import MetricsLogger, Progress
 from .optim import build_optimizer, build_scheduler, rebuild_scheduler
 from .placement import agent_device_names, check_shared_devices, place_references
@@ -106,6 +109,10 @@ class Trainer:
         self.algorithm = get_algorithm(cfg.algorithm)
         cfg.validate(len(agents), self.algorithm.min_generations)
         check_tree_size(cfg.joint_mode, cfg.num_generations, len(agents), cfg.num_turns, cfg.max_samples_per_item)
+        if cfg.output_dir and int(os.environ.get("RANK", "0")) == 0:  # before data and models: fails at once
+            run_dir.prepare_output_dir(cfg.output_dir, cfg.resume, cfg.overwrite)
+        self.run_id = run_dir.new_run_id()  # a resumed run takes its checkpoint's id (resume)
+        self._resumed_from: str | None = None
         # data first: a bad row fails in a second, before any model is loaded
         self.train_items = as_items(train_dataset, "train_dataset")
         self.eval_items = as_items(eval_dataset, "eval_dataset")
@@ -338,37 +345,58 @@ class Trainer:
         main = dist.is_main()
         logger = MetricsLogger(cfg.output_dir, cfg.report_to, enabled=main, wandb_project=cfg.wandb_project,
                                run_config={"train": to_dict(cfg), "agents": [to_dict(a.config) for a in self.agents]})
+        if main and cfg.output_dir:
+            run_dir.write_marker(cfg.output_dir, self.run_id, self._resumed_from)
         bar = Progress(self.total_steps, self.state.step, enabled=main and cfg.progress_bar)
+        stop = DeferredInterrupt(cfg.save_on_interrupt and bool(cfg.output_dir))
         try:
-            while self.state.step < self.total_steps:
-                items = self.next_batch()
-                done = self.state.counters["completions"]
-                metrics = self.training_step(items)
-                if dist.is_distributed():  # count completions over all ranks (the other counters agree already)
-                    self.state.counters["completions"] = done + int(dist.all_reduce_sum(
-                        self.state.counters["completions"] - done))
-                self.state.step += 1
-                step = self.state.step
-                metrics = dist.reduce_metrics(metrics, weight=len(items), sum_keys=("tokens_per_s",))
-                metrics.update(_peak_memory_gb(self.agents))
-                metrics.update({f"count/{k}": v for k, v in self.state.counters.items()})
-                metrics["epoch"] = self.state.epoch
-                if cfg.eval_steps and self.eval_items and step % cfg.eval_steps == 0:
-                    metrics.update({f"eval/{k}": v for k, v in self.evaluate()["metrics"].items()})
-                self.history.append(metrics)
-                if step % cfg.logging_steps == 0 or step == self.total_steps:
-                    logger.log(step, metrics)
-                if cfg.log_samples_steps and (step == 1 or step % cfg.log_samples_steps == 0):
-                    logger.log_samples(step, getattr(self, "_last_examples", []))
-                bar.update(metrics)
-                if cfg.output_dir and cfg.save_steps and step % cfg.save_steps == 0:
-                    self.save_checkpoint()
-            if cfg.output_dir and (not cfg.save_steps or self.state.step % cfg.save_steps):
-                self.save_checkpoint()
+            with stop:
+                self._run_steps(logger, bar, stop)
+        except KeyboardInterrupt:
+            raise self._interrupted() from None
         finally:
             bar.close()
             logger.close()
         return self.history
+
+    def _interrupted(self) -> TrainingInterrupted:
+        """The exception a Ctrl-C ends training with: step reached and newest checkpoint of this run."""
+        out = self.config.output_dir
+        last = ckpt.latest_checkpoint(out, self.run_id) if out else None
+        return TrainingInterrupted(self.state.step, self.total_steps, last)
+
+    def _run_steps(self, logger: MetricsLogger, bar: Progress, stop: DeferredInterrupt) -> None:
+        cfg = self.config
+        while self.state.step < self.total_steps:
+            items = self.next_batch()
+            done = self.state.counters["completions"]
+            metrics = self.training_step(items)
+            if dist.is_distributed():  # count completions over all ranks (the other counters agree already)
+                self.state.counters["completions"] = done + int(dist.all_reduce_sum(
+                    self.state.counters["completions"] - done))
+            self.state.step += 1
+            step = self.state.step
+            metrics = dist.reduce_metrics(metrics, weight=len(items), sum_keys=("tokens_per_s",))
+            metrics.update(_peak_memory_gb(self.agents))
+            metrics.update({f"count/{k}": v for k, v in self.state.counters.items()})
+            metrics["epoch"] = self.state.epoch
+            if cfg.eval_steps and self.eval_items and step % cfg.eval_steps == 0:
+                metrics.update({f"eval/{k}": v for k, v in self.evaluate()["metrics"].items()})
+            self.history.append(metrics)
+            if step % cfg.logging_steps == 0 or step == self.total_steps:
+                logger.log(step, metrics)
+            if cfg.log_samples_steps and (step == 1 or step % cfg.log_samples_steps == 0):
+                logger.log_samples(step, getattr(self, "_last_examples", []))
+            bar.update(metrics)
+            if cfg.output_dir and cfg.save_steps and step % cfg.save_steps == 0:
+                self.save_checkpoint()
+            if stop.enabled and (dist.all_reduce_sum(int(stop.requested)) > 0 if dist.is_distributed()
+                                 else stop.requested):
+                if not (cfg.save_steps and step % cfg.save_steps == 0):
+                    self.save_checkpoint()  # train.save_on_interrupt
+                raise KeyboardInterrupt
+        if cfg.output_dir and (not cfg.save_steps or self.state.step % cfg.save_steps):
+            self.save_checkpoint()
 
     # ----------------------------------------------------------------- eval
     def evaluate(self, items: Sequence[dict] | None = None, num_generations: int | None = None) -> dict[str, Any]:
@@ -387,14 +415,18 @@ class Trainer:
         st = self.state
         return ckpt.save_checkpoint(self.config.output_dir, st.step, self.agents, self.optimizers, self.schedulers,
                                     {"epoch": st.epoch, "batch_in_epoch": st.batch_in_epoch,
-                                     "counters": st.counters, "world_size": dist.world_size()},
+                                     "counters": st.counters, "world_size": dist.world_size(),
+                                     "run_id": self.run_id},
                                     keep=self.config.save_total_limit)
 
     def resume(self, where: str) -> None:
-        path = ckpt.latest_checkpoint(self.config.output_dir or ".") if where == "latest" else Path(where)
+        out = self.config.output_dir or "."
+        path = ckpt.latest_checkpoint(out, run_dir.read_run_id(out)) if where == "latest" else Path(where)
         if path is None:
             raise ConfigError(f"train.resume=latest: no checkpoint in {self.config.output_dir}")
         saved = ckpt.load_checkpoint(path, self.agents, self.optimizers, self.schedulers)
+        self.run_id = saved.get("run_id") or self.run_id  # checkpoints older than run ids: a new id
+        self._resumed_from = str(path)
         self.state = TrainState(step=saved["step"], epoch=saved["epoch"], batch_in_epoch=saved["batch_in_epoch"],
                                 counters=dict(saved["counters"]))
         cfg = self.config
@@ -410,6 +442,10 @@ class Trainer:
                                    for o, sch in zip(self.optimizers, self.schedulers)]
         if dist.world_size() > 1:  # the checkpoint holds rank 0's RNG: give each rank its own stream again
             seed_everything(dist.sampling_seed(cfg.seed, dist.rank(), self.state.step))
+        if dist.is_main():
+            if cfg.output_dir:  # rows the interrupted run logged after this checkpoint
+                run_dir.truncate_logs(cfg.output_dir, self.state.step)
+            print(f"resumed from {path.name} (step {self.state.step} of {self.total_steps})", flush=True)
 
     def save(self, path: str | Path) -> Path:
         """Write each agent's final model (or adapter) and tokenizer to ``path/agent<i>``."""
