@@ -183,10 +183,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"comarl: {e.kind}: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         if debug:
             raise
-        print("comarl: interrupted before training started (nothing to resume)", file=sys.stderr)
+        what = e.summary() if isinstance(e, TrainingInterrupted) else "interrupted (outside the training steps)"
+        print(f"comarl: {what}", file=sys.stderr)
         return 130
 
 

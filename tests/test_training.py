@@ -173,7 +173,7 @@ def test_demo_writes_log_plot_and_summary(tmp_path, capsys):
     run_demo(steps=3, output_dir=str(tmp_path))
     out = capsys.readouterr().out
     tmp_path = tmp_path / "latest"  # each demo writes a new dated run folder
-    assert "before training" in out and "after training" in out
+    assert "before training" in out and "after training" in out and "[agent0] prompt: 'Summarise" in out
     assert (tmp_path / "reward.png").stat().st_size > 1000
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 3
     assert json.loads((tmp_path / "demo_summary.json").read_text())["steps"] == 3

@@ -27,7 +27,7 @@ class TrainingInterrupted(KeyboardInterrupt):
 
 
 class DeferredInterrupt:
-    """Context manager: the first SIGINT only sets :attr:`requested`; the second raises KeyboardInterrupt.
+    """Between start() and stop(), the first SIGINT only sets :attr:`requested`; the second raises KeyboardInterrupt.
 
     A no-op (``requested`` stays False, Ctrl-C raises at once) when ``enabled`` is
     False or outside the main thread, where signal handlers cannot be set."""
@@ -44,11 +44,20 @@ class DeferredInterrupt:
         print("\ncomarl: Ctrl-C: finishing this step to save a checkpoint (Ctrl-C again to stop now)",
               file=sys.stderr, flush=True)
 
-    def __enter__(self) -> "DeferredInterrupt":
+    def start(self) -> "DeferredInterrupt":
         if self.enabled:
             self._previous = signal.signal(signal.SIGINT, self._handle)
         return self
 
-    def __exit__(self, *exc) -> None:
-        if self.enabled:
+    def stop(self) -> None:
+        if self.enabled and self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+    def requested_on_all_ranks(self) -> bool:
+        """Whether any rank got Ctrl-C (all ranks agree, so they stop at the same step)."""
+        if not self.enabled:
+            return False
+        from . import distributed as dist
+
+        return dist.all_reduce_sum(int(self.requested)) > 0 if dist.is_distributed() else self.requested

@@ -348,13 +348,41 @@ class Trainer:
         if main and cfg.output_dir:
             run_dir.write_marker(cfg.output_dir, self.run_id, self._resumed_from)
         bar = Progress(self.total_steps, self.state.step, enabled=main and cfg.progress_bar)
-        stop = DeferredInterrupt(cfg.save_on_interrupt and bool(cfg.output_dir))
+        stop = DeferredInterrupt(cfg.save_on_interrupt and bool(cfg.output_dir)).start()
         try:
-            with stop:
-                self._run_steps(logger, bar, stop)
+            while self.state.step < self.total_steps:
+                items = self.next_batch()
+                done = self.state.counters["completions"]
+                metrics = self.training_step(items)
+                if dist.is_distributed():  # count completions over all ranks (the other counters agree already)
+                    self.state.counters["completions"] = done + int(dist.all_reduce_sum(
+                        self.state.counters["completions"] - done))
+                self.state.step += 1
+                step = self.state.step
+                metrics = dist.reduce_metrics(metrics, weight=len(items), sum_keys=("tokens_per_s",))
+                metrics.update(_peak_memory_gb(self.agents))
+                metrics.update({f"count/{k}": v for k, v in self.state.counters.items()})
+                metrics["epoch"] = self.state.epoch
+                if cfg.eval_steps and self.eval_items and step % cfg.eval_steps == 0:
+                    metrics.update({f"eval/{k}": v for k, v in self.evaluate()["metrics"].items()})
+                self.history.append(metrics)
+                if step % cfg.logging_steps == 0 or step == self.total_steps:
+                    logger.log(step, metrics)
+                if cfg.log_samples_steps and (step == 1 or step % cfg.log_samples_steps == 0):
+                    logger.log_samples(step, getattr(self, "_last_examples", []))
+                bar.update(metrics)
+                if cfg.output_dir and cfg.save_steps and step % cfg.save_steps == 0:
+                    self.save_checkpoint()
+                if stop.requested_on_all_ranks():  # train.save_on_interrupt: checkpoint at a step boundary
+                    if not (cfg.save_steps and step % cfg.save_steps == 0):
+                        self.save_checkpoint()
+                    raise KeyboardInterrupt
+            if cfg.output_dir and (not cfg.save_steps or self.state.step % cfg.save_steps):
+                self.save_checkpoint()
         except KeyboardInterrupt:
             raise self._interrupted() from None
         finally:
+            stop.stop()
             bar.close()
             logger.close()
         return self.history
@@ -364,39 +392,6 @@ class Trainer:
         out = self.config.output_dir
         last = ckpt.latest_checkpoint(out, self.run_id) if out else None
         return TrainingInterrupted(self.state.step, self.total_steps, last)
-
-    def _run_steps(self, logger: MetricsLogger, bar: Progress, stop: DeferredInterrupt) -> None:
-        cfg = self.config
-        while self.state.step < self.total_steps:
-            items = self.next_batch()
-            done = self.state.counters["completions"]
-            metrics = self.training_step(items)
-            if dist.is_distributed():  # count completions over all ranks (the other counters agree already)
-                self.state.counters["completions"] = done + int(dist.all_reduce_sum(
-                    self.state.counters["completions"] - done))
-            self.state.step += 1
-            step = self.state.step
-            metrics = dist.reduce_metrics(metrics, weight=len(items), sum_keys=("tokens_per_s",))
-            metrics.update(_peak_memory_gb(self.agents))
-            metrics.update({f"count/{k}": v for k, v in self.state.counters.items()})
-            metrics["epoch"] = self.state.epoch
-            if cfg.eval_steps and self.eval_items and step % cfg.eval_steps == 0:
-                metrics.update({f"eval/{k}": v for k, v in self.evaluate()["metrics"].items()})
-            self.history.append(metrics)
-            if step % cfg.logging_steps == 0 or step == self.total_steps:
-                logger.log(step, metrics)
-            if cfg.log_samples_steps and (step == 1 or step % cfg.log_samples_steps == 0):
-                logger.log_samples(step, getattr(self, "_last_examples", []))
-            bar.update(metrics)
-            if cfg.output_dir and cfg.save_steps and step % cfg.save_steps == 0:
-                self.save_checkpoint()
-            if stop.enabled and (dist.all_reduce_sum(int(stop.requested)) > 0 if dist.is_distributed()
-                                 else stop.requested):
-                if not (cfg.save_steps and step % cfg.save_steps == 0):
-                    self.save_checkpoint()  # train.save_on_interrupt
-                raise KeyboardInterrupt
-        if cfg.output_dir and (not cfg.save_steps or self.state.step % cfg.save_steps):
-            self.save_checkpoint()
 
     # ----------------------------------------------------------------- eval
     def evaluate(self, items: Sequence[dict] | None = None, num_generations: int | None = None) -> dict[str, Any]:

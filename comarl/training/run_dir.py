@@ -55,7 +55,7 @@ def prepare_output_dir(folder: str | Path, resume: str | None, overwrite: bool) 
     """
     folder = Path(folder)
     found = run_contents(folder)
-    if found and not resume:
+    if [n for n in found if n != "eval.json"] and not resume:  # `comarl eval` of base agents is no run
         if not overwrite:
             shown = ", ".join(found[:4]) + (", ..." if len(found) > 4 else "")
             raise ConfigError(f"train.output_dir: {folder} already holds a run ({shown}). Continue it with "
