@@ -102,3 +102,24 @@ def test_demo_gets_a_new_folder_each_time_and_a_latest_link(tmp_path):
     a, b = new_run_folder(tmp_path), new_run_folder(tmp_path)
     assert a != b and a.parent == b.parent == tmp_path and a.is_dir() and b.is_dir()
     assert (tmp_path / "latest").resolve() == b.resolve()
+
+
+def test_interrupt_mid_step_reports_last_finished_step_and_checkpoint(tmp_path):
+    """Ctrl-C inside step 3 (no save_on_interrupt): stops at once; step 2 reached, checkpoint-2 is the last."""
+    from comarl.training.interrupt import TrainingInterrupted
+
+    t = _trainer(tmp_path, steps=5, save_steps=2)
+    real, calls = t.training_step, []
+
+    def step(items):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(items)
+
+    t.training_step = step
+    with pytest.raises(TrainingInterrupted) as e:
+        t.train()
+    assert (e.value.step, e.value.total, e.value.checkpoint) == (2, 5, tmp_path / "checkpoint-2")
+    assert str(e.value) == f"interrupted after step 2 of 5; last checkpoint {tmp_path / 'checkpoint-2'}"
+    assert not (tmp_path / "checkpoint-3").exists()
