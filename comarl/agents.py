@@ -170,8 +170,8 @@ def _load_model_and_tokenizer(cfg: AgentConfig, where: str):
             kwargs["gguf_file"] = gguf
         looks_local = src.startswith(("/", ".", "~")) or src.count("/") > 1  # a hub id has one slash
         if src != "smollm2" and looks_local and not os.path.isdir(os.path.expanduser(src)):
-            raise ConfigError(f"{where}.model: the folder {src} does not exist (a local model is a folder with "
-                              f"config.json and weights; a hub id looks like Qwen/Qwen2.5-0.5B)")
+            raise ConfigError(f"{where}.model: cannot load {src!r}: the folder does not exist (a local model is a "
+                              f"folder with config.json and weights; a hub id looks like Qwen/Qwen2.5-0.5B)")
         try:
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **kwargs)
         except (OSError, ValueError) as e:

@@ -78,7 +78,7 @@ def test_row_missing_the_field_lists_only_present_fields(tmp_path):
 
 def test_nonexistent_model_folder_says_the_folder_does_not_exist():
     _user_error(comarl("train", DEMO, "agents.0.model=/nonexistent/path"),
-                "agents.0.model: the folder /nonexistent/path does not exist")
+                "agents.0.model: cannot load '/nonexistent/path': the folder does not exist")
 
 
 def test_unwritable_output_dir_is_refused_before_any_model_loads(tmp_path):
