@@ -123,3 +123,13 @@ def test_interrupt_mid_step_reports_last_finished_step_and_checkpoint(tmp_path):
     assert (e.value.step, e.value.total, e.value.checkpoint) == (2, 5, tmp_path / "checkpoint-2")
     assert str(e.value) == f"interrupted after step 2 of 5; last checkpoint {tmp_path / 'checkpoint-2'}"
     assert not (tmp_path / "checkpoint-3").exists()
+
+
+def test_resuming_another_folders_checkpoint_into_a_run_folder_is_refused(tmp_path):
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "metrics.jsonl").write_text('{"step": 1}\n')
+    with pytest.raises(ConfigError, match="already holds a run"):
+        run_dir.prepare_output_dir(tmp_path / "b", str(tmp_path / "a" / "checkpoint-3"), overwrite=False)
+    run_dir.prepare_output_dir(tmp_path / "b", str(tmp_path / "b" / "checkpoint-3"), overwrite=False)
+    run_dir.prepare_output_dir(tmp_path / "b", "latest", overwrite=False)
+    assert (tmp_path / "b" / "metrics.jsonl").exists()

@@ -50,12 +50,14 @@ def check_writable(folder: str | Path) -> None:
 def prepare_output_dir(folder: str | Path, resume: str | None, overwrite: bool) -> None:
     """Refuse a fresh run into a folder holding another run; clear it with ``overwrite``; check it is writable.
 
-    Called before any model is loaded. ``resume`` set: the folder is expected
-    to hold the run being continued.
+    Called before any model is loaded. ``resume`` of ``latest`` or of a checkpoint
+    in this folder: the folder is expected to hold the run being continued (a
+    checkpoint from another folder starts a run here like a fresh one).
     """
     folder = Path(folder)
     found = run_contents(folder)
-    if [n for n in found if n != "eval.json"] and not resume:  # `comarl eval` of base agents is no run
+    continues = resume == "latest" or (resume is not None and Path(resume).resolve().parent == folder.resolve())
+    if [n for n in found if n != "eval.json"] and not continues:  # `comarl eval` of base agents is no run
         if not overwrite:
             shown = ", ".join(found[:4]) + (", ..." if len(found) > 4 else "")
             raise ConfigError(f"train.output_dir: {folder} already holds a run ({shown}). Continue it with "
