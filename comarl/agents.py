@@ -9,6 +9,7 @@ architecture and tokenizer: everything between agents travels as text.
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,6 +170,10 @@ def _load_model_and_tokenizer(cfg: AgentConfig, where: str):
             path, gguf = smollm2_dir()
         if gguf:
             kwargs["gguf_file"] = gguf
+        looks_local = src.startswith(("/", ".", "~")) or src.count("/") > 1  # a hub id has one slash
+        if src != "smollm2" and looks_local and not os.path.isdir(os.path.expanduser(src)):
+            raise ConfigError(f"{where}.model: cannot load {src!r}: the folder does not exist (a local model is a "
+                              f"folder with config.json and weights; a hub id looks like Qwen/Qwen2.5-0.5B)")
         try:
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **kwargs)
         except (OSError, ValueError) as e:

@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import sys
 from pathlib import Path
 
-from .config_io import ConfigError
+from .config_io import ConfigError, UserError
+from .training.interrupt import TrainingInterrupted
 
 _DESCRIPTION = """comarl trains teams of LLM agents with multi-agent RL (MAGRPO and friends).
 
@@ -14,6 +17,9 @@ _DESCRIPTION = """comarl trains teams of LLM agents with multi-agent RL (MAGRPO 
                                              agents.0.temperature=0.7, agents.*.lr=1e-5)
   comarl eval CONFIG.yaml [key=value ...]    evaluate agents (or a checkpoint) on the config's eval data
   comarl demo [--model tiny|smollm2]         offline demo: two agents learn a cooperative writing task
+
+Mistakes in configs, data and paths print one message and exit with status 2; --debug (or COMARL_DEBUG=1)
+prints the traceback instead. Ctrl-C during training prints the step reached and how to resume (status 130).
 """
 
 
@@ -25,6 +31,13 @@ def _train(args) -> int:
     trainer = build_trainer(cfg)
     try:
         history = trainer.train()
+    except TrainingInterrupted as e:
+        if args.debug:
+            raise
+        again = ["comarl", "train", args.config, *[o for o in args.overrides if not o.startswith("train.resume=")]]
+        how = f"; resume with: {shlex.join(again + ['train.resume=latest'])}" if e.checkpoint is not None else ""
+        print(f"comarl: {e.summary()}{how}", file=sys.stderr)
+        return 130
     finally:
         _close(trainer.env)
     if history:
@@ -114,6 +127,8 @@ def _demo(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="comarl", description=_DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--debug", action="store_true",
+                   help="show the full traceback of an error (also COMARL_DEBUG=1); may come anywhere on the line")
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train agents from a YAML experiment config",
                        description="Train a team of agents. CONFIG is a YAML file with agents/env/data/train "
@@ -138,15 +153,23 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--task", default="writing", choices=["writing", "tldr"],
                    help="writing: the built-in length-ratio task; tldr: the TL;DR environment on bundled posts")
     d.add_argument("--steps", type=int, default=0, help="training steps (default: 300 tiny, 30 smollm2)")
-    d.add_argument("--output-dir", default="runs/demo", help="where logs and the plot go")
-    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--output-dir", default="runs/demo",
+                   help="parent folder: each demo writes a new OUTPUT_DIR/<date-time>/ run folder, and "
+                        "OUTPUT_DIR/latest points to the newest (default runs/demo)")
+    d.add_argument("--seed", type=int, default=0,
+                   help="seed of the tiny models' weights, the data order and the sampling; the same seed "
+                        "repeats a tiny-model run (default 0)")
     d.set_defaults(func=_demo)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("COMARL_DEBUG", "") not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]  # accepted anywhere on the line
     args, extra = parser.parse_known_args(argv)
+    args.debug = debug
     # key=value overrides may also come after --flags
     stray = [x for x in extra if x.startswith("-") or "=" not in x or not hasattr(args, "overrides")]
     if stray:
@@ -155,9 +178,17 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = list(args.overrides) + extra
     try:
         return args.func(args)
-    except ConfigError as e:
-        print(f"comarl: config error: {e}", file=sys.stderr)
+    except UserError as e:
+        if debug:
+            raise
+        print(f"comarl: {e.kind}: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:
+        if debug:
+            raise
+        what = e.summary() if isinstance(e, TrainingInterrupted) else "interrupted (outside the training steps)"
+        print(f"comarl: {what}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from .agents import AgentConfig
-from .config_io import ConfigError, apply_overrides, from_dict
+from .config_io import ConfigError, apply_overrides, from_dict, read_yaml
 from .critics.settings import CriticSettings
 from .losses import KL_ESTIMATORS, NORMALISATIONS
 
@@ -101,6 +100,10 @@ class TrainConfig:
     """Where logs and checkpoints go (None = no files)."""
     resume: str | None = None
     """Checkpoint folder to resume from, or "latest" (newest in output_dir)."""
+    overwrite: bool = False
+    """Clear the run files (logs, checkpoints, final/) already in output_dir before a fresh run (else refused)."""
+    save_on_interrupt: bool = False
+    """On Ctrl-C, write a checkpoint of the last finished step before exiting (resume with train.resume=latest)."""
     report_to: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])
     """Metric sinks: jsonl, tensorboard, wandb."""
     wandb_project: str = "comarl"
@@ -259,7 +262,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         p = Path(path)
         if not p.exists():
             raise ConfigError(f"config file {p} does not exist")
-        data = yaml.safe_load(p.read_text()) or {}
+        data = read_yaml(p) or {}
         if not isinstance(data, dict):
             raise ConfigError(f"{p}: top level must be a mapping with agents/env/data/train")
     apply_overrides(data, overrides or [])

@@ -13,8 +13,38 @@ from typing import Any, Union
 import yaml
 
 
-class ConfigError(ValueError):
+class UserError(Exception):
+    """A mistake the user can fix (config, data, paths); the CLI prints its message and exits with status 2."""
+
+    kind = "error"
+
+
+class ConfigError(UserError, ValueError):
     """A configuration value is unknown, of the wrong type or impossible; the message names the key."""
+
+    kind = "config error"
+
+
+class DataError(UserError, ValueError):
+    """A dataset cannot be read or a row lacks what the environment needs; the message names file and line."""
+
+    kind = "data error"
+
+
+def read_yaml(path) -> Any:
+    """Parse a YAML file; a syntax error becomes a :class:`ConfigError` naming file, line and column."""
+    try:
+        text = open(path, encoding="utf-8").read()
+    except OSError as e:
+        raise ConfigError(f"config file {path}: cannot read it ({e.strerror})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{where}: YAML syntax error: {problem} (check the indentation, a missing ':' "
+                          f"or an unclosed quote/bracket on or just before that line)") from e
 
 
 def _is_optional(tp) -> tuple[bool, Any]:

@@ -8,6 +8,7 @@ so its words are gibberish: what it learns is *how much* each agent writes.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -50,6 +51,30 @@ def demo_setup(model: str = "tiny", task: str = "writing", steps: int = 0, outpu
     return agents, env, items, cfg
 
 
+def new_run_folder(parent: str | Path) -> Path:
+    """A fresh ``parent/<date>-<time>/`` folder (``-2``, ``-3`` within one second) with ``parent/latest`` pointing
+    to it; the link is skipped where the file system has none (the path is printed either way)."""
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in range(1, 1000):
+        folder = parent / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            folder.mkdir()
+            break
+        except FileExistsError:
+            continue
+    latest, tmp = parent / "latest", parent / f".latest-{os.getpid()}"
+    try:
+        if latest.is_symlink() or not latest.exists():
+            tmp.unlink(missing_ok=True)
+            os.symlink(folder.name, tmp)
+            os.replace(tmp, latest)
+    except OSError:
+        pass
+    return folder
+
+
 def show_samples(trainer: Trainer, items: list[dict], title: str, n: int = 2) -> float:
     """Print one sampled joint response for the first ``n`` items; returns their mean reward."""
     print(f"\n=== {title} ===")
@@ -62,10 +87,17 @@ def show_samples(trainer: Trainer, items: list[dict], title: str, n: int = 2) ->
             texts.append(generate(agent, ids, 1).texts[0])
         tr = trainer.env.step_batch([state], [tuple(texts)])[0]
         rewards.append(float(np.mean(getattr(tr.reward, "values", [tr.reward]))))
-        for agent, text in zip(trainer.agents, texts):
+        for agent, prompt, text in zip(trainer.agents, state.prompts, texts):
+            print(f"[{agent.name}] prompt: {_clip(prompt, 100)!r}")
             print(f"[{agent.name}, {len(text.split())} words] {text.strip()[:200]!r}")
         print(f"-> team reward {rewards[-1]:.3f}")
     return float(np.mean(rewards))
+
+
+def _clip(text: str, n: int) -> str:
+    """One line of at most ``n`` characters: the start and the end of a long prompt (the instruction is at the end)."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else f"{text[:n // 2 - 2]} .. {text[-(n // 2 - 2):]}"
 
 
 def plot_rewards(history: list[dict], path: Path) -> None:
@@ -91,6 +123,8 @@ def plot_rewards(history: list[dict], path: Path) -> None:
 
 def run_demo(model: str = "tiny", task: str = "writing", steps: int = 0, output_dir: str = "runs/demo",
              seed: int = 0) -> list[dict]:
+    """Run the demo into a new ``output_dir/<date>-<time>/`` folder (``output_dir/latest`` links to it)."""
+    output_dir = str(new_run_folder(output_dir))
     agents, env, items, cfg = demo_setup(model, task, steps, output_dir, seed)
     print(f"comarl demo: 2 agents ({model}), task {task}, {cfg.max_steps} steps, K={cfg.num_generations}, "
           f"batch {cfg.batch_size} items, output {output_dir}")

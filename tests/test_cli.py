@@ -60,6 +60,8 @@ def test_help_texts(capsys):
         assert e.value.code == 0
     out = capsys.readouterr().out
     assert "comarl train CONFIG.yaml" in out and "--checkpoint" in out and "smollm2" in out
+    flat = " ".join(out.split())  # argparse wraps help lines at the terminal width
+    assert "the same seed repeats a tiny-model run" in flat and "--debug" in flat
 
 
 def test_train_then_eval_from_the_cli(tmp_path, capsys):

@@ -163,7 +163,8 @@ def test_eval_every_n_steps_is_logged(tmp_path):
     logged = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert "eval/reward/mean" in logged[-1] and "agent1/grad_norm" in logged[-1]
     samples = [json.loads(x) for x in (tmp_path / "samples.jsonl").read_text().splitlines()]
-    assert samples[0]["step"] == 1 and len(samples[0]["responses"]) == 2
+    assert samples[0]["step"] == 1 and len(samples[0]["agents"]) == 2
+    assert set(samples[0]["agents"][0]) == {"prompt", "response"} and samples[0]["agents"][0]["prompt"]
 
 
 def test_demo_writes_log_plot_and_summary(tmp_path, capsys):
@@ -171,7 +172,8 @@ def test_demo_writes_log_plot_and_summary(tmp_path, capsys):
 
     run_demo(steps=3, output_dir=str(tmp_path))
     out = capsys.readouterr().out
-    assert "before training" in out and "after training" in out
+    tmp_path = tmp_path / "latest"  # each demo writes a new dated run folder
+    assert "before training" in out and "after training" in out and "[agent0] prompt: 'Summarise" in out
     assert (tmp_path / "reward.png").stat().st_size > 1000
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 3
     assert json.loads((tmp_path / "demo_summary.json").read_text())["steps"] == 3

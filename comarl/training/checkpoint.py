@@ -3,6 +3,8 @@
 A checkpoint is written to ``checkpoint-<step>.tmp`` and renamed to
 ``checkpoint-<step>`` only when complete, so a kill during a save leaves the
 previous checkpoint intact (a leftover ``.tmp`` folder is ignored and cleaned).
+``trainer_state.json`` records the run id (``run_dir.py``); pruning only
+removes checkpoints of that run.
 """
 from __future__ import annotations
 
@@ -46,7 +48,10 @@ def save_agent_weights(agent, folder: Path) -> None:
 
 def save_checkpoint(output_dir: str | Path, step: int, agents, optimizers, schedulers, state: dict,
                     keep: int = 2, extra: dict | None = None) -> Path:
-    """``extra``: file name -> object saved with ``torch.save`` inside the checkpoint (e.g. critic.pt)."""
+    """Write ``checkpoint-<step>``, then keep the newest ``keep`` checkpoints of ``state["run_id"]``.
+
+    ``extra``: file name -> object saved with ``torch.save`` inside the checkpoint (e.g. critic.pt).
+    """
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     final = out / f"checkpoint-{step}"
@@ -65,26 +70,41 @@ def save_checkpoint(output_dir: str | Path, step: int, agents, optimizers, sched
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
-    _prune(out, keep)
+    _prune(out, keep, state.get("run_id"))
     return final
 
 
-def _prune(out: Path, keep: int) -> None:
-    ckpts = sorted(list_checkpoints(out), key=lambda p: int(_NAME.match(p.name).group(1)))
+def _prune(out: Path, keep: int, run_id: str | None) -> None:
+    """Remove all but the newest ``keep`` checkpoints of run ``run_id`` (other runs' are never touched)."""
+    ckpts = sorted(list_checkpoints(out, run_id), key=lambda p: int(_NAME.match(p.name).group(1)))
     for p in ckpts[:-keep] if keep > 0 else []:
         shutil.rmtree(p, ignore_errors=True)
 
 
-def list_checkpoints(output_dir: str | Path) -> list[Path]:
+def checkpoint_run_id(path: Path) -> str | None:
+    """The run id recorded in a checkpoint (None: written before run ids, or unreadable)."""
+    try:
+        return json.loads((path / "trainer_state.json").read_text()).get("run_id")
+    except (OSError, ValueError):
+        return None
+
+
+def list_checkpoints(output_dir: str | Path, run_id: str | None = None) -> list[Path]:
+    """Complete checkpoints in ``output_dir`` (only run ``run_id``'s when given)."""
     out = Path(output_dir)
     if not out.exists():
         return []
     return [p for p in out.iterdir() if p.is_dir() and _NAME.match(p.name)
-            and (p / "trainer_state.json").exists()]
+            and (p / "trainer_state.json").exists() and (run_id is None or checkpoint_run_id(p) == run_id)]
 
 
-def latest_checkpoint(output_dir: str | Path) -> Path | None:
-    ckpts = list_checkpoints(output_dir)
+def checkpoint_step(path: Path) -> int:
+    return int(_NAME.match(path.name).group(1))
+
+
+def latest_checkpoint(output_dir: str | Path, run_id: str | None = None) -> Path | None:
+    """Newest complete checkpoint in ``output_dir`` (of run ``run_id`` when given)."""
+    ckpts = list_checkpoints(output_dir, run_id)
     return max(ckpts, key=lambda p: int(_NAME.match(p.name).group(1))) if ckpts else None
 
 

@@ -10,6 +10,14 @@ import time
 from pathlib import Path
 
 
+def sample_row(example: dict) -> dict:
+    """``{"prompts": [...], "responses": [...], ...}`` -> ``{..., "agents": [{"prompt", "response"}, ...]}``."""
+    ex = dict(example)
+    if "prompts" in ex and "responses" in ex:
+        ex["agents"] = [{"prompt": p, "response": r} for p, r in zip(ex.pop("prompts"), ex.pop("responses"))]
+    return ex
+
+
 class MetricsLogger:
     def __init__(self, output_dir: str | None, report_to: list[str], enabled: bool = True,
                  wandb_project: str = "comarl", run_config: dict | None = None):
@@ -51,9 +59,10 @@ class MetricsLogger:
             self._wandb.log(clean, step=step)
 
     def log_samples(self, step: int, examples: list[dict]) -> None:
+        """One JSON line per example: step, item, reward and, per agent, its prompt next to its response."""
         if self.enabled and self._samples and examples:
             for ex in examples:
-                self._samples.write(json.dumps({"step": step, **ex}) + "\n")
+                self._samples.write(json.dumps({"step": step, **sample_row(ex)}) + "\n")
             self._samples.flush()
 
     def close(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import random
 import time
 import warnings
@@ -34,6 +35,8 @@ from ..runtime import check_mixed_precision
 from . import checkpoint as ckpt
 from . import distributed as dist
 from .dropout import dropout_disabled
+from . import run_dir
+from .interrupt import DeferredInterrupt, TrainingInterrupted
 from .logging import MetricsLogger, Progress
 from .optim import build_optimizer, build_scheduler, rebuild_scheduler
 from .placement import agent_device_names, check_shared_devices, place_references
@@ -111,6 +114,10 @@ class Trainer:
         self.algorithm = get_algorithm(cfg.algorithm)
         cfg.validate(len(agents), self.algorithm.min_generations)
         check_tree_size(cfg.joint_mode, cfg.num_generations, len(agents), cfg.num_turns, cfg.max_samples_per_item)
+        if cfg.output_dir and int(os.environ.get("RANK", "0")) == 0:  # before data and models: fails at once
+            run_dir.prepare_output_dir(cfg.output_dir, cfg.resume, cfg.overwrite)
+        self.run_id = run_dir.new_run_id()  # a resumed run takes its checkpoint's id (resume)
+        self._resumed_from: str | None = None
         # data first: a bad row fails in a second, before any model is loaded
         self.train_items = as_items(train_dataset, "train_dataset")
         self.eval_items = as_items(eval_dataset, "eval_dataset")
@@ -384,7 +391,10 @@ class Trainer:
         main = dist.is_main()
         logger = MetricsLogger(cfg.output_dir, cfg.report_to, enabled=main, wandb_project=cfg.wandb_project,
                                run_config={"train": to_dict(cfg), "agents": [to_dict(a.config) for a in self.agents]})
+        if main and cfg.output_dir:
+            run_dir.write_marker(cfg.output_dir, self.run_id, self._resumed_from)
         bar = Progress(self.total_steps, self.state.step, enabled=main and cfg.progress_bar)
+        stop = DeferredInterrupt(cfg.save_on_interrupt and bool(cfg.output_dir)).start()
         try:
             while self.state.step < self.total_steps:
                 items = self.next_batch()
@@ -409,12 +419,25 @@ class Trainer:
                 bar.update(metrics)
                 if cfg.output_dir and cfg.save_steps and step % cfg.save_steps == 0:
                     self.save_checkpoint()
+                if stop.requested_on_all_ranks():  # train.save_on_interrupt: checkpoint at a step boundary
+                    if not (cfg.save_steps and step % cfg.save_steps == 0):
+                        self.save_checkpoint()
+                    raise KeyboardInterrupt
             if cfg.output_dir and (not cfg.save_steps or self.state.step % cfg.save_steps):
                 self.save_checkpoint()
+        except KeyboardInterrupt:
+            raise self._interrupted() from None
         finally:
+            stop.stop()
             bar.close()
             logger.close()
         return self.history
+
+    def _interrupted(self) -> TrainingInterrupted:
+        """The exception a Ctrl-C ends training with: step reached and newest checkpoint of this run."""
+        out = self.config.output_dir
+        last = ckpt.latest_checkpoint(out, self.run_id) if out else None
+        return TrainingInterrupted(self.state.step, self.total_steps, last)
 
     # ----------------------------------------------------------------- eval
     def evaluate(self, items: Sequence[dict] | None = None, num_generations: int | None = None) -> dict[str, Any]:
@@ -433,17 +456,21 @@ class Trainer:
         st = self.state
         return ckpt.save_checkpoint(self.config.output_dir, st.step, self.agents, self.optimizers, self.schedulers,
                                     {"epoch": st.epoch, "batch_in_epoch": st.batch_in_epoch,
-                                     "counters": st.counters, "world_size": dist.world_size()},
+                                     "counters": st.counters, "world_size": dist.world_size(),
+                                     "run_id": self.run_id},
                                     keep=self.config.save_total_limit,
                                     extra={"critic.pt": self.critic.state_dict()} if self.critic is not None else None)
 
     def resume(self, where: str) -> None:
-        path = ckpt.latest_checkpoint(self.config.output_dir or ".") if where == "latest" else Path(where)
+        out = self.config.output_dir or "."
+        path = ckpt.latest_checkpoint(out, run_dir.read_run_id(out)) if where == "latest" else Path(where)
         if path is None:
             raise ConfigError(f"train.resume=latest: no checkpoint in {self.config.output_dir}")
         saved = ckpt.load_checkpoint(path, self.agents, self.optimizers, self.schedulers)
         if self.critic is not None:
             self.critic.load_state_dict(ckpt.load_extra(path, "critic.pt"))
+        self.run_id = saved.get("run_id") or self.run_id  # checkpoints older than run ids: a new id
+        self._resumed_from = str(path)
         self.state = TrainState(step=saved["step"], epoch=saved["epoch"], batch_in_epoch=saved["batch_in_epoch"],
                                 counters=dict(saved["counters"]))
         cfg = self.config
@@ -459,6 +486,10 @@ class Trainer:
                                    for o, sch in zip(self.optimizers, self.schedulers)]
         if dist.world_size() > 1:  # the checkpoint holds rank 0's RNG: give each rank its own stream again
             seed_everything(dist.sampling_seed(cfg.seed, dist.rank(), self.state.step))
+        if dist.is_main():
+            if cfg.output_dir:  # rows the interrupted run logged after this checkpoint
+                run_dir.truncate_logs(cfg.output_dir, self.state.step)
+            print(f"resumed from {path.name} (step {self.state.step} of {self.total_steps})", flush=True)
 
     def save(self, path: str | Path) -> Path:
         """Write each agent's final model (or adapter) and tokenizer to ``path/agent<i>``."""

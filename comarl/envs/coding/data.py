@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..loading import load_hub, read_json_rows
 from .extract import quiet_parse
 from .testcases import assert_snippets, check_snippets, unittest_snippets
 
@@ -39,22 +40,14 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
     with opener(path, "rt", encoding="utf-8") as f:
         text = f.read()
     stripped = text.lstrip()
-    if stripped.startswith("["):
-        return json.loads(text)
     if stripped.startswith("{") and "\n{" not in stripped:
         obj = json.loads(text)
         return obj if isinstance(obj, list) else list(obj.values())
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [row for _, row in read_json_rows(str(path), text)]  # a bad line: DataError with file and line
 
 
 def _hub_rows(source: str, config: str | None, split: str | None) -> list[dict[str, Any]]:
-    try:
-        import datasets
-        ds = datasets.load_dataset(source, config, split=split or "test")
-    except Exception as e:  # offline, unknown id, ...
-        raise RuntimeError(f"data.source: could not load hub dataset {source!r} (config {config!r}, split "
-                           f"{split or 'test'!r}): {e}. Offline, point data.source at a local file or folder "
-                           f"(e.g. ../shared/data/...).") from e
+    ds = load_hub(source, split or "test", "the benchmark's fields (e.g. ../shared/data/...)", config)
     return [dict(r) for r in ds]
 
 
