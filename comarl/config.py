@@ -19,6 +19,7 @@ from .agents import AgentConfig
 from .config_io import ConfigError, apply_overrides, from_dict
 from .critics.settings import CriticSettings
 from .losses import KL_ESTIMATORS, NORMALISATIONS
+from .preference.settings import PreferenceSettings
 
 
 @dataclass
@@ -119,6 +120,8 @@ class TrainConfig:
     """LoRA agents on one base with equal generation settings share one generate call (docs/lora.md)."""
     critic: CriticSettings = field(default_factory=CriticSettings)
     """Critic of the actor-critic algorithms iac/maac (docs/actor_critic.md); ignored by the others."""
+    preference: PreferenceSettings = field(default_factory=PreferenceSettings)
+    """Pairs and DPO settings of madpo (docs/preference.md); ignored by the others."""
 
     def validate(self, num_agents: int, min_generations: int = 1) -> None:
         def bad(key, msg):
@@ -169,6 +172,7 @@ class TrainConfig:
             bad("max_grad_norm", f"must be >= 0, got {self.max_grad_norm}")
         self._validate_scale_out(num_agents)
         self.critic.validate()
+        self.preference.validate()
 
     def _validate_scale_out(self, num_agents: int) -> None:
         """Device, precision and backend keys (docs/distributed.md)."""

@@ -6,6 +6,8 @@ is defined (a group baseline needs K >= 2). ``greedy_baseline`` asks the
 rollout for one extra greedy joint response per node (MAReMax). ``critic``
 names the critic the loop builds for actor-critic methods: ``independent``
 (IAC, one per agent) or ``central`` (MAAC); None for critic-free methods.
+``update`` names the loop's update: ``policy_gradient`` (advantages and the
+clipped loss) or ``dpo`` (preference pairs of joint actions, MADPO).
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ class Algorithm:
     greedy_baseline: bool = False
     summary: str = ""
     critic: str | None = None
+    update: str = "policy_gradient"
 
 
 _REGISTRY: dict[str, Algorithm] = {}
@@ -42,6 +45,7 @@ _BUILTIN_MODULES = {
     "maremax_groupmax": "comarl.algorithms.remax",
     "iac": "comarl.algorithms.iac",
     "maac": "comarl.algorithms.maac",
+    "madpo": "comarl.algorithms.madpo",
 }
 
 

@@ -33,6 +33,7 @@ from ..rollout import RolloutSettings, check_tree_size, collect_rollout
 from ..runtime import check_mixed_precision
 from . import checkpoint as ckpt
 from . import distributed as dist
+from .dpo import dpo_update
 from .logging import MetricsLogger, Progress
 from .optim import build_optimizer, build_scheduler, rebuild_scheduler
 from .placement import agent_device_names, check_shared_devices, place_references
@@ -140,7 +141,11 @@ class Trainer:
         total_opt = self.total_steps * cfg.num_iterations
         self.optimizers = [build_optimizer(a.model, a.config, f"agents.{i}") for i, a in enumerate(self.agents)]
         self.schedulers = [build_scheduler(o, cfg.lr_scheduler, cfg.warmup_steps, total_opt) for o in self.optimizers]
-        self.references = self._build_references() if cfg.kl_beta > 0 else [None] * len(self.agents)
+        if self.algorithm.update == "dpo" and cfg.kl_beta > 0:
+            raise ConfigError(f"train.kl_beta: {cfg.algorithm} keeps to its reference through the DPO loss; "
+                              f"set train.preference.beta instead (kl_beta must be 0)")
+        needs_ref = cfg.kl_beta > 0 or (self.algorithm.update == "dpo" and not cfg.preference.reference_free)
+        self.references = self._build_references() if needs_ref else [None] * len(self.agents)
         self.references = place_references(self.references, cfg.reference_device, self.agents)
         self.state = TrainState()
         self.history: list[dict[str, float]] = []
@@ -215,7 +220,10 @@ class Trainer:
         for i in range(len(self.agents)):
             samples = [r.agents[i] for r in rollouts]
             trained_tokens += sum(len(c) for s in samples for c in s.completion_ids)
-            metrics.update(self._update_agent(i, samples))
+            if self.algorithm.update == "policy_gradient":
+                metrics.update(self._update_agent(i, samples))
+        if self.algorithm.update == "dpo":  # MADPO: pairs of joint actions, one step per agent (training/dpo.py)
+            metrics.update(dpo_update(self, rollouts, random.Random(cfg.seed * 7919 + self.state.step)))
         dt = time.perf_counter() - t0
         metrics.update({"time/step_s": dt, "time/rollout_s": t_roll, "time/update_s": dt - t_roll,
                         "tokens_per_s": trained_tokens / max(dt, 1e-9)})
