@@ -3,3 +3,6 @@ from .pairs import JointPair, joint_returns, select_pairs, tree_pairs
 from .settings import PreferenceSettings
 
 __all__ = ["JointPair", "PreferenceSettings", "joint_returns", "select_pairs", "tree_pairs"]
+from .centralized import CentralizedEnv, ParseError, TaggedFormat
+
+__all__ += ["CentralizedEnv", "ParseError", "TaggedFormat"]
