@@ -220,6 +220,12 @@ class EnvConfig:
     """Multiplies every reward before returns, advantages and early termination (processed = scale * raw + shift)."""
     reward_shift: float = 0.0
     """Added to every reward after reward_scale (the reference's reward_processor.shift)."""
+    centralized_roles: int = 0
+    """0 = one agent per role; R > 0 = one agent writes all R roles in tagged sections (comarl.preference.centralized)."""
+    centralized_tag: str = "agent_{i}"
+    """Section tag of the centralised actor; {i} is the role index."""
+    centralized_failure_reward: float = 0.0
+    """Reward of a centralised completion whose sections cannot be parsed."""
 
     def validate(self) -> None:
         import math
@@ -230,6 +236,9 @@ class EnvConfig:
                 raise ConfigError(f"env.{key}: expected a finite number, got {value!r}")
         if self.reward_scale == 0:
             raise ConfigError("env.reward_scale: must not be 0 (every reward would become reward_shift)")
+        if self.centralized_roles < 0 or "{i}" not in self.centralized_tag:
+            raise ConfigError("env.centralized_roles must be >= 0 and env.centralized_tag must contain {i}, got "
+                              f"{self.centralized_roles} and {self.centralized_tag!r}")
 
 
 @dataclass
@@ -247,6 +256,8 @@ class ExperimentConfig:
         for i, a in enumerate(self.agents):
             a.validate(f"agents.{i}")
         self.env.validate()
+        if self.env.centralized_roles and len(self.agents) != 1:
+            raise ConfigError(f"env.centralized_roles: a centralised actor is one agent; {len(self.agents)} are given")
         alg = get_algorithm(self.train.algorithm)
         self.train.validate(len(self.agents), alg.min_generations)
 

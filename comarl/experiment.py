@@ -18,13 +18,20 @@ def build_env(cfg: ExperimentConfig):
     args = dict(cfg.env.args)
     if cfg.train.num_turns > 1:
         args.setdefault("max_turns", cfg.train.num_turns)
+    roles = cfg.env.centralized_roles or len(cfg.agents)
     try:
-        env = entry.build(num_agents=len(cfg.agents), **args)
+        env = entry.build(num_agents=roles, **args)
     except ConfigError:
         raise
     except (TypeError, ValueError) as e:
         raise ConfigError(f"env.args ({cfg.env.name}): {e}") from e
-    return with_reward_processing(env, cfg.env.reward_scale, cfg.env.reward_shift)
+    env = with_reward_processing(env, cfg.env.reward_scale, cfg.env.reward_shift)
+    if cfg.env.centralized_roles:  # one model writes every role (docs/preference.md)
+        from .preference.centralized import CentralizedEnv, TaggedFormat
+
+        fmt = TaggedFormat(cfg.env.centralized_tag)
+        env = CentralizedEnv(env, fmt.build_prompt, fmt.parse, cfg.env.centralized_failure_reward)
+    return env
 
 
 def load_items(cfg: ExperimentConfig, which: str) -> list[dict]:

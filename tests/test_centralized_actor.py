@@ -60,3 +60,16 @@ def test_centralized_actor_trains_and_logs_parse_failures(algorithm):
     hist = t.train()
     assert all(0.0 <= h["env/central/parse_failure"] <= 1.0 for h in hist)
     assert any(not torch.equal(a, b) for a, b in zip(w0, t.agents[0].model.parameters()))
+
+
+def test_config_centralized_needs_one_agent_and_a_role_tag():
+    from comarl.config import load_config
+    from comarl.config_io import ConfigError
+
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "configs/preference/tldr_centralized_smoke.yaml"
+    with pytest.raises(ConfigError, match="one agent; 2 are given"):
+        load_config(path, ["agents=[{model: tiny}, {model: tiny}]"])
+    with pytest.raises(ConfigError, match="centralized_tag"):
+        load_config(path, ["env.centralized_tag=agent"])
