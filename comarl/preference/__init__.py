@@ -6,3 +6,6 @@ __all__ = ["JointPair", "PreferenceSettings", "joint_returns", "select_pairs", "
 from .centralized import CentralizedEnv, ParseError, TaggedFormat
 
 __all__ += ["CentralizedEnv", "ParseError", "TaggedFormat"]
+from .reward_model import JointRewardModel, RewardModelEnv
+
+__all__ += ["JointRewardModel", "RewardModelEnv"]
