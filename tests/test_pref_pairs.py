@@ -51,3 +51,13 @@ def test_tree_pairs_map_joint_actions_to_each_agents_samples():
     assert pairs[0].chosen_samples == [0, 1] and pairs[0].rejected_samples == [0, 0]
     assert pairs[1].chosen_samples == [3, 2] and pairs[1].rejected_samples == [2, 2]
     assert pairs[1].gap == pytest.approx(0.5)
+
+
+def test_replay_weights_by_hand():
+    from comarl.preference.pairs import replay_weights
+
+    assert replay_weights(3, "none") == {3: 1.0}
+    assert replay_weights(3, "last_k", k=1) == {2: 1.0, 3: 1.0}
+    assert replay_weights(1, "last_k", k=4) == {0: 1.0, 1: 1.0}
+    assert replay_weights(2, "all") == {0: 1.0, 1: 1.0, 2: 1.0}
+    assert replay_weights(2, "decay", decay=0.5) == {0: 0.25, 1: 0.5, 2: 1.0}

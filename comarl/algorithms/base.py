@@ -7,7 +7,8 @@ rollout for one extra greedy joint response per node (MAReMax). ``critic``
 names the critic the loop builds for actor-critic methods: ``independent``
 (IAC, one per agent) or ``central`` (MAAC); None for critic-free methods.
 ``update`` names the loop's update: ``policy_gradient`` (advantages and the
-clipped loss) or ``dpo`` (preference pairs of joint actions, MADPO).
+clipped loss), ``dpo`` (preference pairs of joint actions, MADPO) or
+``dpo_rounds`` (iterative MADPO: rounds of pairs written to disk, then DPO).
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ _BUILTIN_MODULES = {
     "iac": "comarl.algorithms.iac",
     "maac": "comarl.algorithms.maac",
     "madpo": "comarl.algorithms.madpo",
+    "madpo_iter": "comarl.algorithms.madpo",
 }
 
 

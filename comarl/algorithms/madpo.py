@@ -20,6 +20,10 @@ per item) and are rebuilt from the current policy every step (online); pairs
 are taken at every node of a multi-turn tree with the tree's joint returns as
 scores; log-probs are at the agents' sampling temperature (as the reference's);
 the step uses the loop's micro-batching, clipping, precision and data parallelism.
+
+``madpo_iter`` (iterative MADPO) runs the same pairs and DPO step in rounds with
+pairs on disk, replay of earlier rounds and a refreshed reference
+(``comarl.training.rounds``).
 """
 from __future__ import annotations
 
@@ -33,3 +37,5 @@ def no_advantage(samples, config):
 
 MADPO = register_algorithm(Algorithm("madpo", no_advantage, min_generations=2, update="dpo",
                                      summary="DPO on joint preference pairs of the rollout (online)"))
+MADPO_ITER = register_algorithm(Algorithm("madpo_iter", no_advantage, min_generations=2, update="dpo_rounds",
+                                          summary="rounds of sampling, pairs written to disk, DPO with replay"))

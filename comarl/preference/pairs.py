@@ -82,3 +82,20 @@ def tree_pairs(rewards: torch.Tensor, child: torch.Tensor, joints: torch.Tensor,
             out.append(JointPair(g, w, l, (g * k + joints[w]).tolist(), (g * k + joints[l]).tolist(),
                                  float(ret[g, w] - ret[g, l])))
     return out
+
+
+def replay_weights(current: int, mode: str, k: int = 1, decay: float = 0.5) -> dict[int, float]:
+    """Weight of each round's pairs in round ``current``'s pool (rounds 0-based, absent = not replayed).
+
+    ``none``: {current: 1}; ``last_k``: the current round and the k before it, weight 1;
+    ``all``: every round so far, weight 1; ``decay``: every round r, weight ``decay ** (current - r)``.
+    """
+    if mode == "none":
+        return {current: 1.0}
+    if mode == "last_k":
+        return {r: 1.0 for r in range(max(0, current - k), current + 1)}
+    if mode == "all":
+        return {r: 1.0 for r in range(current + 1)}
+    if mode == "decay":
+        return {r: decay ** (current - r) for r in range(current + 1)}
+    raise ValueError(f"replay must be none, last_k, all or decay, got {mode!r}")

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from ..config_io import ConfigError
 from .pairs import SELECTIONS
 
+REPLAY = ("none", "last_k", "all", "decay")
+
 
 @dataclass
 class PreferenceSettings:
@@ -19,6 +21,20 @@ class PreferenceSettings:
     """Drop the reference log-probs from the DPO margin (no reference model is built)."""
     pairs_out: str | None = None
     """Append every step's pairs (texts, returns) to this JSONL file (None = keep none)."""
+    rounds: int = 2
+    """madpo_iter: rounds of (sample the current policy, build pairs, DPO on them)."""
+    round_batches: int = 1
+    """madpo_iter: rollout batches (train.batch_size items each) sampled per round."""
+    steps_per_round: int = 1
+    """madpo_iter: DPO optimizer steps per round, each over the round's whole pair pool."""
+    replay: str = "none"
+    """madpo_iter: earlier rounds' pairs in the pool: none | last_k | all | decay (weight replay_decay^age)."""
+    replay_rounds: int = 1
+    """madpo_iter: k of replay=last_k."""
+    replay_decay: float = 0.5
+    """madpo_iter: weight factor per round of age under replay=decay."""
+    reference: str = "current"
+    """madpo_iter: DPO reference (the comparator): current (frozen copy of the policy at each round start) | initial."""
 
     def validate(self) -> None:
         if self.pair_selection not in SELECTIONS:
@@ -29,5 +45,14 @@ class PreferenceSettings:
                               "(all keeps every positive-gap pair)")
         if self.pairs_per_item is not None and self.pairs_per_item < 1:
             raise ConfigError(f"train.preference.pairs_per_item: must be >= 1 or null, got {self.pairs_per_item}")
+        if self.replay not in REPLAY:
+            raise ConfigError(f"train.preference.replay: must be one of {list(REPLAY)}, got {self.replay!r}")
+        if self.reference not in ("current", "initial"):
+            raise ConfigError(f"train.preference.reference: must be current or initial, got {self.reference!r}")
+        for key in ("rounds", "round_batches", "steps_per_round", "replay_rounds"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"train.preference.{key}: must be >= 1, got {getattr(self, key)}")
+        if not 0 < self.replay_decay <= 1:
+            raise ConfigError(f"train.preference.replay_decay: must be in (0, 1], got {self.replay_decay}")
         if not self.beta > 0:
             raise ConfigError(f"train.preference.beta: must be > 0, got {self.beta}")

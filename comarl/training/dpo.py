@@ -52,25 +52,65 @@ def _sequence_logprobs(fn, prompts, comps, needed: list[int], micro: int) -> tor
 
 
 def dpo_update(trainer, rollouts, rng: random.Random) -> dict[str, float]:
-    """Build the step's joint pairs and take ``num_iterations`` MADPO optimizer steps for every agent."""
-    cfg, pref, agents = trainer.config, trainer.config.preference, trainer.agents
+    """Build the step's joint pairs from the rollout and take ``num_iterations`` MADPO steps for every agent."""
+    cfg = trainer.config
     chunk_pairs = step_pairs(rollouts, cfg, rng)
     n_pairs = sum(len(p) for p in chunk_pairs)
-    n_global = dist.all_reduce_sum(n_pairs)
     out = {"pref/pairs": float(n_pairs),
            "pref/gap": sum(p.gap for ps in chunk_pairs for p in ps) / max(n_pairs, 1)}
-    if pref.pairs_out and dist.is_main():
-        write_pairs(pref.pairs_out, trainer.state.step, rollouts, chunk_pairs)
-    if n_global == 0:  # every node's joint actions tied: nothing to prefer
-        return out
-    data = []  # per agent: prompts, completions, needed samples, position of each pair's samples in ``needed``
-    for i in range(len(agents)):
-        prompts = [p for r in rollouts for p in r.agents[i].prompt_ids]
-        comps = [c for r in rollouts for c in r.agents[i].completion_ids]
+    if cfg.preference.pairs_out and dist.is_main():
+        write_pairs(cfg.preference.pairs_out, trainer.state.step, rollouts, chunk_pairs)
+    data = []  # per agent: prompts, completions, chosen and rejected sample indices [P]
+    for i in range(len(trainer.agents)):
         chosen, rejected = _pair_indices(rollouts, chunk_pairs, i)
+        data.append(([p for r in rollouts for p in r.agents[i].prompt_ids],
+                     [c for r in rollouts for c in r.agents[i].completion_ids], chosen, rejected))
+    out.update(dpo_step(trainer, data, torch.ones(n_pairs)))
+    return out
+
+
+def text_pairs_to_ids(agents, pairs) -> list[tuple]:
+    """Pairs of texts ``{"prompts": [N], "chosen": [N], "rejected": [N]}`` -> per agent
+    (prompts, completions, chosen [P], rejected [P]) as :func:`dpo_step` takes them.
+
+    Prompts go through each agent's prompt rendering; a response is re-tokenised and ends with EOS
+    (what the agent would have generated had it stopped there)."""
+    out = []
+    for i, agent in enumerate(agents):
+        for n, p in enumerate(pairs):
+            for key in ("prompts", "chosen", "rejected"):
+                if len(p.get(key, ())) != len(agents):
+                    raise ValueError(f"preference pair {n}: {key!r} needs {len(agents)} entries (one per agent)")
+        prompts = agent.encode_prompts([p["prompts"][i] for p in pairs])
+        eos = [agent.tokenizer.eos_token_id] if agent.tokenizer.eos_token_id is not None else []
+        texts = [p["chosen"][i] for p in pairs] + [p["rejected"][i] for p in pairs]
+        comps = [list(x) + eos for x in agent.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        n = len(pairs)
+        out.append((prompts + prompts, comps, list(range(n)), list(range(n, 2 * n))))
+    return out
+
+
+def dpo_step(trainer, data, weights: torch.Tensor) -> dict[str, float]:
+    """``num_iterations`` optimizer steps per agent on the weighted joint DPO loss
+    ``sum_p w_p * loss_p / sum(w)`` (sums over every rank).
+
+    Args:
+        data: per agent ``(prompts, completions, chosen, rejected)``: token-id lists and the [P]
+            sample indices of each pair's chosen and rejected response (pairs in the same order for every agent).
+        weights: [P] weight of each pair (1 online; replay decay in iterative rounds).
+    """
+    cfg, pref, agents = trainer.config, trainer.config.preference, trainer.agents
+    n_pairs = len(data[0][2]) if data else 0
+    w_total = dist.all_reduce_sum(float(weights.sum()))
+    out: dict[str, float] = {}
+    if w_total == 0:  # every node's joint actions tied: nothing to prefer
+        return out
+    sel = []  # per agent: the samples needed, position of each pair's chosen / rejected sample among them
+    for prompts, comps, chosen, rejected in data:
         needed = sorted(set(chosen) | set(rejected))
         pos = {s: k for k, s in enumerate(needed)}
-        data.append((prompts, comps, needed, [pos[s] for s in chosen], [pos[s] for s in rejected]))
+        sel.append((prompts, comps, needed, [pos[s] for s in chosen], [pos[s] for s in rejected]))
+    data = sel
     ref_seq = []
     for i, (prompts, comps, needed, _, _) in enumerate(data):
         ref = trainer.references[i]
@@ -97,7 +137,7 @@ def dpo_update(trainer, rollouts, rng: random.Random) -> dict[str, float]:
             rc = torch.stack([ref_seq[i][d[3]] for i, d in enumerate(data)], dim=1)
             rr = torch.stack([ref_seq[i][d[4]] for i, d in enumerate(data)], dim=1)
             losses, z = joint_dpo_loss(pc, pr, rc, rr, pref.beta)
-        loss = losses.sum() / n_global
+        loss = (losses * weights.to(losses.dtype)).sum() / w_total
         coefs = torch.autograd.grad(loss, leaves, allow_unused=True) if n_pairs else [None] * len(leaves)
         if it == 0:
             out.update({"pref/loss": dist.all_reduce_sum(float(loss.detach())),

@@ -34,6 +34,7 @@ from ..runtime import check_mixed_precision
 from . import checkpoint as ckpt
 from . import distributed as dist
 from .dpo import dpo_update
+from .rounds import run_rounds
 from .logging import MetricsLogger, Progress
 from .optim import build_optimizer, build_scheduler, rebuild_scheduler
 from .placement import agent_device_names, check_shared_devices, place_references
@@ -141,10 +142,10 @@ class Trainer:
         total_opt = self.total_steps * cfg.num_iterations
         self.optimizers = [build_optimizer(a.model, a.config, f"agents.{i}") for i, a in enumerate(self.agents)]
         self.schedulers = [build_scheduler(o, cfg.lr_scheduler, cfg.warmup_steps, total_opt) for o in self.optimizers]
-        if self.algorithm.update == "dpo" and cfg.kl_beta > 0:
+        if self.algorithm.update != "policy_gradient" and cfg.kl_beta > 0:
             raise ConfigError(f"train.kl_beta: {cfg.algorithm} keeps to its reference through the DPO loss; "
                               f"set train.preference.beta instead (kl_beta must be 0)")
-        needs_ref = cfg.kl_beta > 0 or (self.algorithm.update == "dpo" and not cfg.preference.reference_free)
+        needs_ref = cfg.kl_beta > 0 or (self.algorithm.update != "policy_gradient" and not cfg.preference.reference_free)
         self.references = self._build_references() if needs_ref else [None] * len(self.agents)
         self.references = place_references(self.references, cfg.reference_device, self.agents)
         self.state = TrainState()
@@ -358,6 +359,8 @@ class Trainer:
     def train(self) -> list[dict[str, float]]:
         """Run until ``max_steps`` / the epochs are done; returns the per-step metrics."""
         cfg = self.config
+        if self.algorithm.update == "dpo_rounds":  # madpo_iter: an outer loop of rounds (training/rounds.py)
+            return run_rounds(self)
         main = dist.is_main()
         logger = MetricsLogger(cfg.output_dir, cfg.report_to, enabled=main, wandb_project=cfg.wandb_project,
                                run_config={"train": to_dict(cfg), "agents": [to_dict(a.config) for a in self.agents]})
