@@ -56,3 +56,25 @@ def test_iterative_settings_are_checked():
         cfg = comarl.TrainConfig(algorithm="madpo_iter", num_generations=2, batch_size=2, progress_bar=False,
                                  report_to=[])
         comarl.Trainer([comarl.AgentConfig(model="tiny", max_new_tokens=2) for _ in range(2)], ENV, ITEMS, cfg).train()
+
+
+def test_offline_madpo_trains_on_the_pairs_an_online_run_wrote(tmp_path):
+    out = tmp_path / "pairs.jsonl"
+    cfg = comarl.TrainConfig(algorithm="madpo", num_generations=3, joint_mode="cross", batch_size=4, max_steps=1,
+                             progress_bar=False, report_to=[], seed=0)
+    cfg.preference = PreferenceSettings(beta=0.5, pairs_per_item=2, pairs_out=str(out))
+    agents = [comarl.AgentConfig(model="tiny", max_new_tokens=3, lr=1e-2, chat_template=False) for _ in range(2)]
+    comarl.Trainer(agents, ENV, ITEMS, cfg).train()
+    n = len(out.read_text().splitlines())
+    assert n > 0
+    cfg = comarl.TrainConfig(algorithm="madpo_offline", batch_size=2, epochs=2, progress_bar=False, report_to=[],
+                             output_dir=str(tmp_path / "offline"))
+    cfg.preference = PreferenceSettings(beta=0.5, pairs_in=str(out))
+    t = comarl.Trainer(agents, ENV, ITEMS, cfg)
+    w0 = weights(t)
+    hist = t.train()
+    assert len(hist) == 2 * -(-n // 2) and all(h["pref/loss"] > 0 for h in hist)
+    assert any(not torch.equal(a, b) for a, b in zip(w0, weights(t)))
+    out.write_text(json.dumps({"prompts": ["a"], "chosen": ["x", "y"], "rejected": ["z", "w"]}) + "\n")
+    with pytest.raises(ConfigError, match="pair 0: 'prompts' needs 2 entries"):
+        comarl.Trainer(agents, ENV, ITEMS, cfg).train()

@@ -8,7 +8,8 @@ names the critic the loop builds for actor-critic methods: ``independent``
 (IAC, one per agent) or ``central`` (MAAC); None for critic-free methods.
 ``update`` names the loop's update: ``policy_gradient`` (advantages and the
 clipped loss), ``dpo`` (preference pairs of joint actions, MADPO) or
-``dpo_rounds`` (iterative MADPO: rounds of pairs written to disk, then DPO).
+``dpo_rounds`` (iterative MADPO: rounds of pairs written to disk, then DPO)
+or ``dpo_offline`` (DPO on a pairs file).
 """
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ _BUILTIN_MODULES = {
     "maac": "comarl.algorithms.maac",
     "madpo": "comarl.algorithms.madpo",
     "madpo_iter": "comarl.algorithms.madpo",
+    "madpo_offline": "comarl.algorithms.madpo",
 }
 
 

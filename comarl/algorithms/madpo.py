@@ -23,7 +23,8 @@ the step uses the loop's micro-batching, clipping, precision and data parallelis
 
 ``madpo_iter`` (iterative MADPO) runs the same pairs and DPO step in rounds with
 pairs on disk, replay of earlier rounds and a refreshed reference
-(``comarl.training.rounds``).
+(``comarl.training.rounds``); ``madpo_offline`` trains on a pairs file
+(``train.preference.pairs_in``) without sampling.
 """
 from __future__ import annotations
 
@@ -39,3 +40,5 @@ MADPO = register_algorithm(Algorithm("madpo", no_advantage, min_generations=2, u
                                      summary="DPO on joint preference pairs of the rollout (online)"))
 MADPO_ITER = register_algorithm(Algorithm("madpo_iter", no_advantage, min_generations=2, update="dpo_rounds",
                                           summary="rounds of sampling, pairs written to disk, DPO with replay"))
+MADPO_OFFLINE = register_algorithm(Algorithm("madpo_offline", no_advantage, min_generations=1, update="dpo_offline",
+                                             summary="DPO on a pairs JSONL file (train.preference.pairs_in)"))

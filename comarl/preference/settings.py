@@ -21,6 +21,8 @@ class PreferenceSettings:
     """Drop the reference log-probs from the DPO margin (no reference model is built)."""
     pairs_out: str | None = None
     """Append every step's pairs (texts, returns) to this JSONL file (None = keep none)."""
+    pairs_in: str | None = None
+    """madpo_offline: the pairs JSONL file to train on ({"prompts": [N], "chosen": [N], "rejected": [N]} per line)."""
     rounds: int = 2
     """madpo_iter: rounds of (sample the current policy, build pairs, DPO on them)."""
     round_batches: int = 1

@@ -34,7 +34,7 @@ from ..runtime import check_mixed_precision
 from . import checkpoint as ckpt
 from . import distributed as dist
 from .dpo import dpo_update
-from .rounds import run_rounds
+from .rounds import run_offline, run_rounds
 from .logging import MetricsLogger, Progress
 from .optim import build_optimizer, build_scheduler, rebuild_scheduler
 from .placement import agent_device_names, check_shared_devices, place_references
@@ -361,6 +361,8 @@ class Trainer:
         cfg = self.config
         if self.algorithm.update == "dpo_rounds":  # madpo_iter: an outer loop of rounds (training/rounds.py)
             return run_rounds(self)
+        if self.algorithm.update == "dpo_offline":  # madpo_offline: DPO on a pairs file, no sampling
+            return run_offline(self)
         main = dist.is_main()
         logger = MetricsLogger(cfg.output_dir, cfg.report_to, enabled=main, wandb_project=cfg.wandb_project,
                                run_config={"train": to_dict(cfg), "agents": [to_dict(a.config) for a in self.agents]})

@@ -68,17 +68,56 @@ def run_rounds(trainer) -> list[dict]:
                 pool += got
                 weights += [w] * len(got)
             reward = sum(ro.metrics.get("reward/turn0", 0.0) for ro in rollouts) / len(rollouts)
+            trainer.state.counters["completions"] += sum(ro.num_completions for ro in rollouts)
             data = text_pairs_to_ids(trainer.agents, pool) if pool else []
             for _ in range(pref.steps_per_round):
                 metrics = dpo_step(trainer, data, torch.tensor(weights)) if pool else {}
                 trainer.state.step += 1
                 metrics.update({"round": r, "pref/pairs": float(len(pairs)), "pref/pool": float(len(pool)),
                                 "reward/mean": reward})
+                metrics.update({f"count/{k}": v for k, v in trainer.state.counters.items()})
                 trainer.history.append(metrics)
                 logger.log(trainer.state.step, metrics)
             path = trainer.save_checkpoint()
             if dist.is_main():
                 progress.write_text(json.dumps({"rounds_done": r + 1, "checkpoint": str(path)}))
+    finally:
+        logger.close()
+    return trainer.history
+
+
+def run_offline(trainer) -> list[dict]:
+    """Offline MADPO (``madpo_offline``): DPO on the pairs of ``train.preference.pairs_in`` (JSONL, the format
+    ``pairs_out`` and the rounds write), ``batch_size`` pairs per step, reshuffled each epoch; no sampling."""
+    cfg, pref = trainer.config, trainer.config.preference
+    if not pref.pairs_in:
+        raise ConfigError("train.preference.pairs_in: madpo_offline trains on a pairs JSONL file; name it")
+    path = Path(pref.pairs_in)
+    if not path.exists():
+        raise ConfigError(f"train.preference.pairs_in: {path} does not exist")
+    pairs = read_pairs(path)
+    if not pairs:
+        raise ConfigError(f"train.preference.pairs_in: {path} holds no pairs")
+    per_epoch = -(-len(pairs) // cfg.batch_size)
+    total = cfg.max_steps or per_epoch * cfg.epochs
+    logger = MetricsLogger(cfg.output_dir, cfg.report_to, enabled=dist.is_main())
+    try:
+        while trainer.state.step < total:
+            epoch, b = divmod(trainer.state.step, per_epoch)
+            g = torch.Generator().manual_seed(cfg.seed * 100_003 + epoch)
+            order = torch.randperm(len(pairs), generator=g).tolist() if cfg.shuffle else list(range(len(pairs)))
+            batch = [pairs[i] for i in order[b * cfg.batch_size:(b + 1) * cfg.batch_size]]
+            try:
+                data = text_pairs_to_ids(trainer.agents, batch)
+            except ValueError as e:
+                raise ConfigError(f"train.preference.pairs_in ({path}): {e}") from e
+            metrics = dpo_step(trainer, data, torch.ones(len(batch)))
+            trainer.state.step += 1
+            metrics.update({"pref/pairs": float(len(batch)), "epoch": epoch})
+            trainer.history.append(metrics)
+            logger.log(trainer.state.step, metrics)
+        if cfg.output_dir:
+            trainer.save_checkpoint()
     finally:
         logger.close()
     return trainer.history
