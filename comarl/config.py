@@ -19,6 +19,7 @@ from .agents import AgentConfig
 from .config_io import ConfigError, apply_overrides, from_dict
 from .critics.settings import CriticSettings
 from .losses import KL_ESTIMATORS, NORMALISATIONS
+from .preference.marlhf import RewardModelSettings
 from .preference.settings import PreferenceSettings
 
 
@@ -226,6 +227,8 @@ class EnvConfig:
     """Section tag of the centralised actor; {i} is the role index."""
     centralized_failure_reward: float = 0.0
     """Reward of a centralised completion whose sections cannot be parsed."""
+    reward_model: RewardModelSettings | None = None
+    """MARLHF: a joint reward model fitted on a pairs file replaces the reward (docs/preference.md); None = off."""
 
     def validate(self) -> None:
         import math
@@ -239,6 +242,8 @@ class EnvConfig:
         if self.centralized_roles < 0 or "{i}" not in self.centralized_tag:
             raise ConfigError("env.centralized_roles must be >= 0 and env.centralized_tag must contain {i}, got "
                               f"{self.centralized_roles} and {self.centralized_tag!r}")
+        if self.reward_model is not None:
+            self.reward_model.validate()
 
 
 @dataclass
