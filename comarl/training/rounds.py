@@ -24,6 +24,7 @@ from ..rollout import collect_rollout
 from . import distributed as dist
 from .dpo import dpo_step, step_pairs, text_pairs_to_ids
 from .logging import MetricsLogger
+from .placement import place_references
 
 
 def _text_pairs(rollouts, chunk_pairs, step: int) -> list[dict]:
@@ -54,7 +55,8 @@ def run_rounds(trainer) -> list[dict]:
     try:
         for r in range(done["rounds_done"], pref.rounds):
             if pref.reference == "current" and not pref.reference_free:
-                trainer.references = trainer._build_references()
+                trainer.references = place_references(trainer._build_references(), cfg.reference_device,
+                                                      trainer.agents)
             rollouts = [collect_rollout(trainer.agents, trainer.env, trainer.next_batch(), trainer.settings)
                         for _ in range(pref.round_batches)]
             pairs = _text_pairs(rollouts, step_pairs(rollouts, cfg, random.Random(cfg.seed * 7919 + r)),
