@@ -122,7 +122,7 @@ class TrainConfig:
     critic: CriticSettings = field(default_factory=CriticSettings)
     """Critic of the actor-critic algorithms iac/maac (docs/actor_critic.md); ignored by the others."""
     preference: PreferenceSettings = field(default_factory=PreferenceSettings)
-    """Pairs and DPO settings of madpo (docs/preference.md); ignored by the others."""
+    """Pairs, DPO and round settings of madpo, madpo_iter, madpo_offline (docs/preference.md); ignored by the others."""
 
     def validate(self, num_agents: int, min_generations: int = 1) -> None:
         def bad(key, msg):
