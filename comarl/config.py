@@ -18,6 +18,8 @@ from .agents import AgentConfig
 from .config_io import ConfigError, apply_overrides, from_dict, read_yaml
 from .critics.settings import CriticSettings
 from .losses import KL_ESTIMATORS, NORMALISATIONS
+from .preference.marlhf import RewardModelSettings
+from .preference.settings import PreferenceSettings
 
 
 @dataclass
@@ -124,6 +126,8 @@ class TrainConfig:
     """LoRA agents on one base with equal generation settings share one generate call (docs/lora.md)."""
     critic: CriticSettings = field(default_factory=CriticSettings)
     """Critic of the actor-critic algorithms iac/maac (docs/actor_critic.md); ignored by the others."""
+    preference: PreferenceSettings = field(default_factory=PreferenceSettings)
+    """Pairs, DPO and round settings of madpo, madpo_iter, madpo_offline (docs/preference.md); ignored by the others."""
 
     def validate(self, num_agents: int, min_generations: int = 1) -> None:
         def bad(key, msg):
@@ -177,6 +181,7 @@ class TrainConfig:
             bad("max_grad_norm", f"must be >= 0, got {self.max_grad_norm}")
         self._validate_scale_out(num_agents)
         self.critic.validate()
+        self.preference.validate()
 
     def _validate_scale_out(self, num_agents: int) -> None:
         """Device, precision and backend keys (docs/distributed.md)."""
@@ -224,6 +229,14 @@ class EnvConfig:
     """Multiplies every reward before returns, advantages and early termination (processed = scale * raw + shift)."""
     reward_shift: float = 0.0
     """Added to every reward after reward_scale (the reference's reward_processor.shift)."""
+    centralized_roles: int = 0
+    """0 = one agent per role; R > 0 = one agent writes all R roles in tagged sections (comarl.preference.centralized)."""
+    centralized_tag: str = "agent_{i}"
+    """Section tag of the centralised actor; {i} is the role index."""
+    centralized_failure_reward: float = 0.0
+    """Reward of a centralised completion whose sections cannot be parsed."""
+    reward_model: RewardModelSettings | None = None
+    """MARLHF: a joint reward model fitted on a pairs file replaces the reward (docs/preference.md); None = off."""
 
     def validate(self) -> None:
         import math
@@ -234,6 +247,11 @@ class EnvConfig:
                 raise ConfigError(f"env.{key}: expected a finite number, got {value!r}")
         if self.reward_scale == 0:
             raise ConfigError("env.reward_scale: must not be 0 (every reward would become reward_shift)")
+        if self.centralized_roles < 0 or "{i}" not in self.centralized_tag:
+            raise ConfigError("env.centralized_roles must be >= 0 and env.centralized_tag must contain {i}, got "
+                              f"{self.centralized_roles} and {self.centralized_tag!r}")
+        if self.reward_model is not None:
+            self.reward_model.validate()
 
 
 @dataclass
@@ -251,6 +269,8 @@ class ExperimentConfig:
         for i, a in enumerate(self.agents):
             a.validate(f"agents.{i}")
         self.env.validate()
+        if self.env.centralized_roles and len(self.agents) != 1:
+            raise ConfigError(f"env.centralized_roles: a centralised actor is one agent; {len(self.agents)} are given")
         alg = get_algorithm(self.train.algorithm)
         self.train.validate(len(self.agents), alg.min_generations)
 

@@ -18,13 +18,37 @@ def build_env(cfg: ExperimentConfig):
     args = dict(cfg.env.args)
     if cfg.train.num_turns > 1:
         args.setdefault("max_turns", cfg.train.num_turns)
+    roles = cfg.env.centralized_roles or len(cfg.agents)
     try:
-        env = entry.build(num_agents=len(cfg.agents), **args)
+        env = entry.build(num_agents=roles, **args)
     except ConfigError:
         raise
     except (TypeError, ValueError) as e:
         raise ConfigError(f"env.args ({cfg.env.name}): {e}") from e
-    return with_reward_processing(env, cfg.env.reward_scale, cfg.env.reward_shift)
+    env = with_reward_processing(env, cfg.env.reward_scale, cfg.env.reward_shift)
+    if cfg.env.reward_model is not None:  # MARLHF: the fitted joint reward model's score is the reward
+        env = _reward_model_env(env, cfg)
+    if cfg.env.centralized_roles:  # one model writes every role (docs/preference.md)
+        from .preference.centralized import CentralizedEnv, TaggedFormat
+
+        fmt = TaggedFormat(cfg.env.centralized_tag)
+        env = CentralizedEnv(env, fmt.build_prompt, fmt.parse, cfg.env.centralized_failure_reward)
+    return env
+
+
+def _reward_model_env(env, cfg: ExperimentConfig):
+    import json
+    from pathlib import Path
+
+    from .preference.marlhf import reward_model_env
+
+    env, report = reward_model_env(env, cfg.env.reward_model, cfg.train.seed)
+    print(f"reward model: held-out pairwise accuracy {report['rm/accuracy']:.3f} "
+          f"({int(report['rm/held_out_pairs'])} pairs; trained on {int(report['rm/train_pairs'])})")
+    if cfg.train.output_dir:
+        Path(cfg.train.output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(cfg.train.output_dir) / "reward_model.json").write_text(json.dumps(report, indent=2))
+    return env
 
 
 def load_items(cfg: ExperimentConfig, which: str) -> list[dict]:

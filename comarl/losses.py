@@ -188,3 +188,32 @@ def entropy_bonus(logp: torch.Tensor, weights: torch.Tensor, coef: float) -> tor
     Shapes: logp, weights [S, T] -> scalar.
     """
     return coef * (weights * logp.detach() * logp).sum()
+
+
+def joint_dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, ref_chosen: torch.Tensor,
+                   ref_rejected: torch.Tensor, beta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """DPO on joint responses (MADPO): one preference over the whole team's answer.
+
+    With ``d_i = (log pi_i(y_w) - log ref_i(y_w)) - (log pi_i(y_l) - log ref_i(y_l))`` (agent i's
+    summed sequence log-probs of its part of the chosen joint response y_w and the rejected y_l)::
+
+        z = beta * sum_i d_i          loss_p = -log sigmoid(z)
+
+    Shapes: the four inputs [P pairs, N agents] -> (loss [P], z [P], the reward margin).
+    """
+    z = beta * ((policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)).sum(dim=1)
+    return -torch.nn.functional.logsigmoid(z), z
+
+
+def reference_free_dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
+                            beta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`joint_dpo_loss` with the reference log-probs set to 0: ``z = beta * sum_i (log pi_i(y_w) - log pi_i(y_l))``.
+
+    No reference model is needed; nothing anchors the policy to where it started. Shapes as there."""
+    zero = torch.zeros_like(policy_chosen)
+    return joint_dpo_loss(policy_chosen, policy_rejected, zero, zero, beta)
+
+
+def bradley_terry_loss(score_chosen: torch.Tensor, score_rejected: torch.Tensor) -> torch.Tensor:
+    """Reward-model loss on preference pairs: ``mean_p -log sigmoid(s_w - s_l)``. Shapes: [P], [P] -> scalar."""
+    return -torch.nn.functional.logsigmoid(score_chosen - score_rejected).mean()

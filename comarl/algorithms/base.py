@@ -6,6 +6,10 @@ is defined (a group baseline needs K >= 2). ``greedy_baseline`` asks the
 rollout for one extra greedy joint response per node (MAReMax). ``critic``
 names the critic the loop builds for actor-critic methods: ``independent``
 (IAC, one per agent) or ``central`` (MAAC); None for critic-free methods.
+``update`` names the loop's update: ``policy_gradient`` (advantages and the
+clipped loss), ``dpo`` (preference pairs of joint actions, MADPO) or
+``dpo_rounds`` (iterative MADPO: rounds of pairs written to disk, then DPO)
+or ``dpo_offline`` (DPO on a pairs file).
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ class Algorithm:
     greedy_baseline: bool = False
     summary: str = ""
     critic: str | None = None
+    update: str = "policy_gradient"
 
 
 _REGISTRY: dict[str, Algorithm] = {}
@@ -42,6 +47,9 @@ _BUILTIN_MODULES = {
     "maremax_groupmax": "comarl.algorithms.remax",
     "iac": "comarl.algorithms.iac",
     "maac": "comarl.algorithms.maac",
+    "madpo": "comarl.algorithms.madpo",
+    "madpo_iter": "comarl.algorithms.madpo",
+    "madpo_offline": "comarl.algorithms.madpo",
 }
 
 

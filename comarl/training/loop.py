@@ -37,6 +37,8 @@ from . import distributed as dist
 from .dropout import dropout_disabled
 from . import run_dir
 from .interrupt import DeferredInterrupt, TrainingInterrupted
+from .dpo import dpo_update
+from .rounds import run_offline, run_rounds
 from .logging import MetricsLogger, Progress
 from .optim import build_optimizer, build_scheduler, rebuild_scheduler
 from .placement import agent_device_names, check_shared_devices, place_references
@@ -150,7 +152,11 @@ class Trainer:
         total_opt = self.total_steps * cfg.num_iterations
         self.optimizers = [build_optimizer(a.model, a.config, f"agents.{i}") for i, a in enumerate(self.agents)]
         self.schedulers = [build_scheduler(o, cfg.lr_scheduler, cfg.warmup_steps, total_opt) for o in self.optimizers]
-        self.references = self._build_references() if cfg.kl_beta > 0 else [None] * len(self.agents)
+        if self.algorithm.update != "policy_gradient" and cfg.kl_beta > 0:
+            raise ConfigError(f"train.kl_beta: {cfg.algorithm} keeps to its reference through the DPO loss; "
+                              f"set train.preference.beta instead (kl_beta must be 0)")
+        needs_ref = cfg.kl_beta > 0 or (self.algorithm.update != "policy_gradient" and not cfg.preference.reference_free)
+        self.references = self._build_references() if needs_ref else [None] * len(self.agents)
         self.references = place_references(self.references, cfg.reference_device, self.agents)
         self.state = TrainState()
         self.history: list[dict[str, float]] = []
@@ -225,7 +231,10 @@ class Trainer:
         for i in range(len(self.agents)):
             samples = [r.agents[i] for r in rollouts]
             trained_tokens += sum(len(c) for s in samples for c in s.completion_ids)
-            metrics.update(self._update_agent(i, samples))
+            if self.algorithm.update == "policy_gradient":
+                metrics.update(self._update_agent(i, samples))
+        if self.algorithm.update == "dpo":  # MADPO: pairs of joint actions, one step per agent (training/dpo.py)
+            metrics.update(dpo_update(self, rollouts, random.Random(cfg.seed * 7919 + self.state.step)))
         dt = time.perf_counter() - t0
         metrics.update({"time/step_s": dt, "time/rollout_s": t_roll, "time/update_s": dt - t_roll,
                         "tokens_per_s": trained_tokens / max(dt, 1e-9)})
@@ -389,10 +398,14 @@ class Trainer:
         """Run until ``max_steps`` / the epochs are done; returns the per-step metrics."""
         cfg = self.config
         main = dist.is_main()
-        logger = MetricsLogger(cfg.output_dir, cfg.report_to, enabled=main, wandb_project=cfg.wandb_project,
-                               run_config={"train": to_dict(cfg), "agents": [to_dict(a.config) for a in self.agents]})
         if main and cfg.output_dir:
             run_dir.write_marker(cfg.output_dir, self.run_id, self._resumed_from)
+        if self.algorithm.update == "dpo_rounds":  # madpo_iter: an outer loop of rounds (training/rounds.py)
+            return run_rounds(self)
+        if self.algorithm.update == "dpo_offline":  # madpo_offline: DPO on a pairs file, no sampling
+            return run_offline(self)
+        logger = MetricsLogger(cfg.output_dir, cfg.report_to, enabled=main, wandb_project=cfg.wandb_project,
+                               run_config={"train": to_dict(cfg), "agents": [to_dict(a.config) for a in self.agents]})
         bar = Progress(self.total_steps, self.state.step, enabled=main and cfg.progress_bar)
         stop = DeferredInterrupt(cfg.save_on_interrupt and bool(cfg.output_dir)).start()
         try:

@@ -1,0 +1,100 @@
+"""Centralised actor: one model writes every role's response in one completion, in tagged sections.
+
+:class:`CentralizedEnv` wraps an N-agent environment as a one-agent one: its
+prompt is ``prompt_builder(item, the N role prompts)``; a completion is split
+back into N responses by ``parser(completion, N)`` and scored by the wrapped
+environment, unchanged. A completion the parser rejects (it raises
+:class:`ParseError`) gets ``failure_reward`` and ends its branch; the rollout
+logs ``central/parse_failure`` (the fraction of completions that failed).
+Any algorithm of the library then trains the single model (MAGRPO is GRPO
+with one agent; MADPO's pairs are pairs of whole completions).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from ..envs.base import EnvState, Environment, Transition
+
+
+class ParseError(ValueError):
+    """A centralised completion could not be split into one response per role."""
+
+
+@dataclass(frozen=True)
+class TaggedFormat:
+    """Sections ``<agent_0> ... </agent_0>`` (``tag`` = "agent_{i}"), one per role, and a prompt asking for them."""
+
+    tag: str = "agent_{i}"
+    """Section tag name; ``{i}`` is the role index (0-based)."""
+
+    def build_prompt(self, item: Mapping[str, Any], prompts: Sequence[str]) -> str:
+        """One prompt holding every role's own prompt and the required output format."""
+        roles = "\n\n".join(f"Role {i} prompt:\n{p}" for i, p in enumerate(prompts))
+        fmt = "\n".join(f"<{self.tag.format(i=i)}>\n...\n</{self.tag.format(i=i)}>" for i in range(len(prompts)))
+        return (f"Write the separate responses of {len(prompts)} roles. Each must answer its own prompt.\n\n"
+                f"{roles}\n\nReturn exactly one section per role, in this format:\n{fmt}\n")
+
+    def parse(self, completion: str, num_roles: int) -> list[str]:
+        """[N] section contents (stripped). Raises ParseError when a role's section is missing."""
+        out = []
+        for i in range(num_roles):
+            t = re.escape(self.tag.format(i=i))
+            m = re.search(rf"<\s*{t}\s*>(.*?)<\s*/\s*{t}\s*>", completion, flags=re.DOTALL | re.IGNORECASE)
+            if m is None:
+                raise ParseError(f"no <{self.tag.format(i=i)}>...</{self.tag.format(i=i)}> section for role {i}")
+            out.append(m.group(1).strip())
+        return out
+
+
+class CentralizedEnv:
+    """``env`` (N roles) seen as a one-agent environment whose single response carries every role's text.
+
+    Args:
+        env: the N-agent environment, unchanged.
+        prompt_builder: ``(item, role prompts) -> prompt`` (default :class:`TaggedFormat`'s).
+        parser: ``(completion, N) -> N responses``, raising :class:`ParseError` (default :class:`TaggedFormat`'s).
+        failure_reward: reward of an unparsable completion (the environment's failure value, e.g. its
+            minimum reward); None = ``env.failure_reward`` when the environment defines it, else 0.0.
+    """
+
+    def __init__(self, env: Environment, prompt_builder: Callable[[Mapping[str, Any], Sequence[str]], str] | None = None,
+                 parser: Callable[[str, int], Sequence[str]] | None = None, failure_reward: float | None = None):
+        fmt = TaggedFormat()
+        self.env = env
+        self.roles = env.num_agents
+        self.num_agents = 1
+        self.max_turns = getattr(env, "max_turns", 1)
+        self.prompt_builder = prompt_builder or fmt.build_prompt
+        self.parser = parser or fmt.parse
+        self.failure_reward = float(failure_reward if failure_reward is not None
+                                    else getattr(env, "failure_reward", 0.0))
+
+    def _wrap(self, inner: EnvState, outer: EnvState | None, completion: str | None) -> EnvState:
+        prompt = self.prompt_builder(inner.item, inner.prompts)
+        if outer is None:
+            return EnvState(item=inner.item, prompts=(prompt,), info={"inner": inner})
+        return outer.advanced([completion], [prompt], info={"inner": inner})
+
+    def reset(self, item: Mapping[str, Any]) -> EnvState:
+        return self._wrap(self.env.reset(item), None, None)
+
+    def step_batch(self, states: Sequence[EnvState], responses: Sequence[Sequence[str]]) -> list[Transition]:
+        out: list[Transition | None] = [None] * len(states)
+        parsed, where = [], []
+        for j, (state, resp) in enumerate(zip(states, responses)):
+            try:
+                roles = list(self.parser(resp[0], self.roles))
+                if len(roles) != self.roles:
+                    raise ParseError(f"parser gave {len(roles)} responses for {self.roles} roles")
+            except ParseError:
+                out[j] = Transition(self.failure_reward, True, metrics={"central/parse_failure": 1.0})
+                continue
+            parsed.append((state.info["inner"], roles))
+            where.append(j)
+        inner = self.env.step_batch([s for s, _ in parsed], [r for _, r in parsed]) if parsed else []
+        for j, tr in zip(where, inner):
+            nxt = None if tr.done else self._wrap(tr.next_state, states[j], responses[j][0])
+            out[j] = Transition(tr.reward, tr.done, nxt, {**tr.metrics, "central/parse_failure": 0.0})
+        return out

@@ -1,0 +1,94 @@
+"""MARLHF from a config: train the joint reward model on a pairs file, then wrap the environment with it.
+
+``env.reward_model`` (:class:`RewardModelSettings`) names a one-label sequence
+classifier and a pairs JSONL file; :func:`reward_model_env` fits the model with
+the Bradley-Terry loss, measures the pairwise accuracy on the held-out tail of
+the pairs, and returns the environment with the model's score as the reward
+(``RewardModelEnv``). The on-policy algorithm is ``train.algorithm`` as usual.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config_io import ConfigError
+from .reward_model import JointRewardModel, RewardModelEnv
+
+
+@dataclass
+class RewardModelSettings:
+    model: str = "tiny"
+    """Sequence classifier: hub id or local path (loaded with num_labels=1), or "tiny" (a random test model)."""
+    pairs: str | None = None
+    """Pairs JSONL to train on ({"prompts": [N], "chosen": [N], "rejected": [N]} per line; pairs_out writes it)."""
+    held_out: float = 0.1
+    """Fraction of the pairs (the file's tail) kept out of training for the pairwise accuracy."""
+    epochs: int = 1
+    """Passes over the training pairs."""
+    batch_size: int = 8
+    """Pairs per optimiser step."""
+    lr: float = 1.0e-5
+    """AdamW learning rate of the reward model."""
+    freeze_backbone: bool = False
+    """Train only the classification head."""
+    max_length: int = 0
+    """Keep the last max_length tokens of each joint text (0 = all)."""
+    joint_input: str | None = None
+    """"module:function" writing (prompts, responses) into one text (None = role markers, as MAAC's critic)."""
+    device: str = "cpu"
+    """Device of the reward model."""
+
+    def validate(self) -> None:
+        if not self.pairs:
+            raise ConfigError("env.reward_model.pairs: name the pairs JSONL file the reward model learns from")
+        if not 0 <= self.held_out < 1:
+            raise ConfigError(f"env.reward_model.held_out: must be in [0, 1), got {self.held_out}")
+        for key in ("epochs", "batch_size"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"env.reward_model.{key}: must be >= 1, got {getattr(self, key)}")
+
+
+def load_classifier(spec: str, device: str):
+    """(one-label sequence classifier, tokenizer) for a hub id, local path or "tiny"."""
+    if spec == "tiny":
+        from transformers import Qwen2ForSequenceClassification
+
+        from ..tiny_model import tiny_model
+
+        lm, tok = tiny_model()
+        config = lm.config
+        config.num_labels, config.pad_token_id = 1, tok.pad_token_id
+        return Qwen2ForSequenceClassification(config).to(device), tok
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(spec)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    model = AutoModelForSequenceClassification.from_pretrained(spec, num_labels=1)
+    model.config.pad_token_id = tok.pad_token_id
+    return model.to(device), tok
+
+
+def reward_model_env(env, settings: RewardModelSettings, seed: int = 0):
+    """``(RewardModelEnv(env, fitted model), {"rm/accuracy", "rm/train_pairs", "rm/held_out_pairs"})``."""
+    from ..critics.joint_input import resolve_joint_input
+
+    settings.validate()
+    path = Path(settings.pairs)
+    if not path.exists():
+        raise ConfigError(f"env.reward_model.pairs: {path} does not exist")
+    pairs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for n, p in enumerate(pairs):
+        for key in ("prompts", "chosen", "rejected"):
+            if len(p.get(key, ())) != env.num_agents:
+                raise ConfigError(f"env.reward_model.pairs ({path}) pair {n}: {key!r} needs {env.num_agents} entries")
+    cut = len(pairs) - int(round(len(pairs) * settings.held_out))
+    train, held = pairs[:cut], pairs[cut:]
+    model, tok = load_classifier(settings.model, settings.device)
+    rm = JointRewardModel(model, tok, resolve_joint_input(settings.joint_input), settings.freeze_backbone,
+                          settings.max_length)
+    rm.fit(train, settings.epochs, settings.batch_size, settings.lr, seed)
+    report = {"rm/accuracy": rm.accuracy(held) if held else float("nan"), "rm/train_pairs": float(len(train)),
+              "rm/held_out_pairs": float(len(held))}
+    return RewardModelEnv(env, rm), report

@@ -1,0 +1,101 @@
+"""Preference pairs of joint responses, from the rewards the environment gave them.
+
+A node of the rollout tree has J joint actions (K aligned, K^N cross); each has
+a team return. A pair (w, l) says joint action w is preferred to l. Only pairs
+with a strictly positive gap are kept: ties carry no preference and are dropped.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+SELECTIONS = ("reward_gap", "all", "random")
+
+
+def select_pairs(rewards: list[float], mode: str = "reward_gap", max_pairs: int | None = 1,
+                 rng: random.Random | None = None) -> list[tuple[int, int]]:
+    """(winner, loser) index pairs over one node's J candidates.
+
+    Args:
+        rewards: [J] score of each candidate.
+        mode: ``reward_gap``: largest gap first (ties in the gap broken by index order);
+            ``all``: every positive-gap pair in (winner, loser) index order, no cap;
+            ``random``: positive-gap pairs in a random order (``rng``).
+        max_pairs: keep at most this many (None = no cap); must be None with ``all``.
+    Returns:
+        list of (w, l) with ``rewards[w] > rewards[l]``.
+    """
+    if mode not in SELECTIONS:
+        raise ValueError(f"pair selection must be one of {list(SELECTIONS)}, got {mode!r}")
+    if mode == "all" and max_pairs is not None:
+        raise ValueError("pair selection 'all' keeps every pair; max_pairs must be None")
+    pairs = [(w, l) for w in range(len(rewards)) for l in range(len(rewards)) if rewards[w] > rewards[l]]
+    if mode == "reward_gap":
+        pairs.sort(key=lambda p: -(rewards[p[0]] - rewards[p[1]]))  # stable: index order within a gap
+    elif mode == "random":
+        (rng or random.Random(0)).shuffle(pairs)
+    return pairs if max_pairs is None else pairs[:max_pairs]
+
+
+def joint_returns(rewards: torch.Tensor, child: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Team return of every joint action of a rollout tree: ``R[g, j] = mean_i r[g, j, i] + gamma * V(child)``.
+
+    ``V(c) = mean_j R[c, j]``, 0 where the branch ended (child -1); children come after their parents.
+    Shapes: rewards [G, J, N], child [G, J] -> [G, J]. With one turn it is the mean reward over agents.
+    """
+    out = rewards.double().mean(dim=2).clone()
+    for g in range(rewards.shape[0] - 1, -1, -1):
+        for j in range(rewards.shape[1]):
+            c = int(child[g, j])
+            if c >= 0:
+                out[g, j] += gamma * out[c].mean()
+    return out
+
+
+@dataclass
+class JointPair:
+    """One preference pair of joint responses at node ``group``: joint action ``chosen`` beats ``rejected``.
+
+    ``chosen_samples``/``rejected_samples`` [N]: each agent's sample index (within its AgentSamples) in the pair.
+    """
+
+    group: int
+    chosen: int
+    rejected: int
+    chosen_samples: list[int]
+    rejected_samples: list[int]
+    gap: float
+
+
+def tree_pairs(rewards: torch.Tensor, child: torch.Tensor, joints: torch.Tensor, k: int, gamma: float,
+               mode: str, max_pairs: int | None, rng: random.Random | None = None) -> list[JointPair]:
+    """Pairs at every node of a rollout tree (rewards [G, J, N], child [G, J], joints [J, N]).
+
+    Agent i's sample of joint action j at node g is ``g*K + joints[j, i]`` (AgentSamples are group-major).
+    """
+    ret = joint_returns(rewards, child, gamma)
+    out = []
+    for g in range(ret.shape[0]):
+        for w, l in select_pairs(ret[g].tolist(), mode, max_pairs, rng):
+            out.append(JointPair(g, w, l, (g * k + joints[w]).tolist(), (g * k + joints[l]).tolist(),
+                                 float(ret[g, w] - ret[g, l])))
+    return out
+
+
+def replay_weights(current: int, mode: str, k: int = 1, decay: float = 0.5) -> dict[int, float]:
+    """Weight of each round's pairs in round ``current``'s pool (rounds 0-based, absent = not replayed).
+
+    ``none``: {current: 1}; ``last_k``: the current round and the k before it, weight 1;
+    ``all``: every round so far, weight 1; ``decay``: every round r, weight ``decay ** (current - r)``.
+    """
+    if mode == "none":
+        return {current: 1.0}
+    if mode == "last_k":
+        return {r: 1.0 for r in range(max(0, current - k), current + 1)}
+    if mode == "all":
+        return {r: 1.0 for r in range(current + 1)}
+    if mode == "decay":
+        return {r: decay ** (current - r) for r in range(current + 1)}
+    raise ValueError(f"replay must be none, last_k, all or decay, got {mode!r}")

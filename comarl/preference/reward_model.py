@@ -1,0 +1,132 @@
+"""MARLHF's joint reward model: a one-label sequence classifier over every agent's prompt and response.
+
+The model reads one text per joint response, written by a replaceable joint-input
+function (default ``critics.joint_input.role_marker_template``), and its logit is
+the score. It is trained with the Bradley-Terry loss on preference pairs
+(``losses.bradley_terry_loss``) and reports pairwise accuracy (the fraction of
+pairs whose chosen response scores higher). :class:`RewardModelEnv` then puts its
+score in place of an environment's reward, so any on-policy algorithm of the
+library (MAGRPO, MARLOO, MAReMax, IAC, MAAC) trains on it; the environment's own
+reward is still logged as ``env/env_reward``.
+
+A pair is a dict ``{"prompts": [N], "chosen": [N], "rejected": [N]}`` (the
+format ``train.preference.pairs_out`` writes).
+"""
+from __future__ import annotations
+
+import random
+from typing import Callable, Mapping, Sequence
+
+import torch
+
+from ..critics.joint_input import role_marker_template
+from ..envs.base import AgentRewards, EnvState, Environment, Transition
+from ..losses import bradley_terry_loss
+
+
+class JointRewardModel:
+    """Scores of joint responses from a sequence classifier with ``num_labels=1``.
+
+    Args:
+        model: a ``*ForSequenceClassification`` model with one label (its ``config.pad_token_id`` set).
+        tokenizer: its tokenizer.
+        joint_input: ``(prompts [N], responses [N]) -> text``.
+        freeze_backbone: train only the classification head (``model.score``), not the backbone.
+        max_length: keep the last ``max_length`` tokens of each text (0 = all).
+    """
+
+    def __init__(self, model, tokenizer, joint_input: Callable = role_marker_template, freeze_backbone: bool = False,
+                 max_length: int = 0):
+        if getattr(model.config, "num_labels", None) != 1:
+            raise ValueError(f"reward model: a sequence classifier with num_labels=1 is needed, "
+                             f"got num_labels={getattr(model.config, 'num_labels', None)}")
+        self.model, self.tokenizer, self.joint_input = model, tokenizer, joint_input
+        self.max_length = max_length
+        head = getattr(model, "score", None) or getattr(model, "classifier", None)
+        if freeze_backbone:
+            if head is None:
+                raise ValueError("reward model: freeze_backbone needs the head as model.score or model.classifier")
+            model.requires_grad_(False)
+            head.requires_grad_(True)
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def scores(self, prompts: Sequence[Sequence[str]], responses: Sequence[Sequence[str]]) -> torch.Tensor:
+        """[B] scores of B joint responses (gradient flows when enabled), float32 on the model's device."""
+        texts = [self.joint_input(list(p), list(r)) for p, r in zip(prompts, responses)]
+        ids = [x[-self.max_length:] if self.max_length else x for x in self.tokenizer(texts)["input_ids"]]
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        width = max(len(x) for x in ids)
+        inp = torch.full((len(ids), width), pad, dtype=torch.long)
+        mask = torch.zeros_like(inp)
+        for s, x in enumerate(ids):  # left padding: the last real token is the last position
+            inp[s, width - len(x):] = torch.tensor(x, dtype=torch.long)
+            mask[s, width - len(x):] = 1
+        dev = next(self.model.parameters()).device
+        pos = (mask.cumsum(1) - 1).clamp(min=0)
+        out = self.model(input_ids=inp.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev))
+        return out.logits[:, -1].float()
+
+    def pair_loss(self, pairs: Sequence[Mapping]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Bradley-Terry loss, [P] margins s_w - s_l) of a batch of pairs."""
+        prompts = [p["prompts"] for p in pairs]
+        s = self.scores(prompts + prompts, [p["chosen"] for p in pairs] + [p["rejected"] for p in pairs])
+        sw, sl = s[:len(pairs)], s[len(pairs):]
+        return bradley_terry_loss(sw, sl), (sw - sl).detach()
+
+    @torch.no_grad()
+    def accuracy(self, pairs: Sequence[Mapping], batch_size: int = 16) -> float:
+        """Fraction of ``pairs`` whose chosen joint response scores strictly higher."""
+        was = self.model.training
+        self.model.eval()
+        try:
+            right = sum(int((self.pair_loss(pairs[a:a + batch_size])[1] > 0).sum())
+                        for a in range(0, len(pairs), batch_size))
+        finally:
+            self.model.train(was)
+        return right / max(len(pairs), 1)
+
+    def fit(self, pairs: Sequence[Mapping], epochs: int = 1, batch_size: int = 8, lr: float = 1e-4,
+            seed: int = 0) -> list[float]:
+        """Train on ``pairs`` (AdamW, shuffled each epoch) -> the loss of every batch."""
+        if not pairs:
+            raise ValueError("reward model: no preference pairs to train on")
+        opt = torch.optim.AdamW(self.parameters(), lr=lr)
+        rng, order, losses = random.Random(seed), list(range(len(pairs))), []
+        self.model.train()
+        for _ in range(epochs):
+            rng.shuffle(order)
+            for a in range(0, len(order), batch_size):
+                loss, _ = self.pair_loss([pairs[i] for i in order[a:a + batch_size]])
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                losses.append(float(loss.detach()))
+        self.model.eval()
+        return losses
+
+
+class RewardModelEnv:
+    """``env`` with the reward model's score as the team reward; the env's own reward logged as ``env_reward``.
+
+    Prompts, turns and episode ends stay the environment's.
+    """
+
+    def __init__(self, env: Environment, reward_model: JointRewardModel):
+        self.env, self.reward_model = env, reward_model
+        self.num_agents = env.num_agents
+        self.max_turns = getattr(env, "max_turns", 1)
+
+    def reset(self, item) -> EnvState:
+        return self.env.reset(item)
+
+    def step_batch(self, states: Sequence[EnvState], responses: Sequence[Sequence[str]]) -> list[Transition]:
+        trs = self.env.step_batch(states, responses)
+        with torch.no_grad():
+            scores = self.reward_model.scores([s.prompts for s in states], responses).cpu().tolist()
+        out = []
+        for tr, score in zip(trs, scores):
+            own = sum(tr.reward.values) / len(tr.reward.values) if isinstance(tr.reward, AgentRewards) else tr.reward
+            out.append(Transition(float(score), tr.done, tr.next_state, {**tr.metrics, "env_reward": float(own)}))
+        return out

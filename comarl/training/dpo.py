@@ -1,0 +1,180 @@
+"""The MADPO update: preference pairs of the step's rollout -> one optimizer step per agent.
+
+The joint loss couples the agents only through a sum of their log-ratios, so
+its gradient for agent i is ``sum_s c_s * grad log pi_i(y_s)`` with one scalar
+``c_s = d loss / d log pi_i(y_s)`` per sample, taken at the current weights.
+We compute every agent's sequence log-probs once without gradients, get the
+``c_s`` from autograd on that small [P, N] problem, then backpropagate the
+linear surrogate ``sum_s c_s * log pi_i(y_s)`` over micro-batches: exactly the
+joint loss's gradient, whatever the micro-batch size, with one extra no-grad
+forward per agent.
+"""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import torch
+
+from ..logprobs import completion_logprobs
+from ..losses import joint_dpo_loss, reference_free_dpo_loss
+from ..preference.pairs import JointPair, tree_pairs
+from . import distributed as dist
+from .dropout import dropout_disabled
+from .precision import autocast, backward
+
+
+def step_pairs(rollouts, cfg, rng: random.Random) -> list[list[JointPair]]:
+    """Pairs of every rollout chunk (sample indices local to the chunk)."""
+    pref = cfg.preference
+    return [tree_pairs(r.tree.rewards, r.tree.child, r.tree.joints, cfg.num_generations, cfg.discount,
+                       pref.pair_selection, pref.pairs_per_item, rng) for r in rollouts]
+
+
+def _pair_indices(rollouts, chunk_pairs, i: int) -> tuple[list[int], list[int]]:
+    """Agent i's chosen and rejected sample indices in the step's concatenated samples ([P] each)."""
+    chosen, rejected, offset = [], [], 0
+    for r, pairs in zip(rollouts, chunk_pairs):
+        chosen += [offset + p.chosen_samples[i] for p in pairs]
+        rejected += [offset + p.rejected_samples[i] for p in pairs]
+        offset += r.agents[i].num_samples
+    return chosen, rejected
+
+
+def _sequence_logprobs(fn, prompts, comps, needed: list[int], micro: int) -> torch.Tensor:
+    """Summed completion log-probs of samples ``needed`` -> [len(needed)] (float32, CPU)."""
+    out = []
+    for a in range(0, len(needed), micro):
+        idx = needed[a:a + micro]
+        logp, mask = fn([prompts[s] for s in idx], [comps[s] for s in idx])
+        out.append((logp * mask).sum(1).float().cpu())
+    return torch.cat(out) if out else torch.zeros(0)
+
+
+def dpo_update(trainer, rollouts, rng: random.Random) -> dict[str, float]:
+    """Build the step's joint pairs from the rollout and take ``num_iterations`` MADPO steps for every agent."""
+    cfg = trainer.config
+    chunk_pairs = step_pairs(rollouts, cfg, rng)
+    n_pairs = sum(len(p) for p in chunk_pairs)
+    out = {"pref/pairs": float(n_pairs),
+           "pref/gap": sum(p.gap for ps in chunk_pairs for p in ps) / max(n_pairs, 1)}
+    if cfg.preference.pairs_out and dist.is_main():
+        write_pairs(cfg.preference.pairs_out, trainer.state.step, rollouts, chunk_pairs)
+    data = []  # per agent: prompts, completions, chosen and rejected sample indices [P]
+    for i in range(len(trainer.agents)):
+        chosen, rejected = _pair_indices(rollouts, chunk_pairs, i)
+        data.append(([p for r in rollouts for p in r.agents[i].prompt_ids],
+                     [c for r in rollouts for c in r.agents[i].completion_ids], chosen, rejected))
+    out.update(dpo_step(trainer, data, torch.ones(n_pairs)))
+    return out
+
+
+def text_pairs_to_ids(agents, pairs) -> list[tuple]:
+    """Pairs of texts ``{"prompts": [N], "chosen": [N], "rejected": [N]}`` -> per agent
+    (prompts, completions, chosen [P], rejected [P]) as :func:`dpo_step` takes them.
+
+    Prompts go through each agent's prompt rendering; a response is re-tokenised and ends with EOS
+    (what the agent would have generated had it stopped there)."""
+    out = []
+    for i, agent in enumerate(agents):
+        for n, p in enumerate(pairs):
+            for key in ("prompts", "chosen", "rejected"):
+                if len(p.get(key, ())) != len(agents):
+                    raise ValueError(f"preference pair {n}: {key!r} needs {len(agents)} entries (one per agent)")
+        prompts = agent.encode_prompts([p["prompts"][i] for p in pairs])
+        eos = [agent.tokenizer.eos_token_id] if agent.tokenizer.eos_token_id is not None else []
+        texts = [p["chosen"][i] for p in pairs] + [p["rejected"][i] for p in pairs]
+        comps = [list(x) + eos for x in agent.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        n = len(pairs)
+        out.append((prompts + prompts, comps, list(range(n)), list(range(n, 2 * n))))
+    return out
+
+
+def dpo_step(trainer, data, weights: torch.Tensor) -> dict[str, float]:
+    """``num_iterations`` optimizer steps per agent on the weighted joint DPO loss
+    ``sum_p w_p * loss_p / sum(w)`` (sums over every rank).
+
+    Args:
+        data: per agent ``(prompts, completions, chosen, rejected)``: token-id lists and the [P]
+            sample indices of each pair's chosen and rejected response (pairs in the same order for every agent).
+        weights: [P] weight of each pair (1 online; replay decay in iterative rounds).
+    """
+    cfg, pref, agents = trainer.config, trainer.config.preference, trainer.agents
+    n_pairs = len(data[0][2]) if data else 0
+    w_total = dist.all_reduce_sum(float(weights.sum()))
+    out: dict[str, float] = {}
+    if w_total == 0:  # every node's joint actions tied: nothing to prefer
+        return out
+    sel = []  # per agent: the samples needed, position of each pair's chosen / rejected sample among them
+    for prompts, comps, chosen, rejected in data:
+        needed = sorted(set(chosen) | set(rejected))
+        pos = {s: k for k, s in enumerate(needed)}
+        sel.append((prompts, comps, needed, [pos[s] for s in chosen], [pos[s] for s in rejected]))
+    data = sel
+    ref_seq = []
+    for i, (prompts, comps, needed, _, _) in enumerate(data):
+        ref = trainer.references[i]
+        if pref.reference_free or ref is None:
+            ref_seq.append(torch.zeros(len(needed)))
+        else:
+            with autocast(cfg.mixed_precision, agents[i].device):
+                ref_seq.append(_sequence_logprobs(ref.logprobs, prompts, comps, needed, cfg.micro_batch_size))
+    for it in range(cfg.num_iterations):
+        pol_seq = []
+        for i, (prompts, comps, needed, _, _) in enumerate(data):
+            agent = agents[i]
+            agent.model.train()
+            fn = lambda p, c, a=agent: completion_logprobs(a.model, p, c, a.tokenizer.pad_token_id, a.config.temperature)
+            with torch.no_grad(), autocast(cfg.mixed_precision, agent.device), \
+                    dropout_disabled(agent.model, cfg.disable_dropout):  # the same policy the backward pass sees
+                pol_seq.append(_sequence_logprobs(fn, prompts, comps, needed, cfg.micro_batch_size))
+        # the [P, N] problem: d loss / d (each agent's sequence log-prob), loss = sum over pairs / global pairs
+        leaves = [s.clone().requires_grad_(True) for s in pol_seq]
+        pc = torch.stack([leaves[i][d[3]] for i, d in enumerate(data)], dim=1)
+        pr = torch.stack([leaves[i][d[4]] for i, d in enumerate(data)], dim=1)
+        if pref.reference_free:
+            losses, z = reference_free_dpo_loss(pc, pr, pref.beta)
+        else:
+            rc = torch.stack([ref_seq[i][d[3]] for i, d in enumerate(data)], dim=1)
+            rr = torch.stack([ref_seq[i][d[4]] for i, d in enumerate(data)], dim=1)
+            losses, z = joint_dpo_loss(pc, pr, rc, rr, pref.beta)
+        loss = (losses * weights.to(losses.dtype)).sum() / w_total
+        coefs = torch.autograd.grad(loss, leaves, allow_unused=True) if n_pairs else [None] * len(leaves)
+        if it == 0:
+            out.update({"pref/loss": dist.all_reduce_sum(float(loss.detach())),
+                        "pref/margin": float(z.detach().mean()) / pref.beta if n_pairs else 0.0,
+                        "pref/accuracy": float((z.detach() > 0).float().mean()) if n_pairs else 0.0})
+        for i, (prompts, comps, needed, _, _) in enumerate(data):
+            agent = agents[i]
+            bad = False
+            coef = coefs[i] if coefs[i] is not None else torch.zeros(len(needed))
+            for a in range(0, len(needed), cfg.micro_batch_size):
+                idx = needed[a:a + cfg.micro_batch_size]
+                with autocast(cfg.mixed_precision, agent.device), dropout_disabled(agent.model, cfg.disable_dropout):
+                    logp, mask = completion_logprobs(agent.model, [prompts[s] for s in idx], [comps[s] for s in idx],
+                                                     agent.tokenizer.pad_token_id, agent.config.temperature)
+                surrogate = (coef[a:a + len(idx)].to(logp.device, logp.dtype) * (logp * mask).sum(1)).sum()
+                if not torch.isfinite(surrogate):
+                    bad = True
+                    break
+                backward(surrogate, trainer.scalers.get(id(agent.model)))
+            grad_norm = trainer._optimizer_step(i, bad)
+            if grad_norm is not None:
+                out[f"{agent.name}/grad_norm"] = grad_norm
+            out[f"{agent.name}/lr"] = trainer.schedulers[i].get_last_lr()[0]
+    return out
+
+
+def write_pairs(path: str | Path, step: int, rollouts, chunk_pairs) -> None:
+    """Append one JSON line per pair: step, every agent's prompt and chosen/rejected text, their return gap."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        for r, pairs in zip(rollouts, chunk_pairs):
+            for p in pairs:
+                f.write(json.dumps({
+                    "step": step, "prompts": r.tree.prompts[p.group],
+                    "chosen": [r.agents[i].texts[s] for i, s in enumerate(p.chosen_samples)],
+                    "rejected": [r.agents[i].texts[s] for i, s in enumerate(p.rejected_samples)],
+                    "gap": p.gap}) + "\n")

@@ -1,0 +1,80 @@
+"""Iterative MADPO: rounds write their pairs, change the weights, replay earlier rounds, resume after a kill."""
+import json
+
+import pytest
+import torch
+
+import comarl
+from comarl.config_io import ConfigError
+from comarl.preference import PreferenceSettings
+
+ENV = comarl.FunctionEnv(formatters=[lambda it: f"Name a colour ({it['n']}):", lambda it: f"Pick one ({it['n']}):"],
+                         reward_fn=lambda r, it: float(bool(r[0].strip()) and bool(r[1].strip())
+                                                       and ord(r[0].strip()[0]) % 3 == ord(r[1].strip()[0]) % 3))
+ITEMS = [{"n": i} for i in range(8)]
+
+
+def trainer(out, rounds=2, **pref):
+    cfg = comarl.TrainConfig(algorithm="madpo_iter", num_generations=3, joint_mode="cross", batch_size=4,
+                             progress_bar=False, report_to=["jsonl"], seed=0, output_dir=str(out), shuffle=False)
+    cfg.preference = PreferenceSettings(beta=0.5, pairs_per_item=2, rounds=rounds, **pref)
+    agents = [comarl.AgentConfig(model="tiny", max_new_tokens=3, lr=1e-2, chat_template=False) for _ in range(2)]
+    return comarl.Trainer(agents, ENV, ITEMS, cfg)
+
+
+def weights(t):
+    return [p.detach().clone() for a in t.agents for p in a.model.parameters()]
+
+
+def test_two_rounds_write_two_pair_files_change_weights_and_resume_after_a_kill(tmp_path):
+    straight = trainer(tmp_path / "straight", replay="all")
+    w0 = weights(straight)
+    hist = straight.train()
+    files = sorted((tmp_path / "straight").glob("round-*/pairs.jsonl"))
+    assert [f.parent.name for f in files] == ["round-0", "round-1"]
+    assert all(len(f.read_text().splitlines()) > 0 for f in files)
+    assert [h["round"] for h in hist] == [0, 1] and hist[1]["pref/pool"] == hist[0]["pref/pairs"] + hist[1]["pref/pairs"]
+    assert any(not torch.equal(a, b) for a, b in zip(w0, weights(straight)))
+
+    killed = trainer(tmp_path / "killed", rounds=1, replay="all")  # stops after round 0, as a kill between rounds
+    killed.train()
+    first = (tmp_path / "killed" / "round-0" / "pairs.jsonl").read_text()
+    assert json.loads((tmp_path / "killed" / "rounds.json").read_text())["rounds_done"] == 1
+    resumed = trainer(tmp_path / "killed", rounds=2, replay="all")
+    hist = resumed.train()
+    assert [h["round"] for h in hist] == [1] and resumed.state.step == 2
+    assert (tmp_path / "killed" / "round-0" / "pairs.jsonl").read_text() == first  # round 0 not redone
+    assert (tmp_path / "killed" / "round-1" / "pairs.jsonl").exists()
+    for a, b in zip(weights(straight), weights(resumed)):  # same weights as the run that was never killed
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_iterative_settings_are_checked():
+    with pytest.raises(ConfigError, match="train.preference.replay"):
+        PreferenceSettings(replay="some").validate()
+    with pytest.raises(ConfigError, match="train.output_dir"):
+        cfg = comarl.TrainConfig(algorithm="madpo_iter", num_generations=2, batch_size=2, progress_bar=False,
+                                 report_to=[])
+        comarl.Trainer([comarl.AgentConfig(model="tiny", max_new_tokens=2) for _ in range(2)], ENV, ITEMS, cfg).train()
+
+
+def test_offline_madpo_trains_on_the_pairs_an_online_run_wrote(tmp_path):
+    out = tmp_path / "pairs.jsonl"
+    cfg = comarl.TrainConfig(algorithm="madpo", num_generations=3, joint_mode="cross", batch_size=4, max_steps=1,
+                             progress_bar=False, report_to=[], seed=0)
+    cfg.preference = PreferenceSettings(beta=0.5, pairs_per_item=2, pairs_out=str(out))
+    agents = [comarl.AgentConfig(model="tiny", max_new_tokens=3, lr=1e-2, chat_template=False) for _ in range(2)]
+    comarl.Trainer(agents, ENV, ITEMS, cfg).train()
+    n = len(out.read_text().splitlines())
+    assert n > 0
+    cfg = comarl.TrainConfig(algorithm="madpo_offline", batch_size=2, epochs=2, progress_bar=False, report_to=[],
+                             output_dir=str(tmp_path / "offline"))
+    cfg.preference = PreferenceSettings(beta=0.5, pairs_in=str(out))
+    t = comarl.Trainer(agents, ENV, ITEMS, cfg)
+    w0 = weights(t)
+    hist = t.train()
+    assert len(hist) == 2 * -(-n // 2) and all(h["pref/loss"] > 0 for h in hist)
+    assert any(not torch.equal(a, b) for a, b in zip(w0, weights(t)))
+    out.write_text(json.dumps({"prompts": ["a"], "chosen": ["x", "y"], "rejected": ["z", "w"]}) + "\n")
+    with pytest.raises(ConfigError, match="pair 0: 'prompts' needs 2 entries"):
+        comarl.Trainer(agents, ENV, ITEMS, cfg).train()
