@@ -14,9 +14,10 @@ ENV = comarl.FunctionEnv(formatters=[lambda it: f"Name a colour ({it['n']}):", l
 ITEMS = [{"n": i} for i in range(8)]
 
 
-def trainer(out, rounds=2, **pref):
+def trainer(out, rounds=2, resume=None, **pref):
     cfg = comarl.TrainConfig(algorithm="madpo_iter", num_generations=3, joint_mode="cross", batch_size=4,
-                             progress_bar=False, report_to=["jsonl"], seed=0, output_dir=str(out), shuffle=False)
+                             progress_bar=False, report_to=["jsonl"], seed=0, output_dir=str(out), shuffle=False,
+                             resume=resume)
     cfg.preference = PreferenceSettings(beta=0.5, pairs_per_item=2, rounds=rounds, **pref)
     agents = [comarl.AgentConfig(model="tiny", max_new_tokens=3, lr=1e-2, chat_template=False) for _ in range(2)]
     return comarl.Trainer(agents, ENV, ITEMS, cfg)
@@ -40,7 +41,9 @@ def test_two_rounds_write_two_pair_files_change_weights_and_resume_after_a_kill(
     killed.train()
     first = (tmp_path / "killed" / "round-0" / "pairs.jsonl").read_text()
     assert json.loads((tmp_path / "killed" / "rounds.json").read_text())["rounds_done"] == 1
-    resumed = trainer(tmp_path / "killed", rounds=2, replay="all")
+    with pytest.raises(ConfigError, match="already holds a run"):  # a fresh run never mixes into it
+        trainer(tmp_path / "killed", rounds=2, replay="all")
+    resumed = trainer(tmp_path / "killed", rounds=2, replay="all", resume="latest")
     hist = resumed.train()
     assert [h["round"] for h in hist] == [1] and resumed.state.step == 2
     assert (tmp_path / "killed" / "round-0" / "pairs.jsonl").read_text() == first  # round 0 not redone
@@ -76,5 +79,6 @@ def test_offline_madpo_trains_on_the_pairs_an_online_run_wrote(tmp_path):
     assert len(hist) == 2 * -(-n // 2) and all(h["pref/loss"] > 0 for h in hist)
     assert any(not torch.equal(a, b) for a, b in zip(w0, weights(t)))
     out.write_text(json.dumps({"prompts": ["a"], "chosen": ["x", "y"], "rejected": ["z", "w"]}) + "\n")
+    cfg.output_dir = str(tmp_path / "offline-bad")
     with pytest.raises(ConfigError, match="pair 0: 'prompts' needs 2 entries"):
         comarl.Trainer(agents, ENV, ITEMS, cfg).train()

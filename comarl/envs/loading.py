@@ -68,7 +68,7 @@ def read_json_rows(path: str, text: str | None = None) -> list[tuple[int, dict[s
     return pairs
 
 
-def _select(split: str, split_name: str, n: int) -> list[int]:
+def split_indices(split: str, split_name: str, n: int) -> list[int]:
     """Row indices of ``split`` (``"test[:100]"``, ``"train[10%:20%]"``) in a split of ``n`` rows."""
     if split == split_name:
         return list(range(n))
@@ -145,7 +145,7 @@ def load_rows(source: str, split: str | None, limit: int | None, normalize: RowF
     if os.path.exists(source):
         path = _local_file(source, split_name)
         pairs = read_json_rows(path)
-        pairs = [pairs[i] for i in _select(split, split_name, len(pairs))]
+        pairs = [pairs[i] for i in split_indices(split, split_name, len(pairs))]
         where = [f"{path}, line {n}" if n else f"{path}, row {i}" for i, (n, _) in enumerate(pairs)]
         rows = [row for _, row in pairs]
     elif source.endswith((".json", ".jsonl")) or source.startswith((".", "/", "~")) or os.sep + os.sep in source:

@@ -8,7 +8,7 @@ the pairs are written to ``<output_dir>/round-<r>/pairs.jsonl``; (4)
 ``steps_per_round`` DPO steps on the pool of this round's pairs plus the
 replayed earlier rounds' (``replay``, weights from ``replay_weights``); (5) a
 checkpoint and ``rounds.json`` record the round as done. A killed run started
-again with the same output_dir resumes after the last finished round.
+again with ``train.resume=latest`` resumes after the last finished round.
 """
 from __future__ import annotations
 
@@ -49,8 +49,7 @@ def run_rounds(trainer) -> list[dict]:
     out = Path(cfg.output_dir)
     progress = out / "rounds.json"
     done = json.loads(progress.read_text()) if progress.exists() else {"rounds_done": 0, "checkpoint": None}
-    if done["rounds_done"] and trainer.state.step == 0:  # a fresh process after a kill: continue after that round
-        trainer.resume(done["checkpoint"])
+    # after a kill, train.resume=latest has loaded the last round's checkpoint; rounds_done says where to go on
     logger = MetricsLogger(cfg.output_dir, cfg.report_to, enabled=dist.is_main())
     try:
         for r in range(done["rounds_done"], pref.rounds):

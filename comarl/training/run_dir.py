@@ -22,9 +22,9 @@ from ..config_io import ConfigError
 
 MARKER = "run.json"
 RUN_FILES = (MARKER, "metrics.jsonl", "samples.jsonl", "tensorboard", "final", "eval.json", "wandb",
-             "reward.png", "demo_summary.json")
+             "reward.png", "demo_summary.json", "rounds.json")
 """What comarl writes into an output_dir (train.overwrite removes exactly these and the checkpoints)."""
-_CKPT = re.compile(r"^checkpoint-\d+(\.tmp)?$")
+_CKPT = re.compile(r"^(checkpoint-\d+(\.tmp)?|round-\d+)$")  # checkpoints; madpo_iter's round folders
 
 
 def run_contents(folder: str | Path) -> list[str]:

@@ -20,6 +20,7 @@ import json
 import os
 from typing import Any, Mapping
 
+from ..loading import split_indices
 from .query import TravelQuery, parse_query_text, query_from_fields
 from .reference import parse_reference
 
@@ -107,13 +108,16 @@ def load_hub(hub_id: str, split: str) -> list[dict[str, Any]]:
     return items
 
 
+
 def load_items(source: str | None, split: str | None, limit: int | None) -> list[dict[str, Any]]:
     """Items from a local folder (the shared layout) or a hub id (None -> ``osunlp/TravelPlanner``)."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"data.limit: expected a non-negative integer or null, got {limit!r}")
     source, split = source or HUB_ID, split or "train"
     if os.path.isdir(source):
-        items = load_local(source, split.split("[")[0])
+        name = split.split("[")[0]
+        items = load_local(source, name)
+        items = [items[i] for i in split_indices(split, name, len(items))]  # "train[:40]" as the hub reads it
     elif os.path.exists(source) or source.startswith((".", "/", "~")):
         raise FileNotFoundError(f"data source {source!r}: expected the TravelPlanner folder holding {REF_FILE} "
                                 f"and {CHAT_FILE}")
