@@ -330,3 +330,12 @@ def test_random_is_seeded_so_scores_are_reproducible(box):
     r = run1(box, "import random\nx = random.random()\n", f"assert x == {first!r}",
              f"import random\nassert random.random() == {first!r}")
     assert r.passed == [True, True]
+
+
+def test_site_free_start_keeps_exit_builtins_and_site_packages(box):
+    """The harness starts with ``-S``: ``exit()`` still exits (a failure, not a NameError) and
+    third-party packages from the trainer's site-packages still import."""
+    r = run1(box, "import numpy\ndef f():\n    return int(numpy.int64(3))\n", "assert f() == 3")
+    assert r.passed == [True], (r.program_error, r.errors)
+    r = run1(box, "def f():\n    exit(0)\n", "assert f() == 1")
+    assert r.passed == [False] and "NameError" not in str(r.errors)

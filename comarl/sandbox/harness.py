@@ -217,6 +217,20 @@ def _needed_paths() -> list[str]:
     return sorted(os.path.realpath(p) for p in paths if os.path.exists(p))
 
 
+def _site_free_start(path: list[str] | None) -> None:
+    """The harness runs with ``-S`` (no ``site``: a third of a job's start-up); take the trainer's import
+    path instead, and the ``exit``/``quit`` builtins that ``site`` would have added."""
+    if path:
+        sys.path[:] = path
+
+    def _quit(code=None):
+        raise SystemExit(code)
+
+    for name in ("exit", "quit"):
+        if not hasattr(builtins, name):
+            setattr(builtins, name, _quit)
+
+
 def _read_stdin_frame():
     return json.loads(wire.read_frame(0))
 
@@ -224,6 +238,7 @@ def _read_stdin_frame():
 def main() -> None:
     result_fd = int(sys.argv[1])
     job = _read_stdin_frame()
+    _site_free_start(job.get("sys_path"))
     pid = None
     try:
         prepared = jail.prepare_job(job["workdir"], job["uid"], job["gid"], job["limits"], _needed_paths())
