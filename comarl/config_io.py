@@ -31,6 +31,20 @@ class DataError(UserError, ValueError):
     kind = "data error"
 
 
+def import_callable(spec: str, key: str):
+    """``"package.module:function"`` -> that callable; ``ConfigError`` naming ``key`` otherwise."""
+    import importlib
+
+    module, _, name = spec.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ConfigError(f"{key}: cannot import {spec!r} ({type(e).__name__}: {e})") from e
+    if not callable(fn):
+        raise ConfigError(f"{key}: {spec!r} is not callable")
+    return fn
+
+
 def read_yaml(path) -> Any:
     """Parse a YAML file; a syntax error becomes a :class:`ConfigError` naming file, line and column."""
     try:

@@ -6,10 +6,9 @@ function (``train.critic.joint_input: "my_pkg.critic:joint_text"``) or passing i
 """
 from __future__ import annotations
 
-import importlib
 from typing import Callable, Sequence
 
-from ..config_io import ConfigError
+from ..config_io import ConfigError, import_callable
 
 JointInput = Callable[[Sequence[str], "Sequence[str] | None"], str]
 
@@ -32,11 +31,4 @@ def resolve_joint_input(spec) -> JointInput:
         return spec
     if not isinstance(spec, str) or ":" not in spec:
         raise ConfigError(f"train.critic.joint_input: expected 'module:function' or a callable, got {spec!r}")
-    module, _, name = spec.partition(":")
-    try:
-        fn = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as e:
-        raise ConfigError(f"train.critic.joint_input: cannot import {spec!r} ({e})") from e
-    if not callable(fn):
-        raise ConfigError(f"train.critic.joint_input: {spec!r} is not callable")
-    return fn
+    return import_callable(spec, "train.critic.joint_input")

@@ -56,13 +56,12 @@ def _plain_rows(source: str | None, split: str | None, limit: int | None) -> lis
 
 
 def _from_import_path(name: str) -> EnvEntry:
-    module, _, attr = name.partition(":")
+    from ..config_io import ConfigError, import_callable
+
     try:
-        build = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
-        raise KeyError(f"env.name: cannot import {name!r} ({type(e).__name__}: {e})") from None
-    if not callable(build):
-        raise KeyError(f"env.name: {name!r} is not callable")
+        build = import_callable(name, "env.name")
+    except ConfigError as e:
+        raise KeyError(str(e)) from None
     return EnvEntry(build, _plain_rows, f"user environment {name}")
 
 
