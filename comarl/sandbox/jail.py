@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import os
 import resource
-import signal
 import stat
 
 CLONE_NEWNS = 0x00020000

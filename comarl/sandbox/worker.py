@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import builtins
 import io
-import os
 import pickle
 import random
 import signal
