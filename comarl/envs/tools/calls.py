@@ -207,25 +207,33 @@ def _spans(line: str, names: Sequence[str]) -> list[str]:
     for m in re.finditer(r"(?<![\w.])([A-Za-z_][\w.]*)\s*\(", line):
         if m.group(1) not in names:
             continue
-        depth, quote, i = 0, "", m.end() - 1
-        while i < len(line):
-            c = line[i]
-            if quote:
-                if c == "\\":
-                    i += 1
-                elif c == quote:
-                    quote = ""
-            elif c in "'\"":
-                quote = c
-            elif c == "(":
+        depth = 0
+        for i, c in _unquoted(line, m.end() - 1):
+            if c == "(":
                 depth += 1
             elif c == ")":
                 depth -= 1
                 if depth == 0:
                     out.append(line[m.start():i + 1])
                     break
-            i += 1
     return out
+
+
+def _unquoted(text: str, start: int = 0):
+    """``(index, char)`` of the characters of ``text`` from ``start`` that lie outside '...' / "..." quotes."""
+    quote, i = "", start
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        else:
+            yield i, c
+        i += 1
 
 
 def _parse_python(body: str, names: Sequence[str]) -> ParsedCalls:
@@ -257,25 +265,14 @@ def _parse_python(body: str, names: Sequence[str]) -> ParsedCalls:
 
 def _logical_lines(body: str) -> list[str]:
     """Lines, with a call that spans several lines (``f(\n  a=1,\n)``) joined into one."""
-    out, buf, depth, quote = [], [], 0, ""
+    out, buf, depth = [], [], 0
     for line in body.splitlines():
         buf.append(line.strip() if buf else line)
-        i = 0
-        while i < len(line):
-            c = line[i]
-            if quote:
-                if c == "\\":
-                    i += 1
-                elif c == quote:
-                    quote = ""
-            elif c in "'\"":
-                quote = c
-            elif c in "([{":
+        for _, c in _unquoted(line):  # a quote left open ends with its line (prose apostrophes)
+            if c in "([{":
                 depth += 1
             elif c in ")]}":
                 depth = max(0, depth - 1)
-            i += 1
-        quote = ""  # a quote left open ends with its line (prose apostrophes)
         if depth == 0:
             out.append(" ".join(buf))
             buf = []
