@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import subprocess
 import sys
 from pathlib import Path
+
+from alternate import alternate, time_training_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,14 +43,7 @@ def run(mode: str, steps: int, warmup: int, threads: int) -> dict:
     agents, env, items, cfg = demo_setup("tiny", "writing", steps + warmup, None, 0)
     cfg.progress_bar, cfg.algorithm, cfg.critic = False, algorithm, CriticSettings(**critic)
     trainer = comarl.Trainer(agents, env, items, cfg)
-    step, update = [], []
-    for s in range(steps + warmup):
-        m = trainer.training_step(trainer.next_batch())
-        if s >= warmup:
-            step.append(m["time/step_s"])
-            update.append(m["time/update_s"])
-    return {"s_per_step": statistics.median(step), "update_s": statistics.median(update),
-            "num_agents": len(trainer.agents)}
+    return {**time_training_steps(trainer, steps, warmup), "num_agents": len(trainer.agents)}
 
 
 def main() -> None:
@@ -68,17 +61,8 @@ def main() -> None:
     modes = a.modes.split(",")
     if "magrpo" not in modes:
         modes.insert(0, "magrpo")
-    results: dict[str, list[dict]] = {m: [] for m in modes}
-    for r in range(a.repeats):
-        for mode in modes:
-            out = subprocess.run([sys.executable, __file__, "--child", mode, "--steps", str(a.steps),
-                                  "--warmup", str(a.warmup), "--threads", str(a.threads)], capture_output=True, text=True, cwd=ROOT)
-            line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-            if not line:
-                sys.exit(f"{mode} run failed:\n{out.stderr[-3000:]}")
-            results[mode].append(json.loads(line[0][7:]))
-            print(f"repeat {r + 1} {mode}: {results[mode][-1]}", file=sys.stderr)
-    med = {m: {k: statistics.median(x[k] for x in v) for k in v[0]} for m, v in results.items()}
+    med = alternate(__file__, modes, a.repeats,
+                    ["--steps", str(a.steps), "--warmup", str(a.warmup), "--threads", str(a.threads)])
     base = med["magrpo"]
     per_agent = base["update_s"] / base["num_agents"]
     print("| run | s/step | update s/step | critic cost / one agent's update |\n|---|---:|---:|---:|")

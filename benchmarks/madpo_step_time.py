@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import subprocess
 import sys
 from pathlib import Path
+
+from alternate import alternate, time_training_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,15 +44,8 @@ def run(mode: str, steps: int, warmup: int, threads: int) -> dict:
     agents, env, items, cfg = demo_setup("tiny", "writing", steps + warmup, None, 0)
     cfg.progress_bar, cfg.algorithm, cfg.preference = False, algorithm, PreferenceSettings(**pref)
     trainer = comarl.Trainer(agents, env, items, cfg)
-    step, update, pairs = [], [], []
-    for s in range(steps + warmup):
-        m = trainer.training_step(trainer.next_batch())
-        if s >= warmup:
-            step.append(m["time/step_s"])
-            update.append(m["time/update_s"])
-            pairs.append(m.get("pref/pairs", 0.0))
-    return {"s_per_step": statistics.median(step), "update_s": statistics.median(update),
-            "pairs_per_step": statistics.mean(pairs)}
+    t = time_training_steps(trainer, steps, warmup, mean_keys=("pref/pairs",))
+    return {"s_per_step": t["s_per_step"], "update_s": t["update_s"], "pairs_per_step": t["pref/pairs"]}
 
 
 def main() -> None:
@@ -66,18 +59,8 @@ def main() -> None:
     if a.child:
         print("RESULT " + json.dumps(run(a.child, a.steps, a.warmup, a.threads)))
         return
-    results: dict[str, list[dict]] = {m: [] for m in MODES}
-    for r in range(a.repeats):
-        for mode in MODES:
-            out = subprocess.run([sys.executable, __file__, "--child", mode, "--steps", str(a.steps),
-                                  "--warmup", str(a.warmup), "--threads", str(a.threads)],
-                                 capture_output=True, text=True, cwd=ROOT)
-            line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-            if not line:
-                sys.exit(f"{mode} run failed:\n{out.stderr[-3000:]}")
-            results[mode].append(json.loads(line[0][7:]))
-            print(f"repeat {r + 1} {mode}: {results[mode][-1]}", file=sys.stderr)
-    med = {m: {k: statistics.median(x[k] for x in v) for k in v[0]} for m, v in results.items()}
+    med = alternate(__file__, list(MODES), a.repeats,
+                    ["--steps", str(a.steps), "--warmup", str(a.warmup), "--threads", str(a.threads)])
     base = med["magrpo"]["update_s"]
     print("| run | s/step | update s/step | update / magrpo's | pairs/step |\n|---|---:|---:|---:|---:|")
     for m in MODES:

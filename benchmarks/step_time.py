@@ -16,10 +16,11 @@ import argparse
 import json
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from alternate import alternate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -92,17 +93,7 @@ def main() -> None:
     if a.child:
         child(a.child, a.steps, a.warmup)
         return
-    results: dict[str, list[dict]] = {"floor": [], "comarl": []}
-    for r in range(a.repeats):
-        for mode in ("floor", "comarl"):
-            out = subprocess.run([sys.executable, __file__, "--child", mode, "--steps", str(a.steps),
-                                  "--warmup", str(a.warmup)], capture_output=True, text=True, cwd=ROOT)
-            line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-            if not line:
-                sys.exit(f"{mode} run failed:\n{out.stderr[-3000:]}")
-            results[mode].append(json.loads(line[0][7:]))
-            print(f"repeat {r + 1} {mode}: {results[mode][-1]}", file=sys.stderr)
-    med = {m: {k: statistics.median(x[k] for x in v) for k in v[0]} for m, v in results.items()}
+    med = alternate(__file__, ["floor", "comarl"], a.repeats, ["--steps", str(a.steps), "--warmup", str(a.warmup)])
     ratio = med["comarl"]["s_per_step"] / med["floor"]["s_per_step"]
     print("| run | s/step | trained tokens/s | peak RSS MB |\n|---|---:|---:|---:|")
     for m in ("floor", "comarl"):
