@@ -12,19 +12,7 @@ from comarl.logprobs import completion_logprobs
 from comarl.preference import PreferenceSettings
 from comarl.rollout import collect_rollout
 from comarl.training.dpo import _pair_indices, dpo_update, step_pairs
-
-WORDS = ("red", "green", "blue")
-
-
-def word(text: str):
-    t = text.strip()
-    return WORDS[ord(t[0]) % 3] if t else None
-
-
-def same_word(responses, item):
-    """1 when both agents name the same word (random play: ~1/3), so joint actions differ in reward."""
-    a, b = (word(r) for r in responses)
-    return 1.0 if a is not None and a == b else 0.0
+from toy_tasks import same_word
 
 
 ENV = comarl.FunctionEnv(formatters=[lambda it: f"Name a colour ({it['n']}):", lambda it: f"Pick a colour ({it['n']}):"],
