@@ -185,15 +185,25 @@ def within_sandbox(q: TravelQuery, plan: Plan, ref: Reference) -> Check:
     return True, None
 
 
+def transport_leg(day: Mapping[str, Any]) -> tuple[str, str | None, str | None] | None:
+    """The day's transportation text with its origin and destination (from the text, else from
+    ``current_city``), as the benchmark reads them; None when the day has no transportation."""
+    tr = day.get("transportation")
+    if empty(tr):
+        return None
+    tr = str(tr)
+    a, b = from_to(tr)
+    if a is None or b is None:
+        a, b = from_to(str(day.get("current_city", "")))
+    return tr, a, b
+
+
 def invented_in_day(day: Mapping[str, Any], ref: Reference) -> list[str]:
     """Descriptions of the day's values that the reference does not hold (empty list: all grounded)."""
     bad = []
-    tr = day.get("transportation")
-    if not empty(tr):
-        tr = str(tr)
-        a, b = from_to(tr)
-        if a is None or b is None:
-            a, b = from_to(str(day.get("current_city", "")))
+    leg = transport_leg(day)
+    if leg is not None:
+        tr, a, b = leg
         a, b = before_paren(a or "-"), before_paren(b or "-")
         if "flight number" in tr.lower():
             num = tr.split("Flight Number: ")[1].split(",")[0] if "Flight Number: " in tr else ""
@@ -281,12 +291,9 @@ def total_cost(q: TravelQuery, plan: Plan, ref: Reference) -> float:
     """The plan's cost for the whole group, as the benchmark sums it (unknown entities cost 0)."""
     cost = 0.0
     for day in days_of(q, plan):
-        tr = day.get("transportation")
-        if not empty(tr):
-            tr = str(tr)
-            a, b = from_to(tr)
-            if a is None or b is None:
-                a, b = from_to(str(day.get("current_city", "")))
+        leg = transport_leg(day)
+        if leg is not None:
+            tr, a, b = leg
             if a is not None and b is not None:
                 if "flight number" in tr.lower() and "Flight Number: " in tr:
                     num = tr.split("Flight Number: ")[1].split(",")[0]
