@@ -27,7 +27,7 @@ from ..config import TrainConfig
 from ..config_io import ConfigError, to_dict
 from ..critics import build_critic
 from ..envs.base import Environment
-from ..logprobs import completion_logprobs
+from ..logprobs import completion_logprobs, forced_mask
 from ..losses import clipped_policy_loss, entropy_bonus, kl_estimate, kl_penalty, sequence_kl, token_weights
 from ..reference import build_reference
 from ..rollout import RolloutSettings, check_tree_size, collect_rollout
@@ -86,6 +86,8 @@ class _Batch:
     n_tok: float
     n_all: float
     """Sequences including those out of the loss (truncated under mask_truncated): the constant normaliser."""
+    forced: list[list[bool]] | None = None
+    """Per completion token, True where a schema forced it (structured generation): out of the loss."""
 
 
 @dataclass
@@ -265,18 +267,26 @@ class Trainer:
         model = agent.model
         prompts = [p for s in samples for p in s.prompt_ids]
         comps = [c for s in samples for c in s.completion_ids]
-        lengths = torch.tensor([len(c) for c in comps], dtype=torch.long)
+        forced = None if all(s.forced is None for s in samples) else \
+            [f for s in samples for f in (s.forced or [[False] * len(c) for c in s.completion_ids])]
+        # tokens in the loss per sequence: all of it, or (structured generation) the sampled ones only
+        lengths = torch.tensor([len(c) for c in comps] if forced is None else
+                               [len(c) - sum(f) for c, f in zip(comps, forced)], dtype=torch.long)
         if cfg.mask_truncated and samples:  # truncated completions leave the loss and its normalisation
             lengths = lengths * (~torch.cat([s.truncated for s in samples])).long()
         batch = _Batch(prompts, comps, lengths, [(s, min(s + cfg.micro_batch_size, len(comps)))
                                                  for s in range(0, len(comps), cfg.micro_batch_size)],
                        n_seq=dist.all_reduce_sum(int((lengths > 0).sum())),
-                       n_tok=dist.all_reduce_sum(int(lengths.sum())), n_all=dist.all_reduce_sum(len(comps)))
+                       n_tok=dist.all_reduce_sum(int(lengths.sum())), n_all=dist.all_reduce_sum(len(comps)),
+                       forced=forced)
         if batch.n_seq == 0 or batch.n_tok == 0:  # the counts are global: every rank skips together
             return self._skip_empty_batch(i, batch)
         ref = self.references[i]
         with autocast(cfg.mixed_precision, agent.device):
             ref_out = [ref.logprobs(prompts[a:b], comps[a:b]) for a, b in batch.spans] if ref is not None else []
+        if forced is not None:  # the KL counts sampled tokens only, like the loss
+            ref_out = [(r, m * (1 - forced_mask(forced[a:b], m.shape[1])).to(m))
+                       for (r, m), (a, b) in zip(ref_out, batch.spans)]
         kl_in_reward = ref is not None and cfg.kl_mode == "reward"
         old = None
         if cfg.num_iterations > 1 or kl_in_reward:
@@ -332,10 +342,12 @@ class Trainer:
         clip_sums, clip_tokens = {"low": 0.0, "high": 0.0, "region": 0.0}, 0.0
         n_norm = batch.n_all if cfg.loss_normalization == "constant" else batch.n_seq  # docs/algorithms.md
         for m, (a, b) in enumerate(batch.spans):
+            forced = batch.forced[a:b] if batch.forced is not None else None
             with autocast(cfg.mixed_precision, agent.device):  # train.mixed_precision (precision.py)
-                logp, cmask = completion_logprobs(model, batch.prompts[a:b], batch.comps[a:b], pad, temp)
+                logp, cmask = completion_logprobs(model, batch.prompts[a:b], batch.comps[a:b], pad, temp, forced)
+            in_loss = None if forced is None else cmask.cpu() * (batch.lengths[a:b] > 0).unsqueeze(1)
             w = token_weights(batch.lengths[a:b], logp.shape[1], cfg.loss_normalization, n_norm, batch.n_tok,
-                              agent.config.max_new_tokens).to(logp.device)
+                              agent.config.max_new_tokens, mask=in_loss).to(logp.device)
             old_lp = old[m] if old is not None else logp.detach()
             loss, st = clipped_policy_loss(logp, old_lp, adv[a:b].to(logp.device, logp.dtype), w,
                                            cfg.clip_low, cfg.clip_high, cfg.ratio_level)
