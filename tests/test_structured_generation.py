@@ -169,3 +169,26 @@ def test_training_step_with_a_schema_learns_values_only():
     assert all(len(f) == len(c) and f[-1] for f, c in zip(s.forced, s.completion_ids))
     assert all(json.loads(t) for t in s.texts)
     assert metrics["agent0/grad_norm"] > 0 and torch.isfinite(torch.tensor(metrics["agent0/loss"]))
+
+
+def test_dpo_sequence_logprobs_skip_forced_tokens():
+    from comarl.training.dpo import _sequence_logprobs
+
+    def fn(prompts, comps):  # log-probs -1, -2, -4 for every sequence
+        return torch.tensor([[-1.0, -2.0, -4.0]] * len(comps)), torch.ones(len(comps), 3)
+
+    out = _sequence_logprobs(fn, [[1]] * 2, [[5, 6, 7]] * 2, [0, 1], 1, forced=[[True, False, False],
+                                                                             [False, False, True]])
+    assert out.tolist() == [-6.0, -3.0]
+    assert _sequence_logprobs(fn, [[1]], [[5, 6, 7]], [0], 1).tolist() == [-7.0]
+
+
+def test_madpo_step_with_a_schema():
+    env = comarl.FunctionEnv(formatters=[lambda it: with_schema(f"Trip to {it['t']}", SCHEMA)] * 2,
+                             reward_fn=lambda rs, item: sum(len(json.loads(r)["city"]) for r in rs) / 10)
+    trainer = comarl.Trainer(agents=[AgentConfig(model="tiny", max_new_tokens=40) for _ in range(2)], env=env,
+                             train_dataset=[{"t": "Rome"}],
+                             config=comarl.TrainConfig(algorithm="madpo", num_generations=2, batch_size=1,
+                                                       max_steps=1, seed=0, progress_bar=False))
+    [metrics] = trainer.train()
+    assert metrics["pref/pairs"] == 1 and all(metrics[f"agent{i}/grad_norm"] > 0 for i in range(2))
