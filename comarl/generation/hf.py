@@ -95,6 +95,8 @@ def generate(agent, prompt_ids: list[list[int]], num_samples: int, greedy: bool 
     """
     model, tok = agent.model, agent.tokenizer
     k = num_samples
+    if schemas is not None and len(schemas) != len(prompt_ids):
+        raise ValueError(f"generate: {len(schemas)} schemas for {len(prompt_ids)} prompts")
     chunks = batches(prompt_ids, batch_size)
     schema_chunks = batches(list(schemas) if schemas else [None] * len(prompt_ids), batch_size)
     all_ids: list[list[int]] = []
