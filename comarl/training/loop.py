@@ -342,12 +342,12 @@ class Trainer:
         clip_sums, clip_tokens = {"low": 0.0, "high": 0.0, "region": 0.0}, 0.0
         n_norm = batch.n_all if cfg.loss_normalization == "constant" else batch.n_seq  # docs/algorithms.md
         for m, (a, b) in enumerate(batch.spans):
-            forced = batch.forced[a:b] if batch.forced is not None else None
+            forced = {"forced": batch.forced[a:b]} if batch.forced is not None else {}  # structured generation
             with autocast(cfg.mixed_precision, agent.device):  # train.mixed_precision (precision.py)
-                logp, cmask = completion_logprobs(model, batch.prompts[a:b], batch.comps[a:b], pad, temp, forced)
-            in_loss = None if forced is None else cmask.cpu() * (batch.lengths[a:b] > 0).unsqueeze(1)
+                logp, cmask = completion_logprobs(model, batch.prompts[a:b], batch.comps[a:b], pad, temp, **forced)
+            in_loss = {"mask": cmask.cpu() * (batch.lengths[a:b] > 0).unsqueeze(1)} if forced else {}
             w = token_weights(batch.lengths[a:b], logp.shape[1], cfg.loss_normalization, n_norm, batch.n_tok,
-                              agent.config.max_new_tokens, mask=in_loss).to(logp.device)
+                              agent.config.max_new_tokens, **in_loss).to(logp.device)
             old_lp = old[m] if old is not None else logp.detach()
             loss, st = clipped_policy_loss(logp, old_lp, adv[a:b].to(logp.device, logp.dtype), w,
                                            cfg.clip_low, cfg.clip_high, cfg.ratio_level)
