@@ -192,3 +192,30 @@ def test_madpo_step_with_a_schema():
                                                        max_steps=1, seed=0, progress_bar=False))
     [metrics] = trainer.train()
     assert metrics["pref/pairs"] == 1 and all(metrics[f"agent{i}/grad_norm"] > 0 for i in range(2))
+
+
+def test_forced_tokens_give_no_gradient_through_the_model(agent):
+    """The loop's pieces (forced mask -> token weights -> clipped loss) give the model the gradient of a loss
+    written by hand over the sampled tokens only: -sum_s A_s * mean_{t sampled} logp[s, t] / S."""
+    prompts = agent.encode_prompts(["Plan a trip."])
+    torch.manual_seed(2)
+    comp = generate(agent, prompts, 2, schemas=[SCHEMA])
+    p_ids, adv, pad = [prompts[0]] * 2, torch.tensor([1.5, -0.5]), agent.tokenizer.pad_token_id
+    params = [p for p in agent.model.parameters() if p.requires_grad]
+
+    def grads(loss):
+        agent.model.zero_grad()
+        loss.backward()
+        return [p.grad.clone() for p in params]
+
+    lp, mask = completion_logprobs(agent.model, p_ids, comp.ids, pad, forced=comp.forced)
+    n = mask.sum(1)
+    w = token_weights(n, lp.shape[1], "sequence", 2, int(n.sum()), 40, mask=mask)
+    loop_grads = grads(clipped_policy_loss(lp, lp.detach(), adv, w)[0])
+    free_lp, _ = completion_logprobs(agent.model, p_ids, comp.ids, pad)
+    width = free_lp.shape[1]
+    sampled = torch.tensor([[not x for x in f] + [False] * (width - len(f)) for f in comp.forced])
+    assert all(0 < int(r.sum()) < len(f) for r, f in zip(sampled, comp.forced))
+    by_hand = -sum(adv[s] * free_lp[s][sampled[s]].mean() for s in range(2)) / 2
+    for g1, g2 in zip(loop_grads, grads(by_hand)):
+        assert torch.allclose(g1, g2, atol=1e-6)
