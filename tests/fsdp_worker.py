@@ -10,11 +10,14 @@ The test runs the single-process side in its own process (``run`` inside
 Scenarios (run one after another in this process; each writes ``OUT/<name>/rank<r>.pt``
 with the gathered final weights and the reduced metrics):
 
-* ``two``: a full fine-tuning agent and a LoRA agent, ``sharding=fsdp``, 3 steps,
+* ``two``: a full fine-tuning agent and a LoRA agent, ``sharding=fsdp``, a KL term (a sharded
+  reference copy for the full agent, the adapter switched off for the LoRA one), 2 passes per step, 3 steps,
   checkpoint at step 2 (``OUT/two/run/checkpoint-2``), ``trainer.save`` to
   ``OUT/two/final``.
 * ``one``: one full agent with a KL term (its frozen reference is sharded too),
-  two optimisation passes per step (old log-probs), clipping at 0.1 (active), 3 steps.
+  two optimisation passes per step (old log-probs), clipping at 0.1 (active), 3 steps;
+  item 4's reward is NaN, so step 2 (item 4 alone, on rank 0) is a non-finite skip
+  while rank 1 has no item at all.
 * ``resume``: resume ``two`` from ``--from``/two/run/checkpoint-2 (default: OUT's) and run step 3.
 * ``hsdp1`` / ``hsdp2``: ``one`` with ``fsdp_shard_size`` 1 (mesh (2, 1)) / 2 (mesh (1, 2)).
 * ``bf16``: ``one`` under ``mixed_precision=bf16`` (FSDP's MixedPrecisionPolicy), 1 step.
@@ -68,6 +71,10 @@ def reward(responses, item):
     return (a % 7) / 7.0 + 0.5 * ((a + b + item["x"]) % 5) / 5.0
 
 
+def nan_on_item_4(responses, item):
+    return float("nan") if item["x"] == 4 else reward(responses, item)
+
+
 def agent(i: int, lora: bool, rank: int) -> AgentConfig:
     seed = 10 * i + (0 if lora else 100 * rank)
     return AgentConfig(model="tiny", max_new_tokens=8, lr=1e-2, temperature=1.0,
@@ -83,7 +90,7 @@ def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
     if name in ("two", "resume"):
         agents = [agent(0, False, r), agent(1, True, r)]
         prompts = [lambda it: f"Say {it['x']} in few words.", lambda it: f"Say {it['x']} at length."]
-        kw.update(save_steps=2)
+        kw.update(save_steps=2, kl_beta=0.05, num_iterations=2)
         if name == "resume":
             kw.update(resume=str(Path(resume_from or out) / "two" / "run" / "checkpoint-2"))
     else:
@@ -94,7 +101,8 @@ def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
             kw.update(fsdp_shard_size=int(name[-1]))
         if name == "bf16":
             kw.update(mixed_precision="bf16", max_steps=1)
-    trainer = Trainer(agents, FunctionEnv(prompts, reward), [{"x": x} for x in range(5)], TrainConfig(**kw))
+    score = reward if len(agents) == 2 else nan_on_item_4
+    trainer = Trainer(agents, FunctionEnv(prompts, score), [{"x": x} for x in range(5)], TrainConfig(**kw))
     history = trainer.train()
     if name == "two":
         trainer.save(out / name / "final")

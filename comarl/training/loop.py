@@ -251,8 +251,11 @@ class Trainer:
         return metrics
 
     def _whole(self, models=None):
-        """Context in which sharded ``models`` (default all) are whole on every rank; a no-op without sharding."""
-        return self.sharding.gathered(models) if self.sharding is not None else contextlib.nullcontext()
+        """Context in which sharded ``models`` (default: every agent's) are whole on every rank; a no-op without
+        sharding (training/sharding.py)."""
+        if self.sharding is None:
+            return contextlib.nullcontext()
+        return self.sharding.gathered(models if models is not None else [a.model for a in self.agents])
 
     def _build_references(self) -> list:
         """Frozen starting policy per agent (one per distinct model object), for the KL term."""
@@ -368,8 +371,8 @@ class Trainer:
             if not torch.isfinite(loss):
                 if self.sharding is None:
                     return total, {}, kl_sum / max(kl_tokens, 1), True
-                bad = True  # sharded: the other ranks' backward passes still need this rank
-                idle_backward(model, pad)
+                bad = True  # sharded: the other ranks' collectives still need this forward's backward
+                loss.backward()  # non-finite gradients, dropped with the step on every rank
                 continue
             backward(loss, self.scalers.get(id(model)))  # loss.backward(), fp16: loss-scaled
             total += loss.item()

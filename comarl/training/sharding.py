@@ -125,34 +125,37 @@ def is_sharded(model) -> bool:
 
 
 class Sharding:
-    """The sharded modules of a run and the mesh they live on."""
+    """The sharded modules of a run (agents' and references') and the mesh they live on."""
 
     def __init__(self, mesh, roots: list[torch.nn.Module]):
         self.mesh = mesh
         self.roots = roots
 
     @contextlib.contextmanager
-    def gathered(self, models: Iterable | None = None):
-        """Run the block with the whole of ``models`` (default: every sharded module) on every rank.
+    def gathered(self, models: Iterable):
+        """Run the block with the whole of ``models`` (agent models, LoRA views, reference copies) on every rank.
 
-        Every rank must enter it together (one all-gather per FSDP unit on
-        entry); inside, forwards do no communication, so ranks may run
-        different numbers of them. Parameters go back to their shards on exit.
+        Every rank must enter it together, with the same models (one
+        all-gather per FSDP unit on entry); inside, forwards do no
+        communication, so ranks may run different numbers of them. Parameters
+        go back to their shards on exit.
         """
         from torch.distributed.fsdp import FSDPModule
 
-        roots = self.roots if models is None else list({id(r): r for r in map(root_module, models)
-                                                        if isinstance(r, FSDPModule)}.values())
-        units = [m for r in roots for m in r.modules() if isinstance(m, FSDPModule)]
-        for u in units:
-            u.set_reshard_after_forward(False)
+        roots = {id(r): r for r in map(root_module, models)}.values()  # LoRA views of one base: one gather
+        units = []  # (FSDP unit, its reshard_after_forward outside: blocks True, the root False as FSDP sets it)
+        for r in roots:
+            found = [m for m in r.modules() if isinstance(m, FSDPModule)]
+            units += [(m, m is not found[0]) for m in found]
+        for u, _ in units:
+            u.set_reshard_after_forward(False, recurse=False)
             u.unshard()
         try:
             yield
         finally:
-            for u in units:
+            for u, after in units:
                 u.reshard()
-                u.set_reshard_after_forward(True)
+                u.set_reshard_after_forward(after, recurse=False)
 
 
 def shard_agents(agents, references, cfg) -> Sharding | None:
