@@ -5,6 +5,12 @@ times K samples go through ``model.generate`` together, left-padded with an
 attention mask. The prompt part of the output is sliced off by position, never
 searched for EOS, so a prompt that contains EOS/pad ids (chat templates) is
 never cut.
+
+A model sharded with FSDP2 (``train.sharding=fsdp``) must be whole when
+``generate`` runs: the trainer gathers it once per step around the rollout
+(``comarl.training.sharding.Sharding.gathered``), so decoding does no
+communication and ranks may decode different numbers of tokens. A sharded
+model that is not gathered is refused here rather than left to hang.
 """
 from __future__ import annotations
 
@@ -74,13 +80,24 @@ def generation_kwargs(agent, greedy: bool = False) -> dict:
     """``model.generate`` kwargs from the agent's settings (greedy, or temperature 0, decodes greedily)."""
     cfg = agent.config
     do_sample = not greedy and cfg.temperature > 0
-    kwargs = dict(max_new_tokens=cfg.max_new_tokens, do_sample=do_sample,
+    # synced_gpus=False: an FSDP-managed model is whole here (see the module docstring), so each rank
+    # stops decoding on its own; transformers' default would all-reduce a flag per token across ranks
+    kwargs = dict(max_new_tokens=cfg.max_new_tokens, do_sample=do_sample, synced_gpus=False,
                   pad_token_id=agent.tokenizer.pad_token_id, eos_token_id=agent.eos_ids)
     if do_sample:
         kwargs.update(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k or None)
     else:
         kwargs.update(temperature=None, top_p=None, top_k=None)
     return kwargs
+
+
+def _check_whole(agent) -> None:
+    """Refuse a sharded (DTensor) model outside the trainer's gathered block."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(next(agent.model.parameters()), DTensor):
+        raise RuntimeError(f"{agent.name} is sharded (train.sharding=fsdp): generate on it inside "
+                           f"Sharding.gathered(), which makes it whole on every rank first")
 
 
 @torch.no_grad()
@@ -94,6 +111,7 @@ def generate(agent, prompt_ids: list[list[int]], num_samples: int, greedy: bool 
     (``constrained.py``); the result's ``forced`` says which tokens were forced.
     """
     model, tok = agent.model, agent.tokenizer
+    _check_whole(agent)
     k = num_samples
     if schemas is not None and len(schemas) != len(prompt_ids):
         raise ValueError(f"generate: {len(schemas)} schemas for {len(prompt_ids)} prompts")
