@@ -130,6 +130,7 @@ class RolloutSettings:
     num_examples: int = 2
     keep_records: bool = False
     batch_adapters: bool = True
+    share_prefix: bool = True
 
     @classmethod
     def from_train_config(cls, cfg, **changes) -> "RolloutSettings":
@@ -137,12 +138,13 @@ class RolloutSettings:
         fields = dict(num_generations=cfg.num_generations, joint_mode=cfg.joint_mode, num_turns=cfg.num_turns,
                       discount=cfg.discount, early_stop_reward=cfg.early_stop_reward,
                       early_stop_sibling_mean=cfg.early_stop_sibling_mean,
-                      generation_batch_size=cfg.generation_batch_size, batch_adapters=cfg.batch_adapters)
+                      generation_batch_size=cfg.generation_batch_size, batch_adapters=cfg.batch_adapters,
+                      share_prefix=cfg.share_prefix)
         return cls(**{**fields, **changes})
 
 
 def generate_for_agents(agents: Sequence, prompt_ids: list[list[list[int]]], k: int, greedy: bool = False,
-                        batch_size: int = 0, batch_adapters: bool = True) -> list:
+                        batch_size: int = 0, batch_adapters: bool = True, share_prefix: bool = False) -> list:
     """Completions per agent: ``prompt_ids[i]`` are agent i's prompts; results in agent order.
 
     With ``batch_adapters``, LoRA agents that are adapters of one shared base
@@ -151,7 +153,8 @@ def generate_for_agents(agents: Sequence, prompt_ids: list[list[list[int]]], k: 
     agent makes its own call. When the calls sit on two or more distinct CUDA
     devices, each device's calls run in their own thread so that generation
     overlaps across GPUs (the CUDA kernels release the GIL); otherwise (CPU,
-    one GPU) they run one after another.
+    one GPU) they run one after another. ``share_prefix`` prefills each prompt
+    once for its K samples (``comarl/generation/shared_prefix.py``).
     """
     units = adapter_groups(agents, greedy) if batch_adapters else [[i] for i in range(len(agents))]
     devices = [str(getattr(agents[u[0]], "device", "cpu")) for u in units]
@@ -159,10 +162,11 @@ def generate_for_agents(agents: Sequence, prompt_ids: list[list[list[int]]], k: 
 
     def call(u: list[int]) -> None:
         if len(u) == 1:
-            out[u[0]] = generate(agents[u[0]], prompt_ids[u[0]], k, greedy=greedy, batch_size=batch_size)
+            out[u[0]] = generate(agents[u[0]], prompt_ids[u[0]], k, greedy=greedy, batch_size=batch_size,
+                                 share_prefix=share_prefix)
         else:
             comps = generate_adapters([agents[i] for i in u], [prompt_ids[i] for i in u], k, greedy=greedy,
-                                      batch_size=batch_size)
+                                      batch_size=batch_size, share_prefix=share_prefix)
             for i, c in zip(u, comps):
                 out[i] = c
 
@@ -275,7 +279,7 @@ def _sample_level(agents, level: list[_Node], k: int, s: RolloutSettings, acc: _
     """One batched generate per agent for every node of this turn; stores the samples; returns texts per agent."""
     prompt_ids = [agent.encode_prompts([node.state.prompts[i] for node in level]) for i, agent in enumerate(agents)]
     comps = generate_for_agents(agents, prompt_ids, k, batch_size=s.generation_batch_size,
-                                batch_adapters=s.batch_adapters)
+                                batch_adapters=s.batch_adapters, share_prefix=s.share_prefix)
     for store, p_ids, comp in zip(acc.samples, prompt_ids, comps):
         acc.num_completions += len(comp.ids)
         store["prompt_ids"] += [p for p in p_ids for _ in range(k)]

@@ -17,6 +17,8 @@ and EOS ids) form a group. A group's prompts go through one call:
 
 Greedy rows give the same tokens as separate calls (tested); sampled rows draw
 from the same distributions, but the random stream is consumed differently.
+With ``share_prefix`` each (agent, prompt) row is prefilled once under its
+adapter and the cache expanded to its K rows (``shared_prefix.py``).
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import torch
 
 from ..lora import AdapterModel
 from .hf import Completions, batches, cut_at_eos, generation_kwargs, left_pad
+from .shared_prefix import shared_prompt_inputs
 
 
 def adapter_group_key(agent, greedy: bool = False) -> tuple | None:
@@ -61,7 +64,7 @@ def adapter_groups(agents: Sequence, greedy: bool = False) -> list[list[int]]:
 
 @torch.no_grad()
 def generate_adapters(agents: Sequence, prompt_ids: Sequence[list[list[int]]], num_samples: int,
-                      greedy: bool = False, batch_size: int = 0) -> list[Completions]:
+                      greedy: bool = False, batch_size: int = 0, share_prefix: bool = False) -> list[Completions]:
     """Completions for each agent of one adapter group (see :func:`adapter_groups`) from shared calls.
 
     Args:
@@ -69,6 +72,7 @@ def generate_adapters(agents: Sequence, prompt_ids: Sequence[list[list[int]]], n
         prompt_ids: ``prompt_ids[j]`` are agent j's P_j prompts.
         num_samples: K completions per prompt.
         batch_size: > 0 caps the prompts (over all agents) per call, as in ``generate``; 0 = one call.
+        share_prefix: prefill each (agent, prompt) row once and expand its cache to the K samples.
     Returns:
         one Completions per agent, ``ids[p*K + k]`` = sample k of its prompt p.
     """
@@ -90,11 +94,15 @@ def generate_adapters(agents: Sequence, prompt_ids: Sequence[list[list[int]]], n
         for chunk in chunks:
             if not chunk:
                 continue
-            rows = [p for _, p in chunk for _ in range(k)]
             names = [agents[j].model.adapter for j, _ in chunk for _ in range(k)]
-            ids, mask = left_pad(rows, lead.tokenizer.pad_token_id)
+            ids, mask = left_pad([p for _, p in chunk], lead.tokenizer.pad_token_id)
             ids, mask = ids.to(lead.device), mask.to(lead.device)
-            out = shared.generate_mixed(names, input_ids=ids, attention_mask=mask, num_return_sequences=1, **kwargs)
+            inputs = shared_prompt_inputs(shared.peft_model, ids, mask, k, adapter_names=names[::k]) \
+                if share_prefix else None
+            if inputs is None:  # row p*K + k = sample k of the chunk's prompt p
+                inputs = {"input_ids": ids.repeat_interleave(k, dim=0),
+                          "attention_mask": mask.repeat_interleave(k, dim=0)}
+            out = shared.generate_mixed(names, **inputs, num_return_sequences=1, **kwargs)
             c_ids, c_trunc = cut_at_eos(out[:, ids.shape[1]:].cpu(), lead.eos_ids)
             for r, (j, _) in enumerate(chunk):
                 ids_out[j] += c_ids[r * k:(r + 1) * k]

@@ -4,13 +4,16 @@ One call per agent and turn: all P prompts of the batch (items x live branches)
 times K samples go through ``model.generate`` together, left-padded with an
 attention mask. The prompt part of the output is sliced off by position, never
 searched for EOS, so a prompt that contains EOS/pad ids (chat templates) is
-never cut.
+never cut. With ``share_prefix`` each prompt is prefilled once and its cache
+expanded to its K samples (``shared_prefix.py``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
+
+from .shared_prefix import shared_prompt_inputs
 
 
 @dataclass
@@ -80,11 +83,12 @@ def generation_kwargs(agent, greedy: bool = False) -> dict:
 
 @torch.no_grad()
 def generate(agent, prompt_ids: list[list[int]], num_samples: int, greedy: bool = False,
-             batch_size: int = 0) -> Completions:
+             batch_size: int = 0, share_prefix: bool = False) -> Completions:
     """Sample ``num_samples`` completions per prompt with the agent's settings.
 
     ``greedy`` (or temperature 0) decodes greedily; ``batch_size`` > 0 splits
-    the P prompts into chunks of that many prompts (memory cap), 0 = one call.
+    the P prompts into chunks of that many prompts (memory cap), 0 = one call;
+    ``share_prefix`` prefills each prompt once for its K samples.
     """
     model, tok = agent.model, agent.tokenizer
     k = num_samples
@@ -97,8 +101,12 @@ def generate(agent, prompt_ids: list[list[int]], num_samples: int, greedy: bool 
         for chunk in chunks:
             ids, mask = left_pad(chunk, tok.pad_token_id)
             ids, mask = ids.to(agent.device), mask.to(agent.device)
-            out = model.generate(input_ids=ids, attention_mask=mask, num_return_sequences=k,
-                                 **generation_kwargs(agent, greedy))
+            shared = shared_prompt_inputs(model, ids, mask, k) if share_prefix else None
+            if shared is None:
+                out = model.generate(input_ids=ids, attention_mask=mask, num_return_sequences=k,
+                                     **generation_kwargs(agent, greedy))
+            else:
+                out = model.generate(**shared, num_return_sequences=1, **generation_kwargs(agent, greedy))
             c_ids, c_trunc = cut_at_eos(out[:, ids.shape[1]:].cpu(), agent.eos_ids)
             all_ids += c_ids
             all_trunc += c_trunc
