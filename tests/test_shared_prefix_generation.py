@@ -74,3 +74,26 @@ def test_the_expanded_prefill_cache_gives_the_logits_of_the_full_prompt():
                      use_cache=True, **{cache_kw: cache}).logits[:, -1]
     assert (full - step).abs().max() < 1e-5
     assert shared_prompt_inputs(model, ids, mask, 1) is None  # K = 1: nothing to share
+
+
+def test_generation_falls_back_with_one_notice(capfd):
+    from comarl.generation.hf import left_pad
+    from comarl.generation.shared_prefix import shared_prompt_inputs
+
+    class NoCache(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, **kw):
+            return {"logits": self.inner(**kw).logits}
+
+    agent, = build_agents([AgentConfig(model="tiny")])
+    ids, mask = left_pad(PROMPTS, 0)
+    wrapped = NoCache(agent.model)
+    assert shared_prompt_inputs(wrapped, ids, mask, 2) is None
+    assert shared_prompt_inputs(wrapped, ids, mask, 2) is None
+    assert capfd.readouterr().err.count("shared-prefix generation off for NoCache") == 1
+    agent.model.generation_config.cache_implementation = "static"
+    assert shared_prompt_inputs(agent.model, ids, mask, 2) is None
+    assert "cache_implementation is 'static'" in capfd.readouterr().err

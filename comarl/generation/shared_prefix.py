@@ -30,6 +30,11 @@ def shared_prompt_inputs(model, ids: torch.Tensor, mask: torch.Tensor, k: int, *
     """
     if k < 2 or ids.shape[1] < 2 or known_unsupported(model):
         return None
+    implementation = getattr(getattr(model, "generation_config", None), "cache_implementation", None)
+    if implementation not in (None, "dynamic"):  # generate would build its own (static, hybrid...) cache
+        notice_fallback(model, "generation", PrefixSharingUnsupported(f"generation_config.cache_implementation is "
+                                                                      f"{implementation!r}"))
+        return None
     pre_ids, pre_mask = ids[:, :-1], mask[:, :-1]
     pos = (pre_mask.cumsum(dim=1) - 1).clamp(min=0)  # what generate derives from the mask
     try:
