@@ -178,3 +178,22 @@ def test_trainer_update_equals_the_plain_path(lora, micro_batch):
             assert (a - b).norm() <= 1e-4 * a.norm() + 1e-9
             moved += int(a.norm() > 0)
     assert moved > 0
+
+
+def test_update_memory_is_not_higher_for_the_same_micro_batch():
+    """Bytes the forward saves for backward (what sets the update's peak), as benchmarks/shared_prefix.py --memory."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from shared_prefix import saved_bytes
+
+    model, _ = tiny_model("qwen2")
+    g = torch.Generator().manual_seed(0)
+    prompts, comps = [], []
+    for _ in range(2):  # 2 groups x K=4, 200-token prompts, 16-token completions
+        p = torch.randint(5, 1000, (200,), generator=g).tolist()
+        prompts += [p] * 4
+        comps += [torch.randint(5, 1000, (16,), generator=g).tolist() for _ in range(4)]
+    plain, shared = saved_bytes(model, prompts, comps, 0, False), saved_bytes(model, prompts, comps, 0, True)
+    assert shared < 0.6 * plain
