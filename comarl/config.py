@@ -123,7 +123,7 @@ class TrainConfig:
     dist_backend: str | None = None
     """torch.distributed backend under torchrun (None = nccl with CUDA, else gloo)."""
     share_prefix: bool = True
-    """Encode each distinct prompt once (generation prefill, old/reference/update log-probs) when it has K >= 2 samples; falls back with a one-line notice where the model's cache cannot be expanded (docs/shared_prefix.md)."""
+    """Encode each prompt once for its K samples (generation, update); models that cannot fall back (docs/shared_prefix.md)."""
     batch_adapters: bool = True
     """LoRA agents on one base with equal generation settings share one generate call (docs/lora.md)."""
     critic: CriticSettings = field(default_factory=CriticSettings)

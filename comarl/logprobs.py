@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from .prefix_cache import (PrefixSharingUnsupported, cache_of, check_cache, expand_cache, known_unsupported, notice_fallback,
-                           unique_prompts, uses_gradient_checkpointing, worth_sharing)
+from .prefix_cache import (PrefixSharingUnsupported, cache_of, check_cache, expand_cache, known_unsupported,
+                           notice_fallback, unique_prompts, uses_gradient_checkpointing, worth_sharing)
 
 
 def collate(prompts: list[list[int]], completions: list[list[int]], pad_id: int):
