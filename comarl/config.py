@@ -126,6 +126,8 @@ class TrainConfig:
     """none (each rank holds every agent whole) | fsdp (FSDP2: every agent sharded over the ranks; docs/distributed.md)."""
     fsdp_shard_size: int = 0
     """Under sharding=fsdp: ranks per shard group (0 = all ranks, 1-D mesh; S = HSDP, W/S replicas x S shards)."""
+    share_prefix: bool = True
+    """Encode each prompt once for its K samples (generation, update); models that cannot fall back (docs/shared_prefix.md)."""
     batch_adapters: bool = True
     """LoRA agents on one base with equal generation settings share one generate call (docs/lora.md)."""
     critic: CriticSettings = field(default_factory=CriticSettings)

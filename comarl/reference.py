@@ -7,7 +7,8 @@
   costs no extra copy. That is the starting policy because a fresh LoRA
   adapter's ``B`` matrix is zero.
 
-The trainer builds references only when ``train.kl_beta > 0``.
+The trainer builds references only when ``train.kl_beta > 0``. With
+``share_prefix`` each distinct prompt is encoded once (comarl/prefix_cache.py).
 """
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ from .logprobs import completion_logprobs
 class Reference:
     """Log-probs of completions under an agent's reference policy."""
 
-    def __init__(self, agent):
+    def __init__(self, agent, share_prefix: bool = False):
         self.agent = agent
+        self.share_prefix = share_prefix
         model = agent.model
         self.adapter_off = hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
         self.model = None
@@ -38,17 +40,17 @@ class Reference:
         agent = self.agent
         pad, temp = agent.tokenizer.pad_token_id, agent.config.temperature
         if self.model is not None:
-            return completion_logprobs(self.model, prompts, completions, pad, temp)
+            return completion_logprobs(self.model, prompts, completions, pad, temp, self.share_prefix)
         model = agent.model
         was_training = model.training
         model.eval()  # no adapter dropout in the reference
         try:
             with model.disable_adapter() if self.adapter_off else nullcontext():
-                return completion_logprobs(model, prompts, completions, pad, temp)
+                return completion_logprobs(model, prompts, completions, pad, temp, self.share_prefix)
         finally:
             model.train(was_training)
 
 
-def build_reference(agent) -> Reference:
+def build_reference(agent, share_prefix: bool = False) -> Reference:
     """The frozen starting policy of ``agent`` (see the module docstring)."""
-    return Reference(agent)
+    return Reference(agent, share_prefix)

@@ -135,6 +135,7 @@ class RolloutSettings:
     num_examples: int = 2
     keep_records: bool = False
     batch_adapters: bool = True
+    share_prefix: bool = True
 
     @classmethod
     def from_train_config(cls, cfg, **changes) -> "RolloutSettings":
@@ -142,7 +143,8 @@ class RolloutSettings:
         fields = dict(num_generations=cfg.num_generations, joint_mode=cfg.joint_mode, num_turns=cfg.num_turns,
                       discount=cfg.discount, early_stop_reward=cfg.early_stop_reward,
                       early_stop_sibling_mean=cfg.early_stop_sibling_mean,
-                      generation_batch_size=cfg.generation_batch_size, batch_adapters=cfg.batch_adapters)
+                      generation_batch_size=cfg.generation_batch_size, batch_adapters=cfg.batch_adapters,
+                      share_prefix=cfg.share_prefix)
         return cls(**{**fields, **changes})
 
 
@@ -156,7 +158,8 @@ def prompt_schemas(agent, prompts: Sequence[str]) -> list | None:
 
 
 def generate_for_agents(agents: Sequence, prompt_ids: list[list[list[int]]], k: int, greedy: bool = False,
-                        batch_size: int = 0, batch_adapters: bool = True, schemas: list | None = None) -> list:
+                        batch_size: int = 0, batch_adapters: bool = True, schemas: list | None = None,
+                        share_prefix: bool = False) -> list:
     """Completions per agent: ``prompt_ids[i]`` are agent i's prompts; results in agent order.
 
     ``schemas``: optional, ``schemas[i]`` = agent i's per-prompt schemas or None (structured generation).
@@ -167,7 +170,8 @@ def generate_for_agents(agents: Sequence, prompt_ids: list[list[list[int]]], k: 
     agent makes its own call. When the calls sit on two or more distinct CUDA
     devices, each device's calls run in their own thread so that generation
     overlaps across GPUs (the CUDA kernels release the GIL); otherwise (CPU,
-    one GPU) they run one after another.
+    one GPU) they run one after another. ``share_prefix`` prefills each prompt
+    once for its K samples (``comarl/generation/shared_prefix.py``).
     """
     units = adapter_groups(agents, greedy) if batch_adapters else [[i] for i in range(len(agents))]
     devices = [str(getattr(agents[u[0]], "device", "cpu")) for u in units]
@@ -177,11 +181,12 @@ def generate_for_agents(agents: Sequence, prompt_ids: list[list[list[int]]], k: 
     def call(u: list[int]) -> None:
         if len(u) == 1:
             extra = {"schemas": schemas[u[0]]} if schemas[u[0]] is not None else {}  # (test doubles lack it)
-            out[u[0]] = generate(agents[u[0]], prompt_ids[u[0]], k, greedy=greedy, batch_size=batch_size, **extra)
+            out[u[0]] = generate(agents[u[0]], prompt_ids[u[0]], k, greedy=greedy, batch_size=batch_size,
+                                 share_prefix=share_prefix, **extra)
         else:
             extra = {"schemas": [schemas[i] for i in u]} if any(schemas[i] is not None for i in u) else {}
             comps = generate_adapters([agents[i] for i in u], [prompt_ids[i] for i in u], k, greedy=greedy,
-                                      batch_size=batch_size, **extra)
+                                      batch_size=batch_size, share_prefix=share_prefix, **extra)
             for i, c in zip(u, comps):
                 out[i] = c
 
@@ -297,7 +302,7 @@ def _sample_level(agents, level: list[_Node], k: int, s: RolloutSettings, acc: _
     prompt_ids = [agent.encode_prompts([node.state.prompts[i] for node in level]) for i, agent in enumerate(agents)]
     schemas = [prompt_schemas(agent, [node.state.prompts[i] for node in level]) for i, agent in enumerate(agents)]
     comps = generate_for_agents(agents, prompt_ids, k, batch_size=s.generation_batch_size,
-                                batch_adapters=s.batch_adapters, schemas=schemas)
+                                batch_adapters=s.batch_adapters, share_prefix=s.share_prefix, schemas=schemas)
     for store, p_ids, comp in zip(acc.samples, prompt_ids, comps):
         acc.num_completions += len(comp.ids)
         store["prompt_ids"] += [p for p in p_ids for _ in range(k)]

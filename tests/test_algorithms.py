@@ -110,7 +110,7 @@ def test_greedy_baseline_runs_greedy_chains_to_the_end(monkeypatch):
     """
     calls = []
 
-    def fake(agent, prompt_ids, k, greedy=False, batch_size=0):
+    def fake(agent, prompt_ids, k, greedy=False, batch_size=0, share_prefix=False):
         calls.append((agent.name, len(prompt_ids), k, greedy))
         texts = ["G" if greedy else f"s{j}" for _ in prompt_ids for j in range(k)]
         return Completions(prompt_ids, [[1, 0]] * len(texts), [False] * len(texts), texts, k)
@@ -154,8 +154,10 @@ def test_each_algorithm_trains_two_steps(algorithm):
     gen_calls = []
     real = t.agents[0].model.generate
 
-    def spy(*a, **k):
-        gen_calls.append((k["do_sample"], k["num_return_sequences"]))
+    def spy(*a, **k):  # (sampling?, sequences per prompt): rows x num_return_sequences / distinct prompts
+        rows = k["input_ids"]
+        distinct = len(set(map(tuple, rows.tolist())))
+        gen_calls.append((k["do_sample"], rows.shape[0] * k["num_return_sequences"] // distinct))
         return real(*a, **k)
 
     t.agents[0].model.generate = spy

@@ -109,7 +109,9 @@ def test_mixed_team_trains_with_one_call_per_base(tmp_path, monkeypatch):
     assert t.state.step == 2
     # per step: greedy call (2 items x 2 adapters = 4 rows), sampled call (2 items x K=2 x 2 adapters = 8 rows)
     assert lora_calls == [4, 8, 4, 8]
-    assert full_calls == [2, 2, 2, 2]  # num_return_sequences expands the full agent's rows inside generate
+    # greedy: 2 rows; sampled: the 2 prompts are prefilled once and their cache expanded to 2 x K=2 rows
+    # (train.share_prefix; with it off num_return_sequences would expand the 2 rows inside generate)
+    assert full_calls == [2, 4, 2, 4]
     for agent, b in zip(t.agents, before):
         assert any(not torch.equal(p, b[n]) for n, p in agent.model.named_parameters()), agent.name
     assert (tmp_path / "checkpoint-2" / "agent2" / "adapter_model.safetensors").exists()
@@ -124,4 +126,4 @@ def test_switch_off_keeps_one_call_per_agent(tmp_path, monkeypatch):
     assert t.settings.batch_adapters is False
     calls = _count_generate(monkeypatch, t.agents[0].model.shared.peft_model)
     t.train()
-    assert calls == [2, 2]  # one call per agent, 2 prompts each (K expanded inside generate)
+    assert calls == [4, 4]  # one call per agent, 2 prompts each prefilled once, expanded to K=2 (share_prefix)

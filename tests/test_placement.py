@@ -99,7 +99,7 @@ def test_generate_for_agents_threads_per_gpu_and_keeps_agent_order(monkeypatch):
     threads = {}
     barrier = threading.Barrier(2, timeout=10)  # both device threads must be running at once
 
-    def fake(agent, prompt_ids, k, greedy=False, batch_size=0):
+    def fake(agent, prompt_ids, k, greedy=False, batch_size=0, share_prefix=False):
         threads[agent.name] = threading.get_ident()
         if agent.name in ("a", "b"):
             barrier.wait()

@@ -28,7 +28,7 @@ class FakeAgent:
 def scripted(monkeypatch):
     """generate() returns '<agent>-s<k>' texts."""
 
-    def fake(agent, prompt_ids, k, greedy=False, batch_size=0):
+    def fake(agent, prompt_ids, k, greedy=False, batch_size=0, share_prefix=False):
         texts = [f"{agent.name}-s{j}" for _ in prompt_ids for j in range(k)]
         return Completions(prompt_ids, [[1, 0] for _ in texts], [False] * len(texts), texts, k)
 

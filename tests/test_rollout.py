@@ -54,7 +54,7 @@ def scripted_generate(monkeypatch):
     """generate() returns '<agent>-t<turn>-s<k>' texts; the turn is counted per agent call."""
     calls = {}
 
-    def fake(agent, prompt_ids, k, greedy=False, batch_size=0):
+    def fake(agent, prompt_ids, k, greedy=False, batch_size=0, share_prefix=False):
         turn = calls.get(agent.name, 0)
         calls[agent.name] = turn + 1
         texts = [f"{agent.name}-t{turn}-s{j}" for _ in prompt_ids for j in range(k)]

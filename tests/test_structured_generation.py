@@ -219,3 +219,15 @@ def test_forced_tokens_give_no_gradient_through_the_model(agent):
     by_hand = -sum(adv[s] * free_lp[s][sampled[s]].mean() for s in range(2)) / 2
     for g1, g2 in zip(loop_grads, grads(by_hand)):
         assert torch.allclose(g1, g2, atol=1e-6)
+
+
+def test_schemas_under_a_shared_prefix_draw_the_same_rows(agent):
+    """The prefill-once path (train.share_prefix) and the plain path give the same constrained samples."""
+    prompts = agent.encode_prompts(["Plan a trip.", "a longer prompt about a trip to the sea"])
+    schemas = [SCHEMA, None]
+    out = []
+    for share in (False, True):
+        torch.manual_seed(5)
+        out.append(generate(agent, prompts, 3, schemas=schemas, share_prefix=share))
+    assert out[0].ids == out[1].ids and out[0].forced == out[1].forced
+    _check_rows(agent, out[1], schemas, 3)

@@ -19,6 +19,8 @@ and EOS ids) form a group. A group's prompts go through one call:
 
 Greedy rows give the same tokens as separate calls (tested); sampled rows draw
 from the same distributions, but the random stream is consumed differently.
+With ``share_prefix`` each (agent, prompt) row is prefilled once under its
+adapter and the cache expanded to its K rows (``shared_prefix.py``).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ import torch
 from ..lora import AdapterModel
 from .constrained import processor_kwargs, schema_processor
 from .hf import Completions, batches, cut_at_eos, generation_kwargs, left_pad
+from .shared_prefix import shared_prompt_inputs
 
 
 def adapter_group_key(agent, greedy: bool = False) -> tuple | None:
@@ -65,7 +68,7 @@ def adapter_groups(agents: Sequence, greedy: bool = False) -> list[list[int]]:
 @torch.no_grad()
 def generate_adapters(agents: Sequence, prompt_ids: Sequence[list[list[int]]], num_samples: int,
                       greedy: bool = False, batch_size: int = 0,
-                      schemas: Sequence[list] | None = None) -> list[Completions]:
+                      schemas: Sequence[list] | None = None, share_prefix: bool = False) -> list[Completions]:
     """Completions for each agent of one adapter group (see :func:`adapter_groups`) from shared calls.
 
     Args:
@@ -74,6 +77,7 @@ def generate_adapters(agents: Sequence, prompt_ids: Sequence[list[list[int]]], n
         num_samples: K completions per prompt.
         batch_size: > 0 caps the prompts (over all agents) per call, as in ``generate``; 0 = one call.
         schemas: optional, ``schemas[j]`` = agent j's [P_j] schemas (or None per prompt), as in ``generate``.
+        share_prefix: prefill each (agent, prompt) row once and expand its cache to the K samples.
     Returns:
         one Completions per agent, ``ids[p*K + k]`` = sample k of its prompt p.
     """
@@ -98,13 +102,16 @@ def generate_adapters(agents: Sequence, prompt_ids: Sequence[list[list[int]]], n
         for chunk in chunks:
             if not chunk:
                 continue
-            rows = [p for _, p, _ in chunk for _ in range(k)]
             names = [agents[j].model.adapter for j, _, _ in chunk for _ in range(k)]
-            ids, mask = left_pad(rows, lead.tokenizer.pad_token_id)
+            ids, mask = left_pad([p for _, p, _ in chunk], lead.tokenizer.pad_token_id)
             ids, mask = ids.to(lead.device), mask.to(lead.device)
+            inputs = shared_prompt_inputs(shared.peft_model, ids, mask, k, adapter_names=names[::k]) \
+                if share_prefix else None
+            if inputs is None:  # row p*K + k = sample k of the chunk's prompt p
+                inputs = {"input_ids": ids.repeat_interleave(k, dim=0),
+                          "attention_mask": mask.repeat_interleave(k, dim=0)}
             proc = schema_processor(lead, [sc for _, _, sc in chunk for _ in range(k)], 1)  # one row per sample
-            out = shared.generate_mixed(names, input_ids=ids, attention_mask=mask, num_return_sequences=1, **kwargs,
-                                        **processor_kwargs(proc))
+            out = shared.generate_mixed(names, **inputs, num_return_sequences=1, **kwargs, **processor_kwargs(proc))
             c_ids, c_trunc = cut_at_eos(out[:, ids.shape[1]:].cpu(), lead.eos_ids)
             c_forced = proc.forced_for(c_ids) if proc is not None else [[False] * len(c) for c in c_ids]
             for r, (j, _, _) in enumerate(chunk):

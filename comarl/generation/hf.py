@@ -4,7 +4,8 @@ One call per agent and turn: all P prompts of the batch (items x live branches)
 times K samples go through ``model.generate`` together, left-padded with an
 attention mask. The prompt part of the output is sliced off by position, never
 searched for EOS, so a prompt that contains EOS/pad ids (chat templates) is
-never cut.
+never cut. With ``share_prefix`` each prompt is prefilled once and its cache
+expanded to its K samples (``shared_prefix.py``).
 
 A model sharded with FSDP2 (``train.sharding=fsdp``) must be whole when
 ``generate`` runs: the trainer gathers it once per step around the rollout
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from .constrained import processor_kwargs, schema_processor
+from .shared_prefix import shared_prompt_inputs
 
 
 @dataclass
@@ -102,13 +104,14 @@ def _check_whole(agent) -> None:
 
 @torch.no_grad()
 def generate(agent, prompt_ids: list[list[int]], num_samples: int, greedy: bool = False,
-             batch_size: int = 0, schemas: list | None = None) -> Completions:
+             batch_size: int = 0, schemas: list | None = None, share_prefix: bool = False) -> Completions:
     """Sample ``num_samples`` completions per prompt with the agent's settings.
 
     ``greedy`` (or temperature 0) decodes greedily; ``batch_size`` > 0 splits
     the P prompts into chunks of that many prompts (memory cap), 0 = one call.
     ``schemas``: optional [P] ``comarl.schema.Schema`` or None per prompt: constrained decoding
     (``constrained.py``); the result's ``forced`` says which tokens were forced.
+    ``share_prefix`` prefills each prompt once for its K samples.
     """
     model, tok = agent.model, agent.tokenizer
     _check_whole(agent)
@@ -127,8 +130,13 @@ def generate(agent, prompt_ids: list[list[int]], num_samples: int, greedy: bool 
             ids, mask = left_pad(chunk, tok.pad_token_id)
             ids, mask = ids.to(agent.device), mask.to(agent.device)
             proc = schema_processor(agent, chunk_schemas, k)
-            out = model.generate(input_ids=ids, attention_mask=mask, num_return_sequences=k,
-                                 **generation_kwargs(agent, greedy), **processor_kwargs(proc))
+            shared = shared_prompt_inputs(model, ids, mask, k) if share_prefix else None
+            if shared is None:
+                out = model.generate(input_ids=ids, attention_mask=mask, num_return_sequences=k,
+                                     **generation_kwargs(agent, greedy), **processor_kwargs(proc))
+            else:
+                out = model.generate(**shared, num_return_sequences=1, **generation_kwargs(agent, greedy),
+                                     **processor_kwargs(proc))
             c_ids, c_trunc = cut_at_eos(out[:, ids.shape[1]:].cpu(), agent.eos_ids)
             all_ids += c_ids
             all_trunc += c_trunc

@@ -141,7 +141,8 @@ def dpo_step(trainer, data, weights: torch.Tensor) -> dict[str, float]:
         for i, (prompts, comps, needed, _, _, forced) in enumerate(data):
             agent = agents[i]
             agent.model.train()
-            fn = lambda p, c, a=agent: completion_logprobs(a.model, p, c, a.tokenizer.pad_token_id, a.config.temperature)
+            fn = lambda p, c, a=agent: completion_logprobs(a.model, p, c, a.tokenizer.pad_token_id,
+                                                           a.config.temperature, cfg.share_prefix)
             with torch.no_grad(), autocast(cfg.mixed_precision, agent.device), \
                     dropout_disabled(agent.model, cfg.disable_dropout):  # the same policy the backward pass sees
                 pol_seq.append(_sequence_logprobs(fn, prompts, comps, needed, cfg.micro_batch_size, forced))
@@ -169,7 +170,8 @@ def dpo_step(trainer, data, weights: torch.Tensor) -> dict[str, float]:
                 idx = needed[a:a + cfg.micro_batch_size]
                 with autocast(cfg.mixed_precision, agent.device), dropout_disabled(agent.model, cfg.disable_dropout):
                     logp, mask = completion_logprobs(agent.model, [prompts[s] for s in idx], [comps[s] for s in idx],
-                                                     agent.tokenizer.pad_token_id, agent.config.temperature)
+                                                     agent.tokenizer.pad_token_id, agent.config.temperature,
+                                                     cfg.share_prefix)
                 mask = _sampled(mask, forced, idx)
                 surrogate = (coef[a:a + len(idx)].to(logp.device, logp.dtype) * (logp * mask).sum(1)).sum()
                 if not torch.isfinite(surrogate):

@@ -41,6 +41,7 @@ from .interrupt import DeferredInterrupt, TrainingInterrupted
 from .dpo import dpo_update
 from .rounds import run_offline, run_rounds
 from .logging import MetricsLogger, Progress
+from .micro_batches import micro_batch_spans
 from .optim import build_optimizer, build_scheduler, rebuild_scheduler
 from .placement import agent_device_names, check_shared_devices, place_references
 from .precision import autocast, backward, setup_memory_savers
@@ -264,7 +265,7 @@ class Trainer:
         by_model: dict[int, Any] = {}
         for a in self.agents:
             if id(a.model) not in by_model:
-                by_model[id(a.model)] = build_reference(a)
+                by_model[id(a.model)] = build_reference(a, self.config.share_prefix)
         return [by_model[id(a.model)] for a in self.agents]
 
     def _update_agent(self, i: int, samples: list) -> dict[str, float]:
@@ -289,8 +290,8 @@ class Trainer:
                                [len(c) - sum(f) for c, f in zip(comps, forced)], dtype=torch.long)
         if cfg.mask_truncated and samples:  # truncated completions leave the loss and its normalisation
             lengths = lengths * (~torch.cat([s.truncated for s in samples])).long()
-        batch = _Batch(prompts, comps, lengths, [(s, min(s + cfg.micro_batch_size, len(comps)))
-                                                 for s in range(0, len(comps), cfg.micro_batch_size)],
+        batch = _Batch(prompts, comps, lengths, micro_batch_spans(_group_sizes(samples, len(comps)),
+                                                                  cfg.micro_batch_size, cfg.share_prefix),
                        n_seq=dist.all_reduce_sum(int((lengths > 0).sum())),
                        n_tok=dist.all_reduce_sum(int(lengths.sum())), n_all=dist.all_reduce_sum(len(comps)),
                        forced=forced)
@@ -309,7 +310,8 @@ class Trainer:
                 model.eval()  # the sampling policy: no dropout (as in generate and the reference)
                 with torch.no_grad(), autocast(cfg.mixed_precision, agent.device):
                     old = [completion_logprobs(model, prompts[a:b], comps[a:b], agent.tokenizer.pad_token_id,
-                                               agent.config.temperature)[0] for a, b in batch.spans]
+                                               agent.config.temperature, cfg.share_prefix)[0]
+                           for a, b in batch.spans]
         model.train()
         if kl_in_reward:  # R <- R - beta * sum_t kl_t, before the advantages
             seq_kl = torch.cat([sequence_kl(o, r, mask.to(o.dtype), cfg.kl_estimator).cpu()
@@ -365,7 +367,8 @@ class Trainer:
             a, b = batch.spans[m]
             forced = {"forced": batch.forced[a:b]} if batch.forced is not None else {}  # structured generation
             with autocast(cfg.mixed_precision, agent.device):  # train.mixed_precision (precision.py)
-                logp, cmask = completion_logprobs(model, batch.prompts[a:b], batch.comps[a:b], pad, temp, **forced)
+                logp, cmask = completion_logprobs(model, batch.prompts[a:b], batch.comps[a:b], pad, temp,
+                                                  cfg.share_prefix, **forced)
             in_loss = {"mask": cmask.cpu() * (batch.lengths[a:b] > 0).unsqueeze(1)} if forced else {}
             w = token_weights(batch.lengths[a:b], logp.shape[1], cfg.loss_normalization, n_norm, batch.n_tok,
                               agent.config.max_new_tokens, **in_loss).to(logp.device)
@@ -558,6 +561,12 @@ class Trainer:
             if dist.is_main():
                 ckpt.save_agent_weights(agent, path / f"agent{i}", state_dict=full)
         return path
+
+
+def _group_sizes(samples: list, n: int) -> list[int]:
+    """Samples per group, in order, over the rollout chunks (one group per tree node); [n] if unknown."""
+    sizes = [int(s.returns.shape[-1]) for s in samples for _ in range(int(s.returns.shape[0]))]
+    return sizes if sum(sizes) == n else [n]
 
 
 def _peak_memory_gb(agents) -> dict[str, float]:
