@@ -84,30 +84,17 @@ def _eval(args) -> int:
 
 
 def _agents_for_eval(cfg, checkpoint: Path | None):
-    """The config's agents, with weights from ``checkpoint/agent<i>`` when given.
-
-    A full model folder is loaded directly; a LoRA adapter folder is put back on
-    the config's base model (adapters only hold the difference).
-    """
-    import dataclasses
-
+    """The config's agents, with weights from ``checkpoint/agent<i>`` when given
+    (``training.checkpoint.agents_from_folder``: full models or LoRA adapters on the config's base)."""
     from .agents import build_agents
-    from .training.checkpoint import load_agent_weights
+    from .training.checkpoint import agents_from_folder
 
     if checkpoint is None:
         return build_agents(cfg.agents)
-    folders = [checkpoint / f"agent{i}" for i in range(len(cfg.agents))]
-    for f in folders:
-        if not f.exists():
-            raise ConfigError(f"--checkpoint: {f} does not exist")
-    configs = [a if (f / "adapter_config.json").exists() else
-               dataclasses.replace(a, model=str(f), tokenizer=None, model_kwargs={}, gguf_file=None)
-               for a, f in zip(cfg.agents, folders)]
-    agents = build_agents(configs)
-    for agent, f in zip(agents, folders):
-        if (f / "adapter_config.json").exists():
-            load_agent_weights(agent, f)
-    return agents
+    try:
+        return agents_from_folder(cfg.agents, checkpoint, "--checkpoint")
+    except FileNotFoundError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _close(env) -> None:
