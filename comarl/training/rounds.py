@@ -164,7 +164,7 @@ class Rounds:
             t.references = place_references(t._build_references(), cfg.reference_device, t.agents)
         if self.kind == "rm" and self.reward_model is None and pref.reward_model_refit == "continue" and r > 0:
             self.reward_model = self._load_reward_model_from_checkpoint()
-        comparator = self._comparator_agents(r)
+        comparator = self.comparator_agents(r)
         rollouts, others = [], []
         for _ in range(pref.round_batches):
             items = t.next_batch()
@@ -280,6 +280,7 @@ class Rounds:
         with torch.random.fork_rng(devices=[]):
             model, tok = load_classifier(s.model, s.device)
         model.load_state_dict(self._load_extra("reward_model.pt"))
+        model.eval()
         return JointRewardModel(model, tok, resolve_joint_input(s.joint_input), s.freeze_backbone, s.max_length)
 
     def _has_extra(self, name: str) -> bool:
@@ -293,7 +294,7 @@ class Rounds:
         return ckpt.load_extra(where, name)
 
     # ----------------------------------------------------------- comparators
-    def _comparator_agents(self, r: int):
+    def comparator_agents(self, r: int):
         """Who writes the other side of round r's pairs (None: the policy's own candidates are paired)."""
         t, pref = self.trainer, self.trainer.config.preference
         kind = pref.comparator
