@@ -82,3 +82,20 @@ def test_marlhf_iter_settings_are_checked(tmp_path):
         PreferenceSettings(reward_model=RewardModelSettings(pairs="p.jsonl")).validate()
     with pytest.raises(ConfigError, match="train.preference.reward_model_refit"):
         PreferenceSettings(reward_model_refit="again").validate()
+
+
+def test_continue_keeps_training_one_reward_model_across_rounds(tmp_path):
+    t = trainer(tmp_path / "cont", reward_model_refit="continue")
+    t.config.preference.steps_per_round = 1
+    t.total_steps = 2
+    seen = []
+    real = t.rounds._fit_reward_model
+
+    def spy(r):
+        real(r)
+        seen.append(t.rounds.reward_model)
+
+    t.rounds._fit_reward_model = spy
+    t.train()
+    assert len(seen) == 2 and seen[0] is seen[1]  # one model, trained further in round 1
+    assert (tmp_path / "cont" / "checkpoint-1" / "reward_model.pt").exists()  # kept for a resume at the boundary

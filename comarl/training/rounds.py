@@ -162,7 +162,8 @@ class Rounds:
         pref = cfg.preference
         if self.kind == "dpo" and pref.reference == "current" and not pref.reference_free:
             t.references = place_references(t._build_references(), cfg.reference_device, t.agents)
-        if self.kind == "rm" and self.reward_model is None and pref.reward_model_refit == "continue" and r > 0:
+        if self.kind == "rm" and self.reward_model is None and pref.reward_model_refit == "continue" \
+                and self._has_extra("reward_model.pt"):  # resumed at a round boundary: continue last round's model
             self.reward_model = self._load_reward_model_from_checkpoint()
         comparator = self.comparator_agents(r)
         rollouts, others = [], []
