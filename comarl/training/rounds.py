@@ -138,11 +138,12 @@ class Rounds:
             (self.out / "rounds.json").write_text(json.dumps({"rounds_done": done, "checkpoint": str(checkpoint)}))
 
     def checkpoint_extra(self) -> dict:
-        """What a checkpoint must hold to resume here: the reward model (inside a round, or to continue it
-        next round); ``madpo_iter``'s reference=current copies inside a round."""
+        """What a checkpoint must hold to resume here: the reward model (used inside the round, continued
+        next round, or kept by a next round without pairs); ``madpo_iter``'s reference=current copies inside
+        a round."""
         pref, inside = self.trainer.config.preference, not self.ends_round(self.trainer.state.step)
         out = {}
-        if self.reward_model is not None and (inside or pref.reward_model_refit == "continue"):
+        if self.reward_model is not None:
             out["reward_model.pt"] = self.reward_model.model.state_dict()
         if self.kind == "dpo" and inside and pref.reference == "current" and not pref.reference_free:
             for i, ref in self._distinct_references():
@@ -162,9 +163,10 @@ class Rounds:
         pref = cfg.preference
         if self.kind == "dpo" and pref.reference == "current" and not pref.reference_free:
             t.references = place_references(t._build_references(), cfg.reference_device, t.agents)
-        if self.kind == "rm" and self.reward_model is None and pref.reward_model_refit == "continue" \
-                and self._has_extra("reward_model.pt"):  # resumed at a round boundary: continue last round's model
+        if self.kind == "rm" and self.reward_model is None and self._has_extra("reward_model.pt"):
+            # resumed at a round boundary: last round's model, to continue or to keep when this round has no pair
             self.reward_model = self._load_reward_model_from_checkpoint()
+            t.env = self._reward_env()
         comparator = self.comparator_agents(r)
         rollouts, others = [], []
         for _ in range(pref.round_batches):
