@@ -49,6 +49,8 @@ class AgentConfig:
     """Wrap the environment's prompt in the tokenizer's chat template when it has one."""
     system_prompt: str | None = None
     """Optional system message (only with chat_template)."""
+    structured: bool = True
+    """Follow the output schema a prompt declares (forced skeleton, sampled values; docs/structured.md)."""
     dtype: str = "float32"
     """Weights dtype: float32 | bfloat16 | float16."""
     device: str = "cpu"

@@ -122,6 +122,10 @@ class TrainConfig:
     """Training forward under autocast: no | bf16 (CUDA or CPU) | fp16 (CUDA, with dynamic loss scaling)."""
     dist_backend: str | None = None
     """torch.distributed backend under torchrun (None = nccl with CUDA, else gloo)."""
+    sharding: str = "none"
+    """none (each rank holds every agent whole) | fsdp (FSDP2: every agent sharded over the ranks; docs/distributed.md)."""
+    fsdp_shard_size: int = 0
+    """Under sharding=fsdp: ranks per shard group (0 = all ranks, 1-D mesh; S = HSDP, W/S replicas x S shards)."""
     batch_adapters: bool = True
     """LoRA agents on one base with equal generation settings share one generate call (docs/lora.md)."""
     critic: CriticSettings = field(default_factory=CriticSettings)
@@ -195,6 +199,21 @@ class TrainConfig:
                               f"got {self.mixed_precision!r}")
         if self.dist_backend not in (None, "nccl", "gloo"):
             raise ConfigError(f"train.dist_backend: must be nccl, gloo or null, got {self.dist_backend!r}")
+        self._validate_sharding()
+
+    def _validate_sharding(self) -> None:
+        """``train.sharding`` and what it does not combine with (docs/distributed.md)."""
+        if self.sharding not in ("none", "fsdp"):
+            raise ConfigError(f"train.sharding: must be none or fsdp, got {self.sharding!r}")
+        if self.fsdp_shard_size < 0:
+            raise ConfigError(f"train.fsdp_shard_size: must be >= 0, got {self.fsdp_shard_size}")
+        if self.sharding != "fsdp":
+            return
+        if self.mixed_precision == "fp16":
+            raise ConfigError("train.mixed_precision: fp16 is not supported with train.sharding=fsdp (use bf16)")
+        if self.reference_device is not None:
+            raise ConfigError("train.reference_device: a sharded reference lives on the ranks' devices; "
+                              "leave it null with train.sharding=fsdp")
 
 
 @dataclass

@@ -47,12 +47,15 @@ def gather_logprobs(logits: torch.Tensor, targets: torch.Tensor, chunk: int = 12
 
 
 def completion_logprobs(model, prompts: list[list[int]], completions: list[list[int]], pad_id: int,
-                        temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+                        temperature: float = 1.0, forced: list[list[bool]] | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probs of each completion given its prompt.
 
     Returns ``(logp [B, C], mask [B, C])``; positions with mask 0 hold 0. Logits
     are divided by ``temperature`` (when > 0) so that the log-probs are those of
-    the distribution that sampled the completions.
+    the distribution that sampled the completions. ``forced`` (optional, per
+    completion token, structured generation) takes the forced tokens out of the
+    mask; the other tokens' log-probs are unchanged (the model still sees every token).
     """
     device = next(model.parameters()).device
     ids, attn, pos, cmask = collate(prompts, completions, pad_id)
@@ -66,4 +69,15 @@ def completion_logprobs(model, prompts: list[list[int]], completions: list[list[
     if temperature and temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     logp = gather_logprobs(logits, ids[:, -c_len:])
+    if forced is not None:
+        cmask = cmask * (1 - forced_mask(forced, c_len)).to(cmask)
     return logp * cmask, cmask
+
+
+def forced_mask(forced: list[list[bool]], width: int) -> torch.Tensor:
+    """Per-token forced flags -> [B, width] long, 1 where forced (padding: 0)."""
+    out = torch.zeros((len(forced), width), dtype=torch.long)
+    for i, f in enumerate(forced):
+        if f:
+            out[i, :len(f)] = torch.tensor(f[:width], dtype=torch.long)
+    return out

@@ -181,14 +181,17 @@ class AdapterModel(torch.nn.Module):
             yield
 
     # -- files
-    def save_pretrained(self, folder: str | Path, **_) -> None:
-        """Write this adapter only: adapter_config.json + adapter_model.safetensors."""
+    def save_pretrained(self, folder: str | Path, state_dict: dict | None = None, **_) -> None:
+        """Write this adapter only: adapter_config.json + adapter_model.safetensors.
+
+        ``state_dict``: this view's ``state_dict()`` with other values (a sharded adapter, gathered).
+        """
         from peft import get_peft_model_state_dict
         from safetensors.torch import save_file
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        state = get_peft_model_state_dict(self.shared.peft_model, adapter_name=self.adapter)
+        state = get_peft_model_state_dict(self.shared.peft_model, state_dict=state_dict, adapter_name=self.adapter)
         state = {k: v.detach().contiguous().cpu() for k, v in state.items()}
         save_file(state, str(folder / "adapter_model.safetensors"))
         self.shared.peft_model.peft_config[self.adapter].save_pretrained(str(folder))

@@ -16,7 +16,7 @@ NORMALISATIONS = ("sequence", "token", "constant")
 
 
 def token_weights(lengths: torch.Tensor, width: int, mode: str, num_sequences: int, num_tokens: int,
-                  max_new_tokens: int) -> torch.Tensor:
+                  max_new_tokens: int, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Weight of every token in the batch loss.
 
     Args:
@@ -33,11 +33,16 @@ def token_weights(lengths: torch.Tensor, width: int, mode: str, num_sequences: i
             ``constant`` (a constant normaliser, as TRL's ``dr_grpo``; docs/algorithms.md).
         num_tokens: T_total real tokens over the whole batch.
         max_new_tokens: the constant of the ``constant`` mode.
+        mask: optional [S, T] 0/1, the tokens in the loss when they are not the first ``lengths[s]``
+            (structured generation: forced tokens are out); then ``lengths`` must be its row sums.
     Returns:
         [S, T] weights, zero on padding; all zero (never NaN) when the batch has no
         token in the loss (``num_sequences`` or ``num_tokens`` is 0).
     """
-    mask = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).float()
+    if mask is None:
+        mask = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).float()
+    else:
+        mask = mask.float()
     if mode not in NORMALISATIONS:
         raise ValueError(f"loss normalisation must be one of {NORMALISATIONS}, got {mode!r}")
     if num_sequences <= 0 or num_tokens <= 0:  # fully masked batch: nothing to weight

@@ -27,6 +27,10 @@ branch's next state, until it ends); its discounted return is the node's
 
 LoRA agents on one shared base with identical generation settings share one
 ``generate`` call (``batch_adapters``, on by default), sampled and greedy.
+
+Structured generation: a prompt that declares a schema (``comarl/schema.py``)
+is decoded under it (unless the agent's ``structured`` is false), and the
+samples record which completion tokens were forced (``AgentSamples.forced``).
 """
 from __future__ import annotations
 
@@ -39,6 +43,7 @@ import torch
 
 from .envs.base import AgentRewards, EnvState, Environment, EvalRecord
 from .generation import adapter_groups, device_groups, generate, generate_adapters, overlap_generation
+from .schema import schema_of
 from .types import AgentSamples, Rollout, RolloutTree
 
 
@@ -141,9 +146,20 @@ class RolloutSettings:
         return cls(**{**fields, **changes})
 
 
+def prompt_schemas(agent, prompts: Sequence[str]) -> list | None:
+    """The schema each prompt declares, for an agent that follows schemas (None: no prompt has one, or the
+    agent's ``structured`` is false)."""
+    if not getattr(getattr(agent, "config", None), "structured", True):
+        return None
+    schemas = [schema_of(p) for p in prompts]
+    return schemas if any(sc is not None for sc in schemas) else None
+
+
 def generate_for_agents(agents: Sequence, prompt_ids: list[list[list[int]]], k: int, greedy: bool = False,
-                        batch_size: int = 0, batch_adapters: bool = True) -> list:
+                        batch_size: int = 0, batch_adapters: bool = True, schemas: list | None = None) -> list:
     """Completions per agent: ``prompt_ids[i]`` are agent i's prompts; results in agent order.
+
+    ``schemas``: optional, ``schemas[i]`` = agent i's per-prompt schemas or None (structured generation).
 
     With ``batch_adapters``, LoRA agents that are adapters of one shared base
     with identical generation settings make ONE ``generate`` call together
@@ -156,13 +172,16 @@ def generate_for_agents(agents: Sequence, prompt_ids: list[list[list[int]]], k: 
     units = adapter_groups(agents, greedy) if batch_adapters else [[i] for i in range(len(agents))]
     devices = [str(getattr(agents[u[0]], "device", "cpu")) for u in units]
     out: list = [None] * len(agents)
+    schemas = schemas or [None] * len(agents)
 
     def call(u: list[int]) -> None:
         if len(u) == 1:
-            out[u[0]] = generate(agents[u[0]], prompt_ids[u[0]], k, greedy=greedy, batch_size=batch_size)
+            extra = {"schemas": schemas[u[0]]} if schemas[u[0]] is not None else {}  # (test doubles lack it)
+            out[u[0]] = generate(agents[u[0]], prompt_ids[u[0]], k, greedy=greedy, batch_size=batch_size, **extra)
         else:
+            extra = {"schemas": [schemas[i] for i in u]} if any(schemas[i] is not None for i in u) else {}
             comps = generate_adapters([agents[i] for i in u], [prompt_ids[i] for i in u], k, greedy=greedy,
-                                      batch_size=batch_size)
+                                      batch_size=batch_size, **extra)
             for i, c in zip(u, comps):
                 out[i] = c
 
@@ -207,8 +226,9 @@ def _greedy_turn(agents: Sequence, env: Environment, chains: list[_GreedyChain],
     """
     n = len(agents)
     prompts = [agent.encode_prompts([c.state.prompts[i] for c in chains]) for i, agent in enumerate(agents)]
+    schemas = [prompt_schemas(agent, [c.state.prompts[i] for c in chains]) for i, agent in enumerate(agents)]
     texts = [c.texts for c in generate_for_agents(agents, prompts, 1, greedy=True, batch_size=s.generation_batch_size,
-                                                 batch_adapters=s.batch_adapters)]
+                                                 batch_adapters=s.batch_adapters, schemas=schemas)]
     joint = [tuple(texts[i][g] for i in range(n)) for g in range(len(chains))]
     trans = env.step_batch([c.state for c in chains], joint)
     if len(trans) != len(chains):
@@ -264,7 +284,8 @@ class _Accumulator:
     num_completions: int = 0
 
     def __post_init__(self):
-        self.samples = [dict(prompt_ids=[], completion_ids=[], truncated=[], texts=[]) for _ in range(self.n)]
+        self.samples = [dict(prompt_ids=[], completion_ids=[], truncated=[], texts=[], forced=[], structured=False)
+                        for _ in range(self.n)]
 
     def add_metric(self, key: str, value: float, count: int = 1) -> None:
         self.metric_sums[key] += value * count
@@ -274,14 +295,17 @@ class _Accumulator:
 def _sample_level(agents, level: list[_Node], k: int, s: RolloutSettings, acc: _Accumulator) -> list[list[str]]:
     """One batched generate per agent for every node of this turn; stores the samples; returns texts per agent."""
     prompt_ids = [agent.encode_prompts([node.state.prompts[i] for node in level]) for i, agent in enumerate(agents)]
+    schemas = [prompt_schemas(agent, [node.state.prompts[i] for node in level]) for i, agent in enumerate(agents)]
     comps = generate_for_agents(agents, prompt_ids, k, batch_size=s.generation_batch_size,
-                                batch_adapters=s.batch_adapters)
+                                batch_adapters=s.batch_adapters, schemas=schemas)
     for store, p_ids, comp in zip(acc.samples, prompt_ids, comps):
         acc.num_completions += len(comp.ids)
         store["prompt_ids"] += [p for p in p_ids for _ in range(k)]
         store["completion_ids"] += comp.ids
         store["truncated"] += comp.truncated
         store["texts"] += comp.texts
+        store["forced"] += comp.forced if comp.forced is not None else [[False] * len(c) for c in comp.ids]
+        store["structured"] |= comp.forced is not None
     return [c.texts for c in comps]
 
 
@@ -367,7 +391,7 @@ def collect_rollout(agents: Sequence, env: Environment, items: Sequence[dict], s
         out.append(AgentSamples(prompt_ids=st["prompt_ids"], completion_ids=st["completion_ids"],
                                 truncated=torch.tensor(st["truncated"], dtype=torch.bool), texts=st["texts"],
                                 returns=credited.float(), turns=torch.tensor([nd.turn for nd in groups]),
-                                baseline=baseline))
+                                baseline=baseline, forced=st["forced"] if st["structured"] else None))
     metrics = {key: acc.metric_sums[key] / acc.metric_counts[key] for key in acc.metric_sums}
     roots = [g for g in groups if g.turn == 0]
     metrics["return/mean"] = float(torch.stack([r.returns.mean() for r in roots]).mean())

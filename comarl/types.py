@@ -36,6 +36,8 @@ class AgentSamples:
     advantages: torch.Tensor | None = None
     critic_advantages: torch.Tensor | None = None
     """[G, K] GAE advantages from a critic (actor-critic algorithms), else None."""
+    forced: list[list[bool]] | None = None
+    """[S] per completion token, True where a schema forced it (structured generation): out of the loss; else None."""
 
     @property
     def num_samples(self) -> int:

@@ -13,7 +13,9 @@ and EOS ids) form a group. A group's prompts go through one call:
   ``num_return_sequences=1``);
 * the rows are cut at EOS and split back into one :class:`Completions` per
   agent, decoded with that agent's tokenizer: the same format and order as one
-  :func:`~comarl.generation.hf.generate` call per agent.
+  :func:`~comarl.generation.hf.generate` call per agent;
+* prompts with a schema (structured generation) get a per-row program in one
+  :class:`~comarl.generation.constrained.SchemaProcessor` for the whole call.
 
 Greedy rows give the same tokens as separate calls (tested); sampled rows draw
 from the same distributions, but the random stream is consumed differently.
@@ -25,6 +27,7 @@ from typing import Sequence
 import torch
 
 from ..lora import AdapterModel
+from .constrained import processor_kwargs, schema_processor
 from .hf import Completions, batches, cut_at_eos, generation_kwargs, left_pad
 
 
@@ -61,7 +64,8 @@ def adapter_groups(agents: Sequence, greedy: bool = False) -> list[list[int]]:
 
 @torch.no_grad()
 def generate_adapters(agents: Sequence, prompt_ids: Sequence[list[list[int]]], num_samples: int,
-                      greedy: bool = False, batch_size: int = 0) -> list[Completions]:
+                      greedy: bool = False, batch_size: int = 0,
+                      schemas: Sequence[list] | None = None) -> list[Completions]:
     """Completions for each agent of one adapter group (see :func:`adapter_groups`) from shared calls.
 
     Args:
@@ -69,6 +73,7 @@ def generate_adapters(agents: Sequence, prompt_ids: Sequence[list[list[int]]], n
         prompt_ids: ``prompt_ids[j]`` are agent j's P_j prompts.
         num_samples: K completions per prompt.
         batch_size: > 0 caps the prompts (over all agents) per call, as in ``generate``; 0 = one call.
+        schemas: optional, ``schemas[j]`` = agent j's [P_j] schemas (or None per prompt), as in ``generate``.
     Returns:
         one Completions per agent, ``ids[p*K + k]`` = sample k of its prompt p.
     """
@@ -79,10 +84,13 @@ def generate_adapters(agents: Sequence, prompt_ids: Sequence[list[list[int]]], n
         raise ValueError(f"generate_adapters: agents {[a.name for a in agents]} are not one adapter group "
                          "(same LoRA base, device and generation settings)")
     k = num_samples
-    entries = [(j, p) for j, prompts in enumerate(prompt_ids) for p in prompts]  # agent-major
+    schemas = schemas or [None] * len(agents)
+    entries = [(j, p, sc[n] if sc else None) for j, (prompts, sc) in enumerate(zip(prompt_ids, schemas))
+               for n, p in enumerate(prompts)]  # agent-major
     chunks = batches(entries, batch_size)
     ids_out: list[list[list[int]]] = [[] for _ in agents]
     trunc_out: list[list[bool]] = [[] for _ in agents]
+    forced_out: list[list[list[bool]]] = [[] for _ in agents]
     kwargs = generation_kwargs(lead, greedy)
     was_training = [a.model.training for a in agents]
     shared.peft_model.eval()
@@ -90,18 +98,23 @@ def generate_adapters(agents: Sequence, prompt_ids: Sequence[list[list[int]]], n
         for chunk in chunks:
             if not chunk:
                 continue
-            rows = [p for _, p in chunk for _ in range(k)]
-            names = [agents[j].model.adapter for j, _ in chunk for _ in range(k)]
+            rows = [p for _, p, _ in chunk for _ in range(k)]
+            names = [agents[j].model.adapter for j, _, _ in chunk for _ in range(k)]
             ids, mask = left_pad(rows, lead.tokenizer.pad_token_id)
             ids, mask = ids.to(lead.device), mask.to(lead.device)
-            out = shared.generate_mixed(names, input_ids=ids, attention_mask=mask, num_return_sequences=1, **kwargs)
+            proc = schema_processor(lead, [sc for _, _, sc in chunk for _ in range(k)], 1)  # one row per sample
+            out = shared.generate_mixed(names, input_ids=ids, attention_mask=mask, num_return_sequences=1, **kwargs,
+                                        **processor_kwargs(proc))
             c_ids, c_trunc = cut_at_eos(out[:, ids.shape[1]:].cpu(), lead.eos_ids)
-            for r, (j, _) in enumerate(chunk):
+            c_forced = proc.forced_for(c_ids) if proc is not None else [[False] * len(c) for c in c_ids]
+            for r, (j, _, _) in enumerate(chunk):
                 ids_out[j] += c_ids[r * k:(r + 1) * k]
                 trunc_out[j] += c_trunc[r * k:(r + 1) * k]
+                forced_out[j] += c_forced[r * k:(r + 1) * k]
     finally:
         for a, mode in zip(agents, was_training):
             a.model.train(mode)
     return [Completions(prompt_ids=list(prompt_ids[j]), ids=ids_out[j], truncated=trunc_out[j],
-                        texts=a.tokenizer.batch_decode(ids_out[j], skip_special_tokens=True), num_samples=k)
+                        texts=a.tokenizer.batch_decode(ids_out[j], skip_special_tokens=True), num_samples=k,
+                        forced=forced_out[j] if schemas[j] and any(s is not None for s in schemas[j]) else None)
             for j, a in enumerate(agents)]

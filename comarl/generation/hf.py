@@ -5,12 +5,20 @@ times K samples go through ``model.generate`` together, left-padded with an
 attention mask. The prompt part of the output is sliced off by position, never
 searched for EOS, so a prompt that contains EOS/pad ids (chat templates) is
 never cut.
+
+A model sharded with FSDP2 (``train.sharding=fsdp``) must be whole when
+``generate`` runs: the trainer gathers it once per step around the rollout
+(``comarl.training.sharding.Sharding.gathered``), so decoding does no
+communication and ranks may decode different numbers of tokens. A sharded
+model that is not gathered is refused here rather than left to hang.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
+
+from .constrained import processor_kwargs, schema_processor
 
 
 @dataclass
@@ -23,6 +31,8 @@ class Completions:
             first EOS (EOS included) and without padding.
         truncated: length P*K; True when no EOS came before max_new_tokens.
         texts: decoded completions (special tokens skipped), length P*K.
+        forced: None, or length P*K: per token of ``ids[s]``, True where the token was forced
+            by the prompt's schema (structured generation, ``comarl/generation/constrained.py``).
     """
 
     prompt_ids: list[list[int]]
@@ -30,6 +40,7 @@ class Completions:
     truncated: list[bool]
     texts: list[str]
     num_samples: int
+    forced: list[list[bool]] | None = None
 
 
 def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -69,7 +80,9 @@ def generation_kwargs(agent, greedy: bool = False) -> dict:
     """``model.generate`` kwargs from the agent's settings (greedy, or temperature 0, decodes greedily)."""
     cfg = agent.config
     do_sample = not greedy and cfg.temperature > 0
-    kwargs = dict(max_new_tokens=cfg.max_new_tokens, do_sample=do_sample,
+    # synced_gpus=False: an FSDP-managed model is whole here (see the module docstring), so each rank
+    # stops decoding on its own; transformers' default would all-reduce a flag per token across ranks
+    kwargs = dict(max_new_tokens=cfg.max_new_tokens, do_sample=do_sample, synced_gpus=False,
                   pad_token_id=agent.tokenizer.pad_token_id, eos_token_id=agent.eos_ids)
     if do_sample:
         kwargs.update(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k or None)
@@ -78,31 +91,50 @@ def generation_kwargs(agent, greedy: bool = False) -> dict:
     return kwargs
 
 
+def _check_whole(agent) -> None:
+    """Refuse a sharded (DTensor) model outside the trainer's gathered block."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(next(agent.model.parameters()), DTensor):
+        raise RuntimeError(f"{agent.name} is sharded (train.sharding=fsdp): generate on it inside "
+                           f"Sharding.gathered(), which makes it whole on every rank first")
+
+
 @torch.no_grad()
 def generate(agent, prompt_ids: list[list[int]], num_samples: int, greedy: bool = False,
-             batch_size: int = 0) -> Completions:
+             batch_size: int = 0, schemas: list | None = None) -> Completions:
     """Sample ``num_samples`` completions per prompt with the agent's settings.
 
     ``greedy`` (or temperature 0) decodes greedily; ``batch_size`` > 0 splits
     the P prompts into chunks of that many prompts (memory cap), 0 = one call.
+    ``schemas``: optional [P] ``comarl.schema.Schema`` or None per prompt: constrained decoding
+    (``constrained.py``); the result's ``forced`` says which tokens were forced.
     """
     model, tok = agent.model, agent.tokenizer
+    _check_whole(agent)
     k = num_samples
+    if schemas is not None and len(schemas) != len(prompt_ids):
+        raise ValueError(f"generate: {len(schemas)} schemas for {len(prompt_ids)} prompts")
     chunks = batches(prompt_ids, batch_size)
+    schema_chunks = batches(list(schemas) if schemas else [None] * len(prompt_ids), batch_size)
     all_ids: list[list[int]] = []
     all_trunc: list[bool] = []
+    all_forced: list[list[bool]] = []
     was_training = model.training
     model.eval()
     try:
-        for chunk in chunks:
+        for chunk, chunk_schemas in zip(chunks, schema_chunks):
             ids, mask = left_pad(chunk, tok.pad_token_id)
             ids, mask = ids.to(agent.device), mask.to(agent.device)
+            proc = schema_processor(agent, chunk_schemas, k)
             out = model.generate(input_ids=ids, attention_mask=mask, num_return_sequences=k,
-                                 **generation_kwargs(agent, greedy))
+                                 **generation_kwargs(agent, greedy), **processor_kwargs(proc))
             c_ids, c_trunc = cut_at_eos(out[:, ids.shape[1]:].cpu(), agent.eos_ids)
             all_ids += c_ids
             all_trunc += c_trunc
+            all_forced += proc.forced_for(c_ids) if proc is not None else [[False] * len(c) for c in c_ids]
     finally:
         model.train(was_training)
     texts = tok.batch_decode(all_ids, skip_special_tokens=True)
-    return Completions(prompt_ids=prompt_ids, ids=all_ids, truncated=all_trunc, texts=texts, num_samples=k)
+    return Completions(prompt_ids=prompt_ids, ids=all_ids, truncated=all_trunc, texts=texts, num_samples=k,
+                       forced=all_forced if schemas and any(s is not None for s in schemas) else None)

@@ -5,6 +5,13 @@ A checkpoint is written to ``checkpoint-<step>.tmp`` and renamed to
 previous checkpoint intact (a leftover ``.tmp`` folder is ignored and cleaned).
 ``trainer_state.json`` records the run id (``run_dir.py``); pruning only
 removes checkpoints of that run.
+
+Under ``train.sharding=fsdp`` every rank writes its shards with
+``torch.distributed.checkpoint`` (:func:`save_sharded_checkpoint`):
+``agent<i>/dcp/`` holds the model (or LoRA adapter) and optimiser state by
+parameter name, ``agent<i>/scheduler.pt`` and the tokenizer sit beside it.
+DCP reshards on load, so such a checkpoint resumes on any number of ranks,
+sharded or not (a single process loads it into whole models).
 """
 from __future__ import annotations
 
@@ -36,13 +43,19 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_agent_weights(agent, folder: Path) -> None:
-    """save_pretrained of the model (a peft model writes its adapter only) and tokenizer."""
+def save_agent_weights(agent, folder: Path, state_dict: dict | None = None) -> None:
+    """save_pretrained of the model (a peft model writes its adapter only) and tokenizer.
+
+    ``state_dict``: the weights to write instead of the live ones (a sharded model's, gathered).
+    """
     from transformers.utils import logging as hf_logging
 
     folder.mkdir(parents=True, exist_ok=True)
     hf_logging.disable_progress_bar()
-    agent.model.save_pretrained(str(folder))
+    if state_dict is None:
+        agent.model.save_pretrained(str(folder))
+    else:
+        agent.model.save_pretrained(str(folder), state_dict=state_dict)
     agent.tokenizer.save_pretrained(str(folder))
 
 
@@ -72,6 +85,71 @@ def save_checkpoint(output_dir: str | Path, step: int, agents, optimizers, sched
     os.replace(tmp, final)
     _prune(out, keep, state.get("run_id"))
     return final
+
+
+def save_sharded_checkpoint(output_dir: str | Path, step: int, agents, optimizers, schedulers, state: dict,
+                            keep: int = 2) -> Path:
+    """:func:`save_checkpoint` for sharded agents; every rank calls it (collective), rank 0 renames and prunes."""
+    import torch.distributed as tdist
+    import torch.distributed.checkpoint as dcp
+
+    main = tdist.get_rank() == 0
+    out = Path(output_dir)
+    final, tmp = out / f"checkpoint-{step}", out / f"checkpoint-{step}.tmp"
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        for i in range(len(agents)):
+            (tmp / f"agent{i}").mkdir(parents=True)
+    tdist.barrier()
+    for i, agent in enumerate(agents):
+        folder = tmp / f"agent{i}"
+        dcp.save(sharded_state(agent.model, optimizers[i]), checkpoint_id=str(folder / "dcp"))
+        if main:
+            agent.tokenizer.save_pretrained(str(folder))
+            torch.save({"scheduler": schedulers[i].state_dict()}, folder / "scheduler.pt")
+    if main:
+        torch.save(rng_state(), tmp / "rng.pt")
+        (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **state, "sharded": True}, indent=2))
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _prune(out, keep, state.get("run_id"))
+    tdist.barrier()  # no rank goes on (or reads the checkpoint) before it is complete
+    return final
+
+
+def _state_module(model):
+    """(module whose state DCP sees, key filter): a LoRA agent's shared PeftModel and its adapter's keys."""
+    shared = getattr(model, "shared", None)
+    if shared is not None and hasattr(model, "adapter"):
+        marker = f".{model.adapter}."
+        return shared.peft_model, lambda k: marker in k
+    return model, lambda k: True
+
+
+def sharded_state(model, optimizer) -> dict:
+    """``{"model": ..., "optim": ...}`` keyed by parameter name (DTensor shards when sharded), for DCP."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+    module, keep = _state_module(model)
+    weights = {k: v for k, v in get_model_state_dict(module).items() if keep(k)}
+    return {"model": weights, "optim": get_optimizer_state_dict(module, optimizer)}
+
+
+def load_sharded_agent(folder: Path, model, optimizer, scheduler) -> None:
+    """Load ``folder/dcp`` (any number of ranks wrote it) into ``model``/``optimizer``, resharding as needed."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                         set_optimizer_state_dict)
+
+    state = sharded_state(model, optimizer)
+    dcp.load(state, checkpoint_id=str(folder / "dcp"))
+    module, _ = _state_module(model)
+    set_model_state_dict(module, state["model"], options=StateDictOptions(strict=False))
+    set_optimizer_state_dict(module, optimizer, state["optim"])
+    scheduler.load_state_dict(torch.load(folder / "scheduler.pt", weights_only=False)["scheduler"])
 
 
 def _prune(out: Path, keep: int, run_id: str | None) -> None:
@@ -113,10 +191,18 @@ def load_checkpoint(path: str | Path, agents, optimizers, schedulers) -> dict:
     path = Path(path)
     if not (path / "trainer_state.json").exists():
         raise FileNotFoundError(f"train.resume: {path} is not a complete checkpoint (no trainer_state.json)")
+    from .sharding import is_sharded
+
     for i, agent in enumerate(agents):
         folder = path / f"agent{i}"
         if not folder.exists():
             raise FileNotFoundError(f"train.resume: {folder} missing (checkpoint has fewer agents?)")
+        if (folder / "dcp").is_dir():  # written sharded: DCP reshards to this run
+            load_sharded_agent(folder, agent.model, optimizers[i], schedulers[i])
+            continue
+        if is_sharded(agent.model):
+            raise ValueError(f"train.resume: {path} was written without sharding; resume it with "
+                             f"train.sharding=none (or from a checkpoint of a sharded run)")
         load_agent_weights(agent, folder)
         opt = torch.load(folder / "optimizer.pt", weights_only=False)
         optimizers[i].load_state_dict(opt["optimizer"])

@@ -98,6 +98,15 @@ def all_reduce_sum(value: float | int) -> float:
     return t.item()
 
 
+def all_reduce_max(value: float | int) -> float:
+    """Largest ``value`` over ranks (the value itself when single-process)."""
+    if not is_distributed():
+        return value
+    t = torch.tensor([float(value)], dtype=torch.float64, device=_comm_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
 def all_reduce_grads(model: torch.nn.Module, bucket_mb: float = 64.0) -> None:
     """Sum gradients of the trainable parameters over ranks (losses are already globally normalised).
 

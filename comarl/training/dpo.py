@@ -8,6 +8,9 @@ We compute every agent's sequence log-probs once without gradients, get the
 linear surrogate ``sum_s c_s * log pi_i(y_s)`` over micro-batches: exactly the
 joint loss's gradient, whatever the micro-batch size, with one extra no-grad
 forward per agent.
+
+Structured generation: tokens a schema forced (``AgentSamples.forced``) are left
+out of the sequence log-probs, of the policy and of the reference alike.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ..logprobs import completion_logprobs
+from ..logprobs import completion_logprobs, forced_mask
 from ..losses import joint_dpo_loss, reference_free_dpo_loss
 from ..preference.pairs import JointPair, tree_pairs
 from . import distributed as dist
@@ -42,13 +45,20 @@ def _pair_indices(rollouts, chunk_pairs, i: int) -> tuple[list[int], list[int]]:
     return chosen, rejected
 
 
-def _sequence_logprobs(fn, prompts, comps, needed: list[int], micro: int) -> torch.Tensor:
-    """Summed completion log-probs of samples ``needed`` -> [len(needed)] (float32, CPU)."""
+def _sampled(mask: torch.Tensor, forced, idx: list[int]) -> torch.Tensor:
+    """``mask`` [B, T] without the forced tokens of samples ``idx`` (``forced`` None: unchanged)."""
+    if forced is None:
+        return mask
+    return mask * (1 - forced_mask([forced[s] for s in idx], mask.shape[1])).to(mask)
+
+
+def _sequence_logprobs(fn, prompts, comps, needed: list[int], micro: int, forced=None) -> torch.Tensor:
+    """Summed completion log-probs of samples ``needed`` (sampled tokens only) -> [len(needed)] (float32, CPU)."""
     out = []
     for a in range(0, len(needed), micro):
         idx = needed[a:a + micro]
         logp, mask = fn([prompts[s] for s in idx], [comps[s] for s in idx])
-        out.append((logp * mask).sum(1).float().cpu())
+        out.append((logp * _sampled(mask, forced, idx)).sum(1).float().cpu())
     return torch.cat(out) if out else torch.zeros(0)
 
 
@@ -64,8 +74,11 @@ def dpo_update(trainer, rollouts, rng: random.Random) -> dict[str, float]:
     data = []  # per agent: prompts, completions, chosen and rejected sample indices [P]
     for i in range(len(trainer.agents)):
         chosen, rejected = _pair_indices(rollouts, chunk_pairs, i)
-        data.append(([p for r in rollouts for p in r.agents[i].prompt_ids],
-                     [c for r in rollouts for c in r.agents[i].completion_ids], chosen, rejected))
+        samples = [r.agents[i] for r in rollouts]
+        forced = None if all(s.forced is None for s in samples) else \
+            [f for s in samples for f in (s.forced or [[False] * len(c) for c in s.completion_ids])]
+        data.append(([p for s in samples for p in s.prompt_ids], [c for s in samples for c in s.completion_ids],
+                     chosen, rejected, forced))
     out.update(dpo_step(trainer, data, torch.ones(n_pairs)))
     return out
 
@@ -96,8 +109,9 @@ def dpo_step(trainer, data, weights: torch.Tensor) -> dict[str, float]:
     ``sum_p w_p * loss_p / sum(w)`` (sums over every rank).
 
     Args:
-        data: per agent ``(prompts, completions, chosen, rejected)``: token-id lists and the [P]
-            sample indices of each pair's chosen and rejected response (pairs in the same order for every agent).
+        data: per agent ``(prompts, completions, chosen, rejected[, forced])``: token-id lists and the [P]
+            sample indices of each pair's chosen and rejected response (pairs in the same order for every agent);
+            ``forced`` (optional, per completion token) marks tokens a schema forced: out of the log-probs.
         weights: [P] weight of each pair (1 online; replay decay in iterative rounds).
     """
     cfg, pref, agents = trainer.config, trainer.config.preference, trainer.agents
@@ -107,28 +121,30 @@ def dpo_step(trainer, data, weights: torch.Tensor) -> dict[str, float]:
     if w_total == 0:  # every node's joint actions tied: nothing to prefer
         return out
     sel = []  # per agent: the samples needed, position of each pair's chosen / rejected sample among them
-    for prompts, comps, chosen, rejected in data:
+    for prompts, comps, chosen, rejected, *rest in data:
         needed = sorted(set(chosen) | set(rejected))
         pos = {s: k for k, s in enumerate(needed)}
-        sel.append((prompts, comps, needed, [pos[s] for s in chosen], [pos[s] for s in rejected]))
+        sel.append((prompts, comps, needed, [pos[s] for s in chosen], [pos[s] for s in rejected],
+                    rest[0] if rest else None))
     data = sel
     ref_seq = []
-    for i, (prompts, comps, needed, _, _) in enumerate(data):
+    for i, (prompts, comps, needed, _, _, forced) in enumerate(data):
         ref = trainer.references[i]
         if pref.reference_free or ref is None:
             ref_seq.append(torch.zeros(len(needed)))
         else:
             with autocast(cfg.mixed_precision, agents[i].device):
-                ref_seq.append(_sequence_logprobs(ref.logprobs, prompts, comps, needed, cfg.micro_batch_size))
+                ref_seq.append(_sequence_logprobs(ref.logprobs, prompts, comps, needed, cfg.micro_batch_size,
+                                                  forced))
     for it in range(cfg.num_iterations):
         pol_seq = []
-        for i, (prompts, comps, needed, _, _) in enumerate(data):
+        for i, (prompts, comps, needed, _, _, forced) in enumerate(data):
             agent = agents[i]
             agent.model.train()
             fn = lambda p, c, a=agent: completion_logprobs(a.model, p, c, a.tokenizer.pad_token_id, a.config.temperature)
             with torch.no_grad(), autocast(cfg.mixed_precision, agent.device), \
                     dropout_disabled(agent.model, cfg.disable_dropout):  # the same policy the backward pass sees
-                pol_seq.append(_sequence_logprobs(fn, prompts, comps, needed, cfg.micro_batch_size))
+                pol_seq.append(_sequence_logprobs(fn, prompts, comps, needed, cfg.micro_batch_size, forced))
         # the [P, N] problem: d loss / d (each agent's sequence log-prob), loss = sum over pairs / global pairs
         leaves = [s.clone().requires_grad_(True) for s in pol_seq]
         pc = torch.stack([leaves[i][d[3]] for i, d in enumerate(data)], dim=1)
@@ -145,7 +161,7 @@ def dpo_step(trainer, data, weights: torch.Tensor) -> dict[str, float]:
             out.update({"pref/loss": dist.all_reduce_sum(float(loss.detach())),
                         "pref/margin": float(z.detach().mean()) / pref.beta if n_pairs else 0.0,
                         "pref/accuracy": float((z.detach() > 0).float().mean()) if n_pairs else 0.0})
-        for i, (prompts, comps, needed, _, _) in enumerate(data):
+        for i, (prompts, comps, needed, _, _, forced) in enumerate(data):
             agent = agents[i]
             bad = False
             coef = coefs[i] if coefs[i] is not None else torch.zeros(len(needed))
@@ -154,6 +170,7 @@ def dpo_step(trainer, data, weights: torch.Tensor) -> dict[str, float]:
                 with autocast(cfg.mixed_precision, agent.device), dropout_disabled(agent.model, cfg.disable_dropout):
                     logp, mask = completion_logprobs(agent.model, [prompts[s] for s in idx], [comps[s] for s in idx],
                                                      agent.tokenizer.pad_token_id, agent.config.temperature)
+                mask = _sampled(mask, forced, idx)
                 surrogate = (coef[a:a + len(idx)].to(logp.device, logp.dtype) * (logp * mask).sum(1)).sum()
                 if not torch.isfinite(surrogate):
                     bad = True

@@ -8,6 +8,7 @@ micro-batches -> (all-reduce) -> clip -> optimizer and scheduler step.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -27,7 +28,7 @@ from ..config import TrainConfig
 from ..config_io import ConfigError, to_dict
 from ..critics import build_critic
 from ..envs.base import Environment
-from ..logprobs import completion_logprobs
+from ..logprobs import completion_logprobs, forced_mask
 from ..losses import clipped_policy_loss, entropy_bonus, kl_estimate, kl_penalty, sequence_kl, token_weights
 from ..reference import build_reference
 from ..rollout import RolloutSettings, check_tree_size, collect_rollout
@@ -43,6 +44,7 @@ from .logging import MetricsLogger, Progress
 from .optim import build_optimizer, build_scheduler, rebuild_scheduler
 from .placement import agent_device_names, check_shared_devices, place_references
 from .precision import autocast, backward, setup_memory_savers
+from .sharding import full_state_dict, idle_backward, lockstep_count, shard_agents, to_float
 
 
 def seed_everything(seed: int) -> None:
@@ -86,6 +88,8 @@ class _Batch:
     n_tok: float
     n_all: float
     """Sequences including those out of the loss (truncated under mask_truncated): the constant normaliser."""
+    forced: list[list[bool]] | None = None
+    """Per completion token, True where a schema forced it (structured generation): out of the loss."""
 
 
 @dataclass
@@ -142,6 +146,10 @@ class Trainer:
             raise ConfigError(f"train.kl_mode: {cfg.algorithm} takes the KL in the loss (kl_mode=loss); the critic's "
                               f"GAE is computed before the KL-in-reward would change the rewards")
         check_mixed_precision(cfg.mixed_precision, [str(a.device) for a in self.agents])
+        if cfg.sharding == "fsdp" and (self.critic is not None or self.algorithm.update != "policy_gradient"
+                                       or rounds_kind is not None):
+            raise ConfigError(f"train.sharding: fsdp covers the policy-gradient algorithms without a critic; "
+                              f"{cfg.algorithm} is not supported with it yet (use sharding: none)")
         self.scalers = setup_memory_savers(self.agents, cfg)
         if dist.world_size() > 1:  # ... but a different sampling stream per rank
             seed_everything(dist.sampling_seed(cfg.seed, dist.rank()))
@@ -155,14 +163,16 @@ class Trainer:
         else:
             self.total_steps = cfg.max_steps or self.steps_per_epoch * cfg.epochs
         total_opt = self.total_steps * cfg.num_iterations
-        self.optimizers = [build_optimizer(a.model, a.config, f"agents.{i}") for i, a in enumerate(self.agents)]
-        self.schedulers = [build_scheduler(o, cfg.lr_scheduler, cfg.warmup_steps, total_opt) for o in self.optimizers]
         if self.algorithm.update != "policy_gradient" and cfg.kl_beta > 0:
             raise ConfigError(f"train.kl_beta: {cfg.algorithm} keeps to its reference through the DPO loss; "
                               f"set train.preference.beta instead (kl_beta must be 0)")
         needs_ref = cfg.kl_beta > 0 or (self.algorithm.update != "policy_gradient" and not cfg.preference.reference_free)
         self.references = self._build_references() if needs_ref else [None] * len(self.agents)
         self.references = place_references(self.references, cfg.reference_device, self.agents)
+        # FSDP2: references are copied whole first, then agents and references sharded, then optimisers built
+        self.sharding = shard_agents(self.agents, self.references, cfg)
+        self.optimizers = [build_optimizer(a.model, a.config, f"agents.{i}") for i, a in enumerate(self.agents)]
+        self.schedulers = [build_scheduler(o, cfg.lr_scheduler, cfg.warmup_steps, total_opt) for o in self.optimizers]
         self.state = TrainState()
         self.history: list[dict[str, float]] = []
         self._order: tuple[int, list[int]] | None = None  # (epoch, item order), see epoch_order
@@ -226,7 +236,8 @@ class Trainer:
         n_chunks = cfg.gradient_accumulation_steps
         size = math.ceil(len(items) / n_chunks) if items else 0
         chunks = [items[i:i + size] for i in range(0, len(items), size)] if size else []
-        rollouts = [collect_rollout(self.agents, self.env, c, self.settings) for c in chunks]
+        with self._whole():  # sharded agents: gathered once for the rollout (training/sharding.py)
+            rollouts = [collect_rollout(self.agents, self.env, c, self.settings) for c in chunks]
         t_roll = time.perf_counter() - t0
         metrics = _mean_dicts([r.metrics for r in rollouts])
         metrics["reward/mean"] = metrics.get("reward/turn0", float("nan"))
@@ -247,6 +258,13 @@ class Trainer:
         if rollouts:
             self._last_examples = rollouts[0].examples
         return metrics
+
+    def _whole(self, models=None):
+        """Context in which sharded ``models`` (default: every agent's) are whole on every rank; a no-op without
+        sharding (training/sharding.py)."""
+        if self.sharding is None:
+            return contextlib.nullcontext()
+        return self.sharding.gathered(models if models is not None else [a.model for a in self.agents])
 
     def _build_references(self) -> list:
         """Frozen starting policy per agent (one per distinct model object), for the KL term."""
@@ -271,25 +289,34 @@ class Trainer:
         model = agent.model
         prompts = [p for s in samples for p in s.prompt_ids]
         comps = [c for s in samples for c in s.completion_ids]
-        lengths = torch.tensor([len(c) for c in comps], dtype=torch.long)
+        forced = None if all(s.forced is None for s in samples) else \
+            [f for s in samples for f in (s.forced or [[False] * len(c) for c in s.completion_ids])]
+        # tokens in the loss per sequence: all of it, or (structured generation) the sampled ones only
+        lengths = torch.tensor([len(c) for c in comps] if forced is None else
+                               [len(c) - sum(f) for c, f in zip(comps, forced)], dtype=torch.long)
         if cfg.mask_truncated and samples:  # truncated completions leave the loss and its normalisation
             lengths = lengths * (~torch.cat([s.truncated for s in samples])).long()
         batch = _Batch(prompts, comps, lengths, [(s, min(s + cfg.micro_batch_size, len(comps)))
                                                  for s in range(0, len(comps), cfg.micro_batch_size)],
                        n_seq=dist.all_reduce_sum(int((lengths > 0).sum())),
-                       n_tok=dist.all_reduce_sum(int(lengths.sum())), n_all=dist.all_reduce_sum(len(comps)))
+                       n_tok=dist.all_reduce_sum(int(lengths.sum())), n_all=dist.all_reduce_sum(len(comps)),
+                       forced=forced)
         if batch.n_seq == 0 or batch.n_tok == 0:  # the counts are global: every rank skips together
             return self._skip_empty_batch(i, batch)
         ref = self.references[i]
-        with autocast(cfg.mixed_precision, agent.device):
-            ref_out = [ref.logprobs(prompts[a:b], comps[a:b]) for a, b in batch.spans] if ref is not None else []
         kl_in_reward = ref is not None and cfg.kl_mode == "reward"
         old = None
-        if cfg.num_iterations > 1 or kl_in_reward:
-            model.eval()  # the sampling policy: no dropout (as in generate and the reference)
-            with torch.no_grad(), autocast(cfg.mixed_precision, agent.device):
-                old = [completion_logprobs(model, prompts[a:b], comps[a:b], agent.tokenizer.pad_token_id,
-                                           agent.config.temperature)[0] for a, b in batch.spans]
+        with self._whole([model] + ([ref.model] if getattr(ref, "model", None) is not None else [])):
+            with autocast(cfg.mixed_precision, agent.device):
+                ref_out = [ref.logprobs(prompts[a:b], comps[a:b]) for a, b in batch.spans] if ref is not None else []
+            if forced is not None:  # the KL counts sampled tokens only, like the loss
+                ref_out = [(r, m * (1 - forced_mask(forced[a:b], m.shape[1])).to(m))
+                           for (r, m), (a, b) in zip(ref_out, batch.spans)]
+            if cfg.num_iterations > 1 or kl_in_reward:
+                model.eval()  # the sampling policy: no dropout (as in generate and the reference)
+                with torch.no_grad(), autocast(cfg.mixed_precision, agent.device):
+                    old = [completion_logprobs(model, prompts[a:b], comps[a:b], agent.tokenizer.pad_token_id,
+                                               agent.config.temperature)[0] for a, b in batch.spans]
         model.train()
         if kl_in_reward:  # R <- R - beta * sum_t kl_t, before the advantages
             seq_kl = torch.cat([sequence_kl(o, r, mask.to(o.dtype), cfg.kl_estimator).cpu()
@@ -337,11 +364,18 @@ class Trainer:
         total, kl_sum, kl_tokens = 0.0, 0.0, 0
         clip_sums, clip_tokens = {"low": 0.0, "high": 0.0, "region": 0.0}, 0.0
         n_norm = batch.n_all if cfg.loss_normalization == "constant" else batch.n_seq  # docs/algorithms.md
-        for m, (a, b) in enumerate(batch.spans):
+        bad = False
+        for m in range(lockstep_count(len(batch.spans)) if self.sharding is not None else len(batch.spans)):
+            if m >= len(batch.spans) or bad:  # sharded: this rank is out of items (or already non-finite)
+                idle_backward(model, pad)
+                continue
+            a, b = batch.spans[m]
+            forced = {"forced": batch.forced[a:b]} if batch.forced is not None else {}  # structured generation
             with autocast(cfg.mixed_precision, agent.device):  # train.mixed_precision (precision.py)
-                logp, cmask = completion_logprobs(model, batch.prompts[a:b], batch.comps[a:b], pad, temp)
+                logp, cmask = completion_logprobs(model, batch.prompts[a:b], batch.comps[a:b], pad, temp, **forced)
+            in_loss = {"mask": cmask.cpu() * (batch.lengths[a:b] > 0).unsqueeze(1)} if forced else {}
             w = token_weights(batch.lengths[a:b], logp.shape[1], cfg.loss_normalization, n_norm, batch.n_tok,
-                              agent.config.max_new_tokens).to(logp.device)
+                              agent.config.max_new_tokens, **in_loss).to(logp.device)
             old_lp = old[m] if old is not None else logp.detach()
             loss, st = clipped_policy_loss(logp, old_lp, adv[a:b].to(logp.device, logp.dtype), w,
                                            cfg.clip_low, cfg.clip_high, cfg.ratio_level)
@@ -354,7 +388,11 @@ class Trainer:
             if self.critic is not None and cfg.critic.entropy_coef > 0:  # actor-critic entropy bonus
                 loss = loss + entropy_bonus(logp, w, cfg.critic.entropy_coef)
             if not torch.isfinite(loss):
-                return total, {}, kl_sum / max(kl_tokens, 1), True
+                if self.sharding is None:
+                    return total, {}, kl_sum / max(kl_tokens, 1), True
+                bad = True  # sharded: the other ranks' collectives still need this forward's backward
+                loss.backward()  # non-finite gradients, dropped with the step on every rank
+                continue
             backward(loss, self.scalers.get(id(model)))  # loss.backward(), fp16: loss-scaled
             total += loss.item()
             n = float(st["tokens"])
@@ -362,7 +400,7 @@ class Trainer:
                 clip_sums[key] += float(st[f"clip_{key}"]) * n
             clip_tokens += n
         clip = {k: v / max(clip_tokens, 1.0) for k, v in clip_sums.items()}
-        return total, clip, kl_sum / max(kl_tokens, 1), False
+        return total, ({} if bad else clip), kl_sum / max(kl_tokens, 1), bad
 
     def _skip_empty_batch(self, i: int, batch: "_Batch") -> dict[str, float]:
         """No token of agent ``i`` is in the loss on any rank: no update, its own counter, one line."""
@@ -380,12 +418,13 @@ class Trainer:
         bad = dist.all_reduce_sum(int(bad)) > 0  # every rank skips together
         grad_norm = float("nan")
         if not bad:
-            dist.all_reduce_grads(model)
+            if self.sharding is None:  # FSDP2 has reduce-scattered (summed) the gradients in backward already
+                dist.all_reduce_grads(model)
             params = [p for p in model.parameters() if p.requires_grad]
-            if cfg.max_grad_norm > 0:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+            if cfg.max_grad_norm > 0:  # sharded gradients: a DTensor norm over all shards
+                grad_norm = to_float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
             else:
-                grad_norm = float(torch.norm(torch.stack([p.grad.norm() for p in params if p.grad is not None])))
+                grad_norm = to_float(torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None]))
             bad = not math.isfinite(grad_norm)
         if bad:
             opt.zero_grad(set_to_none=True)
@@ -484,22 +523,26 @@ class Trainer:
         from ..evaluation import evaluate_agents
 
         items = list(items) if items is not None else self.eval_items
-        return evaluate_agents(self.agents, self.env, items, num_generations or self.config.eval_num_generations,
-                               self.config, shard=True)
+        with self._whole():
+            return evaluate_agents(self.agents, self.env, items,
+                                   num_generations or self.config.eval_num_generations, self.config, shard=True)
 
     # ----------------------------------------------------------------- files
     def save_checkpoint(self) -> Path | None:
+        st = self.state
+        state = {"epoch": st.epoch, "batch_in_epoch": st.batch_in_epoch, "counters": st.counters,
+                 "world_size": dist.world_size(), "run_id": self.run_id}
+        if self.sharding is not None:  # every rank writes its shards
+            path = ckpt.save_sharded_checkpoint(self.config.output_dir, st.step, self.agents, self.optimizers,
+                                                self.schedulers, state, keep=self.config.save_total_limit)
+            return path if dist.is_main() else None
         if not dist.is_main():
             return None
-        st = self.state
         extra = {"critic.pt": self.critic.state_dict()} if self.critic is not None else {}
         if self.rounds is not None:  # the reward model / reference a resume inside a round needs
             extra.update(self.rounds.checkpoint_extra())
         return ckpt.save_checkpoint(self.config.output_dir, st.step, self.agents, self.optimizers, self.schedulers,
-                                    {"epoch": st.epoch, "batch_in_epoch": st.batch_in_epoch,
-                                     "counters": st.counters, "world_size": dist.world_size(),
-                                     "run_id": self.run_id},
-                                    keep=self.config.save_total_limit, extra=extra or None)
+                                    state, keep=self.config.save_total_limit, extra=extra or None)
 
     def resume(self, where: str) -> None:
         out = self.config.output_dir or "."
@@ -532,11 +575,16 @@ class Trainer:
             print(f"resumed from {path.name} (step {self.state.step} of {self.total_steps})", flush=True)
 
     def save(self, path: str | Path) -> Path:
-        """Write each agent's final model (or adapter) and tokenizer to ``path/agent<i>``."""
+        """Write each agent's final model (or adapter) and tokenizer to ``path/agent<i>``.
+
+        Sharded agents are gathered one tensor at a time onto rank 0, which writes
+        plain Hugging Face folders (every rank must call this then).
+        """
         path = Path(path)
-        if dist.is_main():
-            for i, agent in enumerate(self.agents):
-                ckpt.save_agent_weights(agent, path / f"agent{i}")
+        for i, agent in enumerate(self.agents):
+            full = full_state_dict(agent.model, keep=dist.is_main()) if self.sharding is not None else None
+            if dist.is_main():
+                ckpt.save_agent_weights(agent, path / f"agent{i}", state_dict=full)
         return path
 
 

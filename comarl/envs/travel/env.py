@@ -8,6 +8,13 @@ role-specific catalog fitted to ``catalog_chars`` (``catalog.py``). Responses
 are parsed (``parse.py``), merged into the benchmark's plan format, checked
 (``evaluate.py``) and scored (``reward.py``). ``summarize`` reports the
 benchmark's metrics.
+
+Two ways to hold the policies to the JSON format: ``prefill`` forces only the
+opening as prompt tokens; ``structured`` declares the whole answer as a schema
+(``comarl/schema.py``, :meth:`TravelEnv.answer_schema`): the skeleton for every
+day of the query and every owned field is forced during generation and left
+out of the loss, the policy writes only the values (each capped at
+``slot_tokens``), and every structured answer parses.
 """
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ import json
 from typing import Any, Mapping, Sequence
 
 from ...prefill import restore, with_prefill
+from ...schema import Schema, Slot, with_schema
 from ..base import EnvState, EvalRecord, Transition
 from ..registry import EnvEntry, register_env
 from . import catalog as C
@@ -26,7 +34,11 @@ from .reward import TravelRewardWeights, reward_weights, team_reward
 
 DEFAULT_ROLES = {1: (FIELDS,), 2: (C.LOGISTICS_FIELDS, C.EXPERIENCE_FIELDS)}
 DEFAULT_NAMES = {1: ("planner",), 2: ("logistics", "experience")}
-ARG_KEYS = ("roles", "role_names", "catalog_chars", "reward", "prefill")
+ARG_KEYS = ("roles", "role_names", "catalog_chars", "reward", "prefill", "structured", "slot_tokens")
+# most tokens a policy may write for one value under ``structured`` (annotated plans, characters: current city
+# <= 62, transportation <= 126 with many digits, accommodation <= 77, meals <= 63, attractions <= 229)
+SLOT_TOKENS = {"current_city": 24, "transportation": 64, "accommodation": 32, "breakfast": 24, "lunch": 24,
+               "dinner": 24, "attraction": 64}
 # the catalog groups a field's owner sees ("move A -> B", "stay City", "eat City", "see City")
 CATALOG_KIND = {"transportation": "move", "accommodation": "stay", "breakfast": "eat", "lunch": "eat",
                 "dinner": "eat", "attraction": "see"}
@@ -50,6 +62,8 @@ HINTS = {"transportation": "; transportation only on travel days",
          "accommodation": "; no accommodation on the last day",
          "attraction": '; attraction is a list like ["Name, City", "Name, City"]',
          "breakfast": "; each restaurant at most once in the whole trip"}
+STRUCTURED_HINTS = {**HINTS, "attraction": '; attraction is one string like "Name, City;Name, City;"'}
+STRUCTURED_NOTE = "\nThe JSON keys and brackets are written for you: you write only each value and its closing quote."
 
 
 class TravelEnv:
@@ -58,8 +72,11 @@ class TravelEnv:
     max_turns = 1
 
     def __init__(self, roles: Sequence[Sequence[str]], role_names: Sequence[str], catalog_chars: int,
-                 weights: TravelRewardWeights, prefill: bool = False):
+                 weights: TravelRewardWeights, prefill: bool = False, structured: bool = False,
+                 slot_tokens: Mapping[str, int] | None = None):
         self.prefill = prefill
+        self.structured = structured
+        self.slot_tokens = {**SLOT_TOKENS, **(slot_tokens or {})}
         self.roles = tuple(tuple(r) for r in roles)
         self.role_names = tuple(role_names)
         self.num_agents = len(self.roles)
@@ -72,6 +89,20 @@ class TravelEnv:
         the skeleton through its first value's opening quote."""
         return f'{{"days": [{{"day": 1, "{self.roles[agent][0]}": "' if self.prefill else ""
 
+    def answer_schema(self, agent: int, days: int) -> Schema:
+        """Agent ``agent``'s whole answer for a ``days``-day trip: one object per day with its owned fields,
+        each value a slot of ``slot_tokens[field]`` tokens closed by a quote, e.g. for one logistics day
+        ``{"days": [{"day": 1, "current_city": "`` SLOT ``, "transportation": "`` SLOT ``, "accommodation": "``
+        SLOT ``}]}``."""
+        parts: list = []
+        text = '{"days": ['
+        for d in range(1, days + 1):
+            text += ("" if d == 1 else ", ") + f'{{"day": {d}, '
+            for n, f in enumerate(self.roles[agent]):
+                parts += [text + ("" if n == 0 else ", ") + f'"{f}": "', Slot(self.slot_tokens[f])]
+                text = ""
+            text = "}"
+        return Schema((*parts, text + "]}"))
     def reset(self, item: Mapping[str, Any]) -> EnvState:
         if "reference" not in item or "query" not in item:
             raise KeyError(f"travelplanner: item lacks 'reference'/'query'; build items with the env's load_items "
@@ -92,8 +123,12 @@ class TravelEnv:
                 role=self.role_names[i], n=self.num_agents, query=item["query"], constraints=q.describe(),
                 route="\n".join(f"Day {r.day}: {r.current_city}" for r in route), share=shares[i], budget=q.budget,
                 people=q.people, catalog=C.render(kept) or "(nothing)", days=q.days, fields=", ".join(fields),
-                hints="".join(HINTS[f] for f in fields if f in HINTS), example=json.dumps(example)))
-        prompts = [with_prefill(p, self.answer_prefix(i)) for i, p in enumerate(prompts)]
+                hints="".join((STRUCTURED_HINTS if self.structured else HINTS).get(f, "") for f in fields),
+                example=json.dumps(example)) + (STRUCTURED_NOTE if self.structured else ""))
+        if self.structured:
+            prompts = [with_schema(p, self.answer_schema(i, q.days)) for i, p in enumerate(prompts)]
+        else:
+            prompts = [with_prefill(p, self.answer_prefix(i)) for i, p in enumerate(prompts)]
         return EnvState(item=item, prompts=tuple(prompts), info={"catalog_dropped": tuple(dropped)})
 
     # -- scoring
@@ -220,7 +255,10 @@ class TravelEnv:
 def build(num_agents: int = 2, **args: Any) -> TravelEnv:
     """The environment from ``env.args``: ``roles`` (one field list per agent; every plan field exactly
     once), ``role_names``, ``catalog_chars`` (per-agent catalog budget, default 6000), ``reward`` (weights),
-    ``prefill`` (force the JSON opening, see :meth:`TravelEnv.answer_prefix` and ``comarl.prefill``).
+    ``prefill`` (force the JSON opening, see :meth:`TravelEnv.answer_prefix` and ``comarl.prefill``),
+    ``structured`` (force the whole JSON skeleton, values sampled; :meth:`TravelEnv.answer_schema`),
+    ``slot_tokens`` (with ``structured``: most tokens per value, one int for every field or a
+    ``{field: int}`` mapping over the defaults ``SLOT_TOKENS``).
 
     Raises:
         ValueError: naming the bad key.
@@ -261,7 +299,33 @@ def build(num_agents: int = 2, **args: Any) -> TravelEnv:
     prefill = args.get("prefill", False)
     if not isinstance(prefill, bool):
         raise ValueError(f"env.args.prefill: expected true or false, got {prefill!r}")
-    return TravelEnv(roles, names, chars, reward_weights(args.get("reward")), prefill)
+    structured = args.get("structured", False)
+    if not isinstance(structured, bool):
+        raise ValueError(f"env.args.structured: expected true or false, got {structured!r}")
+    if structured and prefill:
+        raise ValueError("env.args: structured and prefill exclude each other (structured already forces the "
+                         "opening, and the rest of the skeleton); set one")
+    return TravelEnv(roles, names, chars, reward_weights(args.get("reward")), prefill, structured,
+                     _slot_tokens(args.get("slot_tokens")))
+
+
+def _slot_tokens(value: Any) -> dict[str, int]:
+    """``env.args.slot_tokens``: None (defaults), one positive int for every field, or ``{field: int}``."""
+    def ok(n):
+        return isinstance(n, int) and not isinstance(n, bool) and n >= 1
+
+    if value is None:
+        return {}
+    if ok(value):
+        return {f: value for f in FIELDS}
+    if isinstance(value, Mapping):
+        for f, n in value.items():
+            if f not in FIELDS:
+                raise ValueError(f"env.args.slot_tokens: unknown field {f!r}; fields: {', '.join(FIELDS)}")
+            if not ok(n):
+                raise ValueError(f"env.args.slot_tokens.{f}: expected a positive integer, got {n!r}")
+        return dict(value)
+    raise ValueError(f"env.args.slot_tokens: expected a positive integer or a {{field: integer}} mapping, got {value!r}")
 
 
 register_env("travelplanner", EnvEntry(build, load_items, "TravelPlanner: logistics + daily-experience planners, "

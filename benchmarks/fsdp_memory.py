@@ -1,0 +1,97 @@
+"""Per-rank memory of parameters + gradients + optimiser states: unsharded vs FSDP2-sharded agents.
+
+    python benchmarks/fsdp_memory.py                        # launches itself: 2 gloo ranks on the CPU
+    python benchmarks/fsdp_memory.py --hidden 512 --layers 8 --lora
+
+Each configuration (``train.sharding: none`` and ``fsdp``) trains one agent
+(a random Qwen2 model, ``--hidden`` x ``--layers``) for one MAGRPO step under
+``torchrun --nproc_per_node 2`` in a fresh launch. Right after the optimiser
+step (gradients not yet cleared, AdamW moments allocated) each rank counts the
+bytes it holds: parameters (a DTensor counts its local shard; frozen LoRA base
+included), gradients and optimiser state tensors. These are tensor sizes, not
+RSS, so they do not depend on machine load. Prints one JSON line per
+configuration and the ratio sharded / unsharded of the largest rank.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def measure(args) -> None:
+    """One launch's rank: build, one step, report the bytes held after the optimiser step (rank 0 prints)."""
+    import torch
+
+    from comarl import AgentConfig, FunctionEnv, TrainConfig, Trainer
+    from comarl.lora import LoraSettings
+    from comarl.training import distributed as dist
+    from comarl.training.sharding import local_bytes, root_module
+
+    torch.set_num_threads(1)
+    agent = AgentConfig(model="tiny", max_new_tokens=8, lr=1e-3, lora=LoraSettings(r=8) if args.lora else None,
+                        model_kwargs={"hidden_size": args.hidden, "num_layers": args.layers})
+    env = FunctionEnv([lambda it: f"Say {it['x']}."], lambda responses, item: float(len(responses[0]) % 3))
+    cfg = TrainConfig(num_generations=2, batch_size=1, max_steps=1, progress_bar=False, report_to=[],
+                      sharding=args.sharding)
+    trainer = Trainer([agent], env, [{"x": x} for x in range(4)], cfg)
+    model, opt = trainer.agents[0].model, trainer.optimizers[0]
+    seen: dict[str, int] = {}
+    real_step = opt.step
+
+    def step(*a, **k):
+        out = real_step(*a, **k)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        states = [v for s in opt.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0]
+        seen.update(params=local_bytes(root_module(model).parameters()),
+                    grads=local_bytes(p.grad for p in trainable), optim=local_bytes(states))
+        return out
+
+    opt.step = step
+    trainer.train()
+    per_rank = [None] * dist.world_size()
+    torch.distributed.all_gather_object(per_rank, seen)
+    if dist.is_main():
+        totals = [sum(r.values()) for r in per_rank]
+        print("RESULT " + json.dumps({"sharding": args.sharding, "lora": args.lora, "hidden": args.hidden,
+                                      "layers": args.layers, "world_size": dist.world_size(),
+                                      "per_rank_mb": [{k: round(v / 2 ** 20, 3) for k, v in r.items()}
+                                                      for r in per_rank],
+                                      "max_rank_total_mb": round(max(totals) / 2 ** 20, 3)}), flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--lora", action="store_true")
+    ap.add_argument("--sharding", default=None, help="internal: the configuration this launch measures")
+    args = ap.parse_args()
+    if args.sharding is not None:
+        measure(args)
+        return 0
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT))
+    totals = {}
+    for sharding in ("none", "fsdp"):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", __file__,
+               "--sharding", sharding, "--hidden", str(args.hidden), "--layers", str(args.layers)]
+        cmd += ["--lora"] if args.lora else []
+        out = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
+        lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+        if out.returncode or not lines:
+            print(out.stdout[-2000:] + out.stderr[-4000:], file=sys.stderr)
+            return 1
+        print(lines[0], flush=True)
+        totals[sharding] = json.loads(lines[0][7:])["max_rank_total_mb"]
+    print(f"sharded / unsharded (largest rank): {totals['fsdp'] / totals['none']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""FSDP2 sharding of the agents (``train.sharding: fsdp``), with data parallelism over the same ranks.
+
+Every agent's model (a LoRA base with all its adapters, and a full
+fine-tuning agent's frozen reference copy) is wrapped with
+``torch.distributed.fsdp.fully_shard``: once per transformer block (the
+classes the model names in ``_no_split_modules``) and once at the root. Each
+rank then keeps 1/S of every parameter, gradient and optimiser state, where S
+is the shard group size. The mesh is
+
+* 1-D ``(W,)`` over all W ranks when ``train.fsdp_shard_size`` is 0, or
+* 2-D ``(W / S, S)`` (HSDP: shard within groups of S ranks, replicate across
+  the W / S groups) when ``fsdp_shard_size`` = S.
+
+Items are still split over all W ranks (data parallel), and losses are
+normalised by global counts, so gradients are *summed* over ranks: FSDP's
+reduce-scatter (and HSDP's all-reduce) run with a divide factor of 1 and
+plain SUM reductions (``set_force_sum_reduction_for_comms``; gloo has no
+PREMUL_SUM). FSDP forward and backward are collectives, so ranks must run the
+same number of them:
+
+* **Generation, reference and old log-probs** (passes whose count differs per
+  rank: a rank may have no item, multi-turn trees differ, decoding lengths
+  differ) run inside :func:`gathered`: every FSDP unit is unsharded once
+  (one all-gather of the whole model per step) and stays whole, so forwards
+  do no communication. Cost: the full parameters in memory during the
+  rollout (no gradients or optimiser states), zero communication per token.
+  Gathering per block while decoding would all-gather the whole model once
+  per generated token and would hang as soon as two ranks stop decoding at
+  different lengths.
+* **The update** runs the same number of micro-batches on every rank
+  (:func:`lockstep_count`); a rank with fewer runs :func:`idle_backward`
+  (a one-token forward with a zero loss), which joins the collectives and
+  adds nothing to the gradients.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterable
+
+import torch
+
+from ..config_io import ConfigError
+from ..runtime import MIXED_PRECISION
+from . import distributed as dist
+
+
+def mesh_shape(world_size: int, shard_size: int) -> tuple[int, ...]:
+    """``(W,)`` for ``shard_size`` 0, else ``(W // S, S)`` (replicas x shards); errors name the key."""
+    if shard_size == 0:
+        return (world_size,)
+    if shard_size < 0 or world_size % shard_size:
+        raise ConfigError(f"train.fsdp_shard_size: must divide the number of ranks ({world_size}), got {shard_size}")
+    return (world_size // shard_size, shard_size)
+
+
+def build_mesh(shard_size: int, device_type: str):
+    """The device mesh of all ranks (see :func:`mesh_shape`)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    shape = mesh_shape(dist.world_size(), shard_size)
+    names = ("shard",) if len(shape) == 1 else ("replicate", "shard")
+    return init_device_mesh(device_type, shape, mesh_dim_names=names)
+
+
+def mixed_precision_policy(mode: str):
+    """``train.mixed_precision`` -> FSDP2 ``MixedPrecisionPolicy`` (None for ``no``).
+
+    bf16: parameters are all-gathered and computed in bfloat16, gradients are
+    reduced in float32 into the float32 sharded master weights. fp16 is refused
+    (its loss scaler hooks per-parameter gradients, which FSDP replaces).
+    """
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    dtype = MIXED_PRECISION[mode]
+    if dtype is None:
+        return None
+    if dtype == torch.float16:
+        raise ConfigError("train.mixed_precision: fp16 is not supported with train.sharding=fsdp (use bf16)")
+    return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+
+
+def block_modules(model: torch.nn.Module, where: str) -> list[torch.nn.Module]:
+    """The transformer blocks of ``model``: modules of a class named in some ``_no_split_modules``."""
+    names: set[str] = set()
+    for m in model.modules():
+        names.update(getattr(m, "_no_split_modules", None) or ())
+    blocks = [m for m in model.modules() if type(m).__name__ in names]
+    if not blocks:
+        raise ConfigError(f"train.sharding=fsdp: {where}'s model ({type(model).__name__}) names no transformer "
+                          f"block class (_no_split_modules) to shard by")
+    return blocks
+
+
+def shard_module(model: torch.nn.Module, mesh, mp_policy, where: str) -> None:
+    """``fully_shard`` each block of ``model`` and then its root, gradients summed (not averaged) over ranks."""
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    kwargs = {"mesh": mesh} if mp_policy is None else {"mesh": mesh, "mp_policy": mp_policy}
+    for block in block_modules(model, where):
+        fully_shard(block, **kwargs)
+    fully_shard(model, **kwargs)
+    for m in model.modules():
+        if isinstance(m, FSDPModule):
+            m.set_gradient_divide_factor(1.0)
+            m.set_force_sum_reduction_for_comms(True)
+
+
+def root_module(model) -> torch.nn.Module:
+    """The module that holds a model's weights: a LoRA agent's shared ``PeftModel``, else the model."""
+    shared = getattr(model, "shared", None)
+    return shared.peft_model if shared is not None and hasattr(shared, "peft_model") else model
+
+
+def shard_target(module: torch.nn.Module) -> torch.nn.Module:
+    """Where the FSDP root goes: a ``PeftModel``'s inner causal LM, whose forward every call passes through
+    (``PeftModel.generate`` skips the PeftModel's own forward, and FSDP needs its root's forward first)."""
+    return module.get_base_model() if hasattr(module, "get_base_model") else module
+
+
+def is_sharded(model) -> bool:
+    """Whether ``model``'s parameters are FSDP shards (DTensors)."""
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(next(iter(root_module(model).parameters())), DTensor)
+
+
+class Sharding:
+    """The sharded modules of a run (agents' and references') and the mesh they live on."""
+
+    def __init__(self, mesh, roots: list[torch.nn.Module]):
+        self.mesh = mesh
+        self.roots = roots
+
+    @contextlib.contextmanager
+    def gathered(self, models: Iterable):
+        """Run the block with the whole of ``models`` (agent models, LoRA views, reference copies) on every rank.
+
+        Every rank must enter it together, with the same models (one
+        all-gather per FSDP unit on entry); inside, forwards do no
+        communication, so ranks may run different numbers of them. Parameters
+        go back to their shards on exit.
+        """
+        from torch.distributed.fsdp import FSDPModule
+
+        roots = {id(r): r for r in map(root_module, models)}.values()  # LoRA views of one base: one gather
+        units = []  # (FSDP unit, its reshard_after_forward outside: blocks True, the root False as FSDP sets it)
+        for r in roots:
+            found = [m for m in r.modules() if isinstance(m, FSDPModule)]
+            units += [(m, m is not found[0]) for m in found]
+        for u, _ in units:
+            u.set_reshard_after_forward(False, recurse=False)
+            u.unshard()
+        try:
+            yield
+        finally:
+            for u, after in units:
+                u.reshard()
+                u.set_reshard_after_forward(after, recurse=False)
+
+
+def shard_agents(agents, references, cfg) -> Sharding | None:
+    """Shard every distinct agent model and reference copy (``train.sharding``); None when not sharding.
+
+    A single process has nothing to shard with: models stay whole (a sharded
+    checkpoint still loads into them).
+    """
+    if cfg.sharding == "none" or not dist.is_distributed():
+        return None
+    device_type = agents[0].device.type
+    mesh = build_mesh(cfg.fsdp_shard_size, device_type)
+    mp = mixed_precision_policy(cfg.mixed_precision)
+    roots: dict[int, tuple[torch.nn.Module, str]] = {}
+    for a in agents:
+        roots.setdefault(id(root_module(a.model)), (root_module(a.model), a.name))
+    for ref, a in zip(references, agents):
+        if ref is not None and getattr(ref, "model", None) is not None:
+            roots.setdefault(id(ref.model), (ref.model, f"{a.name}'s reference"))
+    for module, where in roots.values():
+        shard_module(shard_target(module), mesh, mp, where)
+    return Sharding(mesh, [m for m, _ in roots.values()])
+
+
+def lockstep_count(n: int) -> int:
+    """The largest ``n`` over ranks: how many micro-batches every rank runs under sharding."""
+    return int(dist.all_reduce_max(n))
+
+
+def idle_backward(model, pad_id: int) -> None:
+    """A forward/backward that joins FSDP's collectives and adds zero to every gradient (a rank out of items)."""
+    device = next(model.parameters()).device
+    ids = torch.full((1, 1), pad_id, dtype=torch.long, device=device)
+    logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+    (logits.float().sum() * 0.0).backward()
+
+
+def to_float(t) -> float:
+    """A scalar tensor (a DTensor total norm from clipping included) -> float."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(t, DTensor):
+        t = t.full_tensor()
+    return float(t)
+
+
+def full_state_dict(module: torch.nn.Module, keep: bool) -> dict[str, torch.Tensor]:
+    """``module.state_dict()`` with every shard gathered, one tensor at a time; collective.
+
+    Every rank must call it; only where ``keep`` is true are the full tensors
+    kept (on the CPU), elsewhere the dict is empty.
+    """
+    from torch.distributed.tensor import DTensor
+
+    out = {}
+    for k, v in module.state_dict().items():
+        full = v.full_tensor() if isinstance(v, DTensor) else v
+        if keep:
+            out[k] = full.detach().cpu()
+    return out
+
+
+def local_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes this rank holds for ``tensors`` (a DTensor counts its local shard)."""
+    from torch.distributed.tensor import DTensor
+
+    total = 0
+    for t in tensors:
+        if t is None:
+            continue
+        local = t.to_local() if isinstance(t, DTensor) else t
+        total += local.numel() * local.element_size()
+    return total
+

@@ -1,0 +1,139 @@
+"""Worker for tests/test_sharding.py: FSDP2-sharded training runs, single-process or under torchrun.
+
+    python -m torch.distributed.run --standalone --nproc_per_node 2 \\
+        tests/fsdp_worker.py OUT --batch-size 2 SCENARIO...                        # 2 ranks x 2 = 4
+    python tests/fsdp_worker.py OUT --batch-size 4 SCENARIO...                     # 1 process, global batch 4
+
+The test runs the single-process side in its own process (``run`` inside
+:func:`seeded_sampling`) to save a launch.
+
+Scenarios (run one after another in this process; each writes ``OUT/<name>/rank<r>.pt``
+with the gathered final weights and the reduced metrics):
+
+* ``two``: a full fine-tuning agent and a LoRA agent, ``sharding=fsdp``, a KL term (a sharded
+  reference copy for the full agent, the adapter switched off for the LoRA one), 2 passes per step, 3 steps,
+  checkpoint at step 2 (``OUT/two/run/checkpoint-2``), ``trainer.save`` to
+  ``OUT/two/final``.
+* ``one``: one full agent with a KL term (its frozen reference is sharded too),
+  two optimisation passes per step (old log-probs), clipping at 0.1 (active), 3 steps;
+  item 4's reward is NaN, so step 2 (item 4 alone, on rank 0) is a non-finite skip
+  while rank 1 has no item at all.
+* ``resume``: resume ``two`` from ``--from``/two/run/checkpoint-2 (default: OUT's) and run step 3.
+* ``hsdp1`` / ``hsdp2``: ``one`` with ``fsdp_shard_size`` 1 (mesh (2, 1)) / 2 (mesh (1, 2)).
+* ``bf16``: ``one`` under ``mixed_precision=bf16`` (FSDP's MixedPrecisionPolicy), 1 step.
+
+Sampling is made independent of the split of items over ranks as in
+tests/dist_worker.py (each prompt generated alone, the RNG seeded from (agent,
+prompt)). Items: 5, no shuffle, so rank 1 of 2 gets no item in step 2. The full
+agents of rank r > 0 start from other random weights on purpose (the broadcast
+must fix that); the LoRA base is the same on every rank (only trainable weights
+are broadcast).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import zlib
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+import comarl.rollout as rollout  # noqa: E402
+from comarl import AgentConfig, FunctionEnv, TrainConfig, Trainer  # noqa: E402
+from comarl.generation import Completions  # noqa: E402
+from comarl.lora import LoraSettings  # noqa: E402
+from comarl.training import distributed as dist  # noqa: E402
+from comarl.training.sharding import full_state_dict  # noqa: E402
+
+_real_generate = rollout.generate
+
+
+def per_prompt_generate(agent, prompt_ids, k, greedy=False, batch_size=0):
+    """Each prompt alone, with the RNG seeded from (agent, prompt): the same samples however items are sharded."""
+    ids, trunc, texts = [], [], []
+    for p in prompt_ids:
+        torch.manual_seed(zlib.crc32(repr((agent.name, p)).encode()))
+        c = _real_generate(agent, [p], k, greedy=greedy)
+        ids += c.ids
+        trunc += c.truncated
+        texts += c.texts
+    return Completions(prompt_ids, ids, trunc, texts, k)
+
+
+def reward(responses, item):
+    """Depends on the texts' lengths, so the K samples of a group get different rewards."""
+    a = len(responses[0])
+    b = len(responses[-1])
+    return (a % 7) / 7.0 + 0.5 * ((a + b + item["x"]) % 5) / 5.0
+
+
+def nan_on_item_4(responses, item):
+    return float("nan") if item["x"] == 4 else reward(responses, item)
+
+
+def agent(i: int, lora: bool, rank: int) -> AgentConfig:
+    seed = 10 * i + (0 if lora else 100 * rank)
+    return AgentConfig(model="tiny", max_new_tokens=8, lr=1e-2, temperature=1.0,
+                       lora=LoraSettings(r=4) if lora else None,
+                       model_kwargs={"seed": seed, "hidden_size": 32, "num_layers": 2})
+
+
+def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
+    r = int(os.environ.get("RANK", "0"))
+    kw = dict(num_generations=2, batch_size=batch_size, max_steps=3, shuffle=False, micro_batch_size=3,
+              progress_bar=False, report_to=[], seed=0, sharding="fsdp", batch_adapters=False,
+              output_dir=str(out / name / "run"))
+    if name in ("two", "resume"):
+        agents = [agent(0, False, r), agent(1, True, r)]
+        prompts = [lambda it: f"Say {it['x']} in few words.", lambda it: f"Say {it['x']} at length."]
+        kw.update(save_steps=2, kl_beta=0.05, num_iterations=2)
+        if name == "resume":
+            kw.update(resume=str(Path(resume_from or out) / "two" / "run" / "checkpoint-2"))
+    else:
+        agents = [agent(0, False, r)]
+        prompts = [lambda it: f"Say {it['x']} in few words."]
+        kw.update(kl_beta=0.1, num_iterations=2, max_grad_norm=0.1)
+        if name.startswith("hsdp"):
+            kw.update(fsdp_shard_size=int(name[-1]))
+        if name == "bf16":
+            kw.update(mixed_precision="bf16", max_steps=1)
+    score = reward if len(agents) == 2 else nan_on_item_4
+    trainer = Trainer(agents, FunctionEnv(prompts, score), [{"x": x} for x in range(5)], TrainConfig(**kw))
+    history = trainer.train()
+    if name == "two":
+        trainer.save(out / name / "final")
+    weights = [full_state_dict(a.model, keep=True) for a in trainer.agents]
+    (out / name).mkdir(parents=True, exist_ok=True)
+    torch.save({"weights": weights, "history": history, "world_size": dist.world_size(),
+                "sharded": trainer.sharding is not None}, out / name / f"rank{dist.rank()}.pt")
+
+
+@contextlib.contextmanager
+def seeded_sampling():
+    """Sampling through :func:`per_prompt_generate` inside the block."""
+    rollout.generate = per_prompt_generate
+    try:
+        yield
+    finally:
+        rollout.generate = _real_generate
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("scenarios", nargs="+")
+    ap.add_argument("--batch-size", type=int, required=True)
+    ap.add_argument("--from", dest="resume_from", default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    with seeded_sampling():
+        for name in args.scenarios:
+            run(name, Path(args.out), args.batch_size, args.resume_from)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""FSDP2 sharding (train.sharding=fsdp): 2 gloo ranks == 1 process, sharded checkpoints, HF folders, HSDP.
+
+The runs are in tests/fsdp_worker.py (see its docstring for the scenarios and
+how sampling is made independent of the split of items over ranks). One
+2-rank launch trains (and resumes 2 -> 2 ranks) while this process runs the
+single-process side; then this process resumes the 2-rank checkpoint
+(2 ranks -> 1 process). The tests read the outputs.
+"""
+import json
+import sys
+import pytest
+import torch
+
+from comarl.config_io import ConfigError
+from comarl.config import TrainConfig
+from comarl.training.sharding import block_modules, mesh_shape, mixed_precision_policy
+
+import fsdp_worker
+from test_distributed import _launch, _wait
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+# the first test also pays for the module fixture's runs (~1 min idle; several minutes on a loaded 2-core machine)
+LONG = 900
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fsdp")
+    with open(tmp / "multi.log", "w") as log:
+        multi = _launch(TORCHRUN + [fsdp_worker.__file__, str(tmp / "multi"), "--batch-size", "2",
+                                    "two", "resume", "one", "hsdp1", "hsdp2", "bf16"], log)
+        try:
+            with fsdp_worker.seeded_sampling():  # meanwhile, the single-process side here
+                for name in ("two", "one"):
+                    fsdp_worker.run(name, tmp / "single", 4, None)
+        finally:
+            _wait(multi, tmp / "multi.log", "torchrun with 2 sharded ranks", timeout=LONG - 60)
+    with fsdp_worker.seeded_sampling():  # 2 ranks -> 1 process
+        fsdp_worker.run("resume", tmp / "single", 4, str(tmp / "multi"))
+    return tmp
+
+
+def _load(runs, side, name, r=0):
+    return torch.load(runs / side / name / f"rank{r}.pt", weights_only=False)
+
+
+def _max_diff(a, b):
+    assert [sorted(x) for x in a] == [sorted(x) for x in b]
+    return max(float((a[i][k].float() - b[i][k].float()).abs().max()) for i in range(len(a)) for k in a[i])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(LONG)
+@pytest.mark.parametrize("name", ["two", "one"])
+def test_two_sharded_ranks_match_one_process(runs, name):
+    """two: a full and a LoRA agent; one: one full agent with a sharded reference, 2 passes, clipping active."""
+    r0, r1, one = _load(runs, "multi", name, 0), _load(runs, "multi", name, 1), _load(runs, "single", name)
+    assert r0["sharded"] and r0["world_size"] == 2 and not one["sharded"]
+    assert _max_diff(r0["weights"], r1["weights"]) == 0.0  # the gathered weights agree on every rank
+    assert _max_diff(r0["weights"], one["weights"]) < 5e-5  # float noise only (measured 6e-6 / 2e-5)
+    for m0, m1 in zip(r0["history"], one["history"], strict=True):
+        for k in [k for k in m1 if k.endswith(("/grad_norm", "/loss")) or k == "reward/mean"]:
+            assert m0[k] == pytest.approx(m1[k], rel=1e-4, abs=1e-6, nan_ok=True), k
+    if name == "one":
+        # step 2: NaN reward on rank 0's only item, no item on rank 1: both passes skipped together, no hang
+        assert [m["count/nonfinite_skips"] for m in r0["history"]] == [0, 2, 2]
+        assert [m["count/nonfinite_skips"] for m in one["history"]] == [0, 2, 2]
+        assert "agent0/grad_norm" not in r0["history"][1]
+        # grad norms above max_grad_norm=0.1: the clipping (over DTensor shards) was active
+        assert all(r0["history"][s]["agent0/grad_norm"] > 0.1 for s in (0, 2))
+        assert all("agent0/kl" in m for m in r0["history"])
+    else:
+        assert all(m["agent1/grad_norm"] > 0 for m in r0["history"])  # the LoRA adapter learnt every step
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(LONG)
+@pytest.mark.parametrize("name", ["hsdp1", "hsdp2"])
+def test_hsdp_meshes_match_one_process(runs, name):
+    """fsdp_shard_size 1 -> mesh (2, 1) (replicate only), 2 -> mesh (1, 2): the same weights as one process."""
+    r0, r1, one = _load(runs, "multi", name, 0), _load(runs, "multi", name, 1), _load(runs, "single", "one")
+    assert _max_diff(r0["weights"], r1["weights"]) == 0.0
+    assert _max_diff(r0["weights"], one["weights"]) < 5e-5
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(LONG)
+def test_bf16_mixed_precision_policy_runs_sharded(runs):
+    r0, r1 = _load(runs, "multi", "bf16", 0), _load(runs, "multi", "bf16", 1)
+    assert _max_diff(r0["weights"], r1["weights"]) == 0.0
+    assert all(w.dtype == torch.float32 for w in r0["weights"][0].values())  # float32 master weights
+    g = r0["history"][0]["agent0/grad_norm"]
+    assert g > 0 and torch.isfinite(torch.tensor(g))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(LONG)
+def test_sharded_checkpoint_resumes_exactly_on_two_ranks_and_on_one(runs):
+    ckpt = runs / "multi" / "two" / "run" / "checkpoint-2"
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    assert state["sharded"] and state["world_size"] == 2 and state["step"] == 2
+    assert (ckpt / "agent0" / "dcp" / ".metadata").exists() and (ckpt / "agent1" / "scheduler.pt").exists()
+    assert not list((runs / "multi" / "two" / "run").glob("*.tmp"))
+    full = _load(runs, "multi", "two")
+    resumed = _load(runs, "multi", "resume")
+    assert _max_diff(resumed["weights"], full["weights"]) == 0.0  # 2 -> 2 ranks: bit-exact
+    assert resumed["history"][0]["agent0/grad_norm"] == full["history"][2]["agent0/grad_norm"]
+    on_one = _load(runs, "single", "resume")  # 2 ranks -> 1 process: DCP reshards into whole models
+    assert not on_one["sharded"]
+    assert _max_diff(on_one["weights"], full["weights"]) < 5e-5
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(LONG)
+def test_saved_folders_are_plain_hugging_face_and_reload(runs):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    weights = _load(runs, "multi", "two")["weights"]
+    final = runs / "multi" / "two" / "final"
+    m = AutoModelForCausalLM.from_pretrained(final / "agent0")
+    got = m.state_dict()
+    assert max(float((got[k] - v).abs().max()) for k, v in weights[0].items()) == 0.0
+    lora = PeftModel.from_pretrained(m, final / "agent1")  # agent1's base has agent0's shapes
+    adapter = {k.replace(".default.", ".agent1."): p for k, p in lora.named_parameters() if "lora_" in k}
+    assert sorted(adapter) == sorted(weights[1])
+    assert max(float((adapter[k] - v).abs().max()) for k, v in weights[1].items()) == 0.0
+
+
+# ------------------------------------------------------------------ single process
+
+def test_mesh_shape_1d_and_hsdp():
+    assert mesh_shape(4, 0) == (4,)
+    assert mesh_shape(8, 4) == (2, 4)  # 2 replicas x 4 shards
+    assert mesh_shape(2, 1) == (2, 1) and mesh_shape(2, 2) == (1, 2)
+    with pytest.raises(ConfigError, match="train.fsdp_shard_size: must divide the number of ranks \\(6\\)"):
+        mesh_shape(6, 4)
+
+
+def test_mixed_precision_maps_to_fsdp_policy():
+    assert mixed_precision_policy("no") is None
+    p = mixed_precision_policy("bf16")
+    assert p.param_dtype == torch.bfloat16 and p.reduce_dtype == torch.float32
+    with pytest.raises(ConfigError, match="fp16"):
+        mixed_precision_policy("fp16")
+
+
+def test_blocks_are_the_decoder_layers_and_a_model_without_them_is_refused():
+    from comarl.tiny_model import tiny_model
+
+    model, _ = tiny_model(hidden_size=32, num_layers=3)
+    assert [type(b).__name__ for b in block_modules(model, "agent0")] == ["Qwen2DecoderLayer"] * 3
+    with pytest.raises(ConfigError, match="agent1's model \\(Linear\\) names no transformer block"):
+        block_modules(torch.nn.Linear(2, 2), "agent1")
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"sharding": "zero3"}, "train.sharding: must be none or fsdp"),
+    ({"sharding": "fsdp", "mixed_precision": "fp16"}, "train.mixed_precision: fp16 is not supported"),
+    ({"sharding": "fsdp", "reference_device": "cpu"}, "train.reference_device"),
+    ({"fsdp_shard_size": -1}, "train.fsdp_shard_size: must be >= 0"),
+])
+def test_sharding_config_errors_name_the_key(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig(**changes).validate(2)
+
+
+def test_sharding_refuses_algorithms_it_does_not_cover():
+    from comarl import AgentConfig, FunctionEnv, Trainer
+
+    env = FunctionEnv([lambda it: "a"], lambda responses, item: 0.0)
+    cfg = TrainConfig(algorithm="iac", sharding="fsdp", num_generations=2, batch_size=1, max_steps=1,
+                      progress_bar=False, report_to=[])
+    with pytest.raises(ConfigError, match="train.sharding: fsdp .* iac is not supported"):
+        Trainer([AgentConfig(model="tiny", model_kwargs={"hidden_size": 32, "num_layers": 1})], env, [{}], cfg)
