@@ -16,6 +16,7 @@ _DESCRIPTION = """comarl trains teams of LLM agents with multi-agent RL (MAGRPO 
   comarl train CONFIG.yaml [key=value ...]   train from a YAML experiment (overrides: train.lr_scheduler=cosine,
                                              agents.0.temperature=0.7, agents.*.lr=1e-5)
   comarl eval CONFIG.yaml [key=value ...]    evaluate agents (or a checkpoint) on the config's eval data
+              [--compare CONFIG_B]           ... and a second config beside it, in one table
   comarl demo [--model tiny|smollm2]         offline demo: two agents learn a cooperative writing task
 
 Mistakes in configs, data and paths print one message and exit with status 2; --debug (or COMARL_DEBUG=1)
@@ -49,65 +50,77 @@ def _train(args) -> int:
     return 0
 
 
-def _eval(args) -> int:
+def _evaluate(config: str, overrides: list[str], checkpoint: str | None, num_generations: int) -> dict:
+    """Evaluate one config -> {config, items, metrics, summary, records, table (the env's own rendering)}."""
     from .config import load_config
-    from .evaluation import evaluate_agents, records_to_json
+    from .evaluation import evaluate_agents
     from .experiment import build_env, load_items
 
-    cfg = load_config(args.config, args.overrides)
-    agents = _agents_for_eval(cfg, Path(args.checkpoint) if args.checkpoint else None)
+    cfg = load_config(config, overrides)
+    agents = _agents_for_eval(cfg, Path(checkpoint) if checkpoint else None)
     env = build_env(cfg)
     items = load_items(cfg, "eval") or load_items(cfg, "train")
     if not items:
-        raise ConfigError("data.eval: no evaluation items")
-    n = args.num_generations or cfg.train.eval_num_generations
+        raise ConfigError(f"data.eval ({config}): no evaluation items")
     try:
-        result = evaluate_agents(agents, env, items, n, cfg.train)
+        result = evaluate_agents(agents, env, items, num_generations or cfg.train.eval_num_generations, cfg.train)
     finally:
         _close(env)
-    print("metrics:")
-    for k in sorted(result["metrics"]):
-        print(f"  {k:40s} {result['metrics'][k]:.4f}")
     summary = result["summary"]
+    table = ""
     if summary:
-        if hasattr(env, "render_table"):
-            print(env.render_table(summary))
-        else:
-            print(json.dumps(summary, indent=2, default=str)[:4000])
+        table = env.render_table(summary) if hasattr(env, "render_table") else \
+            json.dumps(summary, indent=2, default=str)[:4000]
+    return {"config": config, "cfg": cfg, "items": items, "metrics": result["metrics"], "summary": summary,
+            "records": result["records"], "table": table}
+
+
+def _eval(args) -> int:
+    from .evaluation import comparison_table, records_to_json
+
+    runs = [_evaluate(args.config, args.overrides, args.checkpoint, args.num_generations)]
+    if args.compare:
+        runs.append(_evaluate(args.compare, args.overrides, args.compare_checkpoint, args.num_generations))
+    for label, run in zip("AB", runs):
+        if args.compare:
+            print(f"== {label}: {run['config']}")
+        print("metrics:")
+        for k in sorted(run["metrics"]):
+            print(f"  {k:40s} {run['metrics'][k]:.4f}")
+        if run["table"]:
+            print(run["table"])
+    if args.compare:
+        a, b = runs
+        if json.dumps(a["items"], sort_keys=True, default=str) != json.dumps(b["items"], sort_keys=True, default=str):
+            print(f"note: the two configs evaluate different items ({len(a['items'])} and {len(b['items'])}); "
+                  f"the comparison is only fair on the same items", file=sys.stderr)
+        print(f"== comparison (A: {a['config']}, B: {b['config']})")
+        print(comparison_table([(f"A: {Path(a['config']).stem}", a["metrics"], a["summary"]),
+                                (f"B: {Path(b['config']).stem}", b["metrics"], b["summary"])]))
+    cfg = runs[0]["cfg"]
     out = Path(args.out) if args.out else (Path(cfg.train.output_dir) / "eval.json" if cfg.train.output_dir else None)
     if out:
+        dumps = [{"config": r["config"], "metrics": r["metrics"], "summary": r["summary"],
+                  "records": records_to_json(r["records"])} for r in runs]
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"metrics": result["metrics"], "summary": summary,
-                                   "records": records_to_json(result["records"])}, indent=2, default=str))
+        out.write_text(json.dumps({k: v for k, v in dumps[0].items() if k != "config"} if len(dumps) == 1 else
+                                  {"a": dumps[0], "b": dumps[1]}, indent=2, default=str))
         print(f"wrote {out}")
     return 0
 
 
 def _agents_for_eval(cfg, checkpoint: Path | None):
-    """The config's agents, with weights from ``checkpoint/agent<i>`` when given.
-
-    A full model folder is loaded directly; a LoRA adapter folder is put back on
-    the config's base model (adapters only hold the difference).
-    """
-    import dataclasses
-
+    """The config's agents, with weights from ``checkpoint/agent<i>`` when given
+    (``training.checkpoint.agents_from_folder``: full models or LoRA adapters on the config's base)."""
     from .agents import build_agents
-    from .training.checkpoint import load_agent_weights
+    from .training.checkpoint import agents_from_folder
 
     if checkpoint is None:
         return build_agents(cfg.agents)
-    folders = [checkpoint / f"agent{i}" for i in range(len(cfg.agents))]
-    for f in folders:
-        if not f.exists():
-            raise ConfigError(f"--checkpoint: {f} does not exist")
-    configs = [a if (f / "adapter_config.json").exists() else
-               dataclasses.replace(a, model=str(f), tokenizer=None, model_kwargs={}, gguf_file=None)
-               for a, f in zip(cfg.agents, folders)]
-    agents = build_agents(configs)
-    for agent, f in zip(agents, folders):
-        if (f / "adapter_config.json").exists():
-            load_agent_weights(agent, f)
-    return agents
+    try:
+        return agents_from_folder(cfg.agents, checkpoint, "--checkpoint")
+    except FileNotFoundError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _close(env) -> None:
@@ -144,6 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--checkpoint", help="checkpoint or final/ folder holding agent<i>/ subfolders")
     e.add_argument("--num-generations", type=int, default=0, help="samples per item (default train.eval_num_generations)")
     e.add_argument("--out", help="JSON file for metrics, summary and records (default OUTPUT_DIR/eval.json)")
+    e.add_argument("--compare", metavar="CONFIG_B",
+                   help="evaluate a second config too (e.g. the centralised single-model baseline against a team) "
+                        "and print one table of both; the key=value overrides apply to both")
+    e.add_argument("--compare-checkpoint", help="checkpoint folder for the --compare config's agents")
     e.set_defaults(func=_eval)
     d = sub.add_parser("demo", help="offline demo: two agents learn a cooperative writing task",
                        description="Two agents (short and longer summary) learn with MAGRPO on CPU, offline. "

@@ -283,7 +283,7 @@ class ExperimentConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def validate(self) -> None:
-        from .algorithms import get_algorithm
+        from .algorithms.base import loop_algorithms
 
         if not self.agents:
             raise ConfigError("agents: at least one agent is required (N >= 1)")
@@ -292,8 +292,8 @@ class ExperimentConfig:
         self.env.validate()
         if self.env.centralized_roles and len(self.agents) != 1:
             raise ConfigError(f"env.centralized_roles: a centralised actor is one agent; {len(self.agents)} are given")
-        alg = get_algorithm(self.train.algorithm)
-        self.train.validate(len(self.agents), alg.min_generations)
+        alg, outer = loop_algorithms(self.train.algorithm, self.train.preference.rl_algorithm)
+        self.train.validate(len(self.agents), max(alg.min_generations, outer.min_generations if outer else 1))
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> ExperimentConfig:

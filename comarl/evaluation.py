@@ -53,4 +53,33 @@ def records_to_json(records) -> list[dict]:
     return out
 
 
-__all__ = ["evaluate_agents", "records_to_json"]
+def flatten_numbers(summary: dict, prefix: str = "") -> dict[str, float]:
+    """Numeric leaves of a nested summary dict, keyed by their dotted path (``rouge.rouge1``); lists and
+    per-task breakdowns (``per_task``) are left out."""
+    out: dict[str, float] = {}
+    for k, v in summary.items():
+        key = f"{prefix}{k}"
+        if k == "per_task":
+            continue
+        if isinstance(v, dict):
+            out.update(flatten_numbers(v, key + "."))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[key] = float(v)
+    return out
+
+
+def comparison_table(columns: Sequence[tuple[str, dict, dict]]) -> str:
+    """One plain-text table of several evaluations side by side.
+
+    ``columns``: (label, metrics, env summary) each. Rows: every metric, then every numeric leaf of the
+    summaries (``summary.<path>``), in sorted order; "-" where a column lacks the row."""
+    cols = [{**m, **{f"summary.{k}": v for k, v in flatten_numbers(s or {}).items()}} for _, m, s in columns]
+    keys = sorted({k for c in cols for k in c}, key=lambda k: (k.startswith("summary."), k))
+    header = ["metric"] + [label for label, _, _ in columns]
+    rows = [[k] + [f"{c[k]:.4f}" if k in c else "-" for c in cols] for k in keys]
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+__all__ = ["comparison_table", "evaluate_agents", "flatten_numbers", "records_to_json"]

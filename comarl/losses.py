@@ -219,6 +219,13 @@ def reference_free_dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.
     return joint_dpo_loss(policy_chosen, policy_rejected, zero, zero, beta)
 
 
-def bradley_terry_loss(score_chosen: torch.Tensor, score_rejected: torch.Tensor) -> torch.Tensor:
-    """Reward-model loss on preference pairs: ``mean_p -log sigmoid(s_w - s_l)``. Shapes: [P], [P] -> scalar."""
-    return -torch.nn.functional.logsigmoid(score_chosen - score_rejected).mean()
+def bradley_terry_loss(score_chosen: torch.Tensor, score_rejected: torch.Tensor,
+                       weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Reward-model loss on preference pairs: ``mean_p -log sigmoid(s_w - s_l)``. Shapes: [P], [P] -> scalar.
+
+    ``weights`` [P] (replayed rounds' decay): ``sum_p w_p * loss_p / sum_p w_p`` instead of the mean."""
+    losses = -torch.nn.functional.logsigmoid(score_chosen - score_rejected)
+    if weights is None:
+        return losses.mean()
+    weights = weights.to(losses.device, losses.dtype)
+    return (losses * weights).sum() / weights.sum()

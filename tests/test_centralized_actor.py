@@ -73,3 +73,54 @@ def test_config_centralized_needs_one_agent_and_a_role_tag():
         load_config(path, ["agents=[{model: tiny}, {model: tiny}]"])
     with pytest.raises(ConfigError, match="centralized_tag"):
         load_config(path, ["env.centralized_tag=agent"])
+
+
+def test_summary_passes_through_on_parsed_roles_and_counts_failures():
+    from comarl.envs.base import EvalRecord
+
+    class Summarising:  # records what summarize saw
+        num_agents = 2
+
+        def reset(self, item):
+            return ENV.reset(item)
+
+        def step_batch(self, states, responses):
+            return ENV.step_batch(states, responses)
+
+        def summarize(self, records):
+            return {"responses": [list(r.responses) for r in records], "reward": {"mean": 0.5}}
+
+        def render_table(self, summary):
+            return "inner table"
+
+    env = CentralizedEnv(Summarising())
+    s = env.reset({"q": 1})
+    completions = [("<agent_0>yes</agent_0><agent_1>no</agent_1>",), ("garbage",)]
+    rec = EvalRecord(item={"q": 1}, responses=completions, transitions=env.step_batch([s, s], completions))
+    summary = env.summarize([rec])
+    assert summary["responses"] == [[("yes", "no"), ("", "")]]  # the inner env sees role responses
+    assert summary["central"] == {"parse_failure": 0.5, "samples": 2}
+    assert env.render_table(summary) == "inner table\ncentralised actor: parse failures 0.5000"
+
+
+def test_eval_compares_a_team_with_the_centralised_baseline_in_one_table(tmp_path, monkeypatch, capsys):
+    import json
+    from pathlib import Path
+
+    from comarl.cli import main
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    out = tmp_path / "cmp.json"
+    rc = main(["eval", "configs/writing/tldr_smoke.yaml", "--compare", "configs/preference/tldr_centralized_smoke.yaml",
+               "--num-generations", "2", "--out", str(out), "data.eval.limit=2", "agents.*.max_new_tokens=8"])
+    assert rc == 0
+    res = json.loads(out.read_text())
+    for side in ("a", "b"):  # the same environment summary (levels, ROUGE) for the team and the single model
+        assert {"reward", "levels"} <= set(res[side]["summary"]) and len(res[side]["records"]) == 2
+    assert "central" in res["b"]["summary"] and "central" not in res["a"]["summary"]
+    text = capsys.readouterr().out
+    table = text[text.index("== comparison"):]
+    assert "A: tldr_smoke" in table and "B: tldr_centralized_smoke" in table
+    row = next(line for line in table.splitlines() if line.startswith("summary.reward.mean "))
+    assert len(row.split()) == 3  # a value for each side
+    assert next(line for line in table.splitlines() if line.startswith("summary.central.parse_failure")).split()[1] == "-"

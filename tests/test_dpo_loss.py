@@ -42,3 +42,9 @@ def test_bradley_terry():
     # s_w - s_l = [1, -1]: (log(1 + e^-1) + log(1 + e^1)) / 2 = (0.313262 + 1.313262) / 2 = 0.813262
     loss = bradley_terry_loss(torch.tensor([2.0, 0.0]), torch.tensor([1.0, 1.0]))
     assert loss.item() == pytest.approx(0.813262, abs=1e-6)
+
+
+def test_bradley_terry_weighted_by_replay_decay():
+    # per-pair losses: -log sigmoid(1) = 0.313262, -log sigmoid(0) = log 2 = 0.693147; weights 1 and 3
+    loss = bradley_terry_loss(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 0.0]), torch.tensor([1.0, 3.0]))
+    assert float(loss) == pytest.approx((0.313262 + 3 * 0.693147) / 4, abs=1e-5)

@@ -82,3 +82,25 @@ def test_offline_madpo_trains_on_the_pairs_an_online_run_wrote(tmp_path):
     cfg.output_dir = str(tmp_path / "offline-bad")
     with pytest.raises(ConfigError, match="pair 0: 'prompts' needs 2 entries"):
         comarl.Trainer(agents, ENV, ITEMS, cfg).train()
+
+
+def test_max_steps_stops_inside_a_round_eval_steps_evaluate_and_resume_continues_the_round(tmp_path):
+    def run(out, **kw):
+        cfg = comarl.TrainConfig(algorithm="madpo_iter", num_generations=2, joint_mode="cross", batch_size=4,
+                                 progress_bar=False, report_to=["jsonl"], seed=0, output_dir=str(out), shuffle=False,
+                                 eval_steps=2, **kw)
+        cfg.preference = PreferenceSettings(beta=0.5, pairs_per_item=2, rounds=2, steps_per_round=2)
+        agents = [comarl.AgentConfig(model="tiny", max_new_tokens=3, lr=1e-2, chat_template=False) for _ in range(2)]
+        return comarl.Trainer(agents, ENV, ITEMS, cfg, eval_dataset=[{"n": 9}, {"n": 10}])
+
+    straight = run(tmp_path / "straight")
+    hist = straight.train()
+    assert [h["round"] for h in hist] == [0, 0, 1, 1]
+    assert ["eval/reward/mean" in h for h in hist] == [False, True, False, True]  # train.eval_steps=2
+    stopped = run(tmp_path / "stopped", max_steps=3)  # train.max_steps: 3 DPO steps, inside round 1
+    assert len(stopped.train()) == 3
+    assert (tmp_path / "stopped" / "checkpoint-3" / "reference0.pt").exists()  # round 1's reference kept
+    resumed = run(tmp_path / "stopped", resume="latest")
+    assert [h["round"] for h in resumed.train()] == [1]
+    for a, b in zip(weights(straight), weights(resumed)):
+        assert torch.allclose(a, b, atol=1e-6)

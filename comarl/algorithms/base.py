@@ -9,7 +9,8 @@ names the critic the loop builds for actor-critic methods: ``independent``
 ``update`` names the loop's update: ``policy_gradient`` (advantages and the
 clipped loss), ``dpo`` (preference pairs of joint actions, MADPO) or
 ``dpo_rounds`` (iterative MADPO: rounds of pairs written to disk, then DPO)
-or ``dpo_offline`` (DPO on a pairs file).
+or ``dpo_offline`` (DPO on a pairs file); ``rm_rounds`` marks an outer record
+(``marlhf_iter``) whose steps run another, on-policy algorithm (:func:`loop_algorithms`).
 """
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ _BUILTIN_MODULES = {
     "madpo": "comarl.algorithms.madpo",
     "madpo_iter": "comarl.algorithms.madpo",
     "madpo_offline": "comarl.algorithms.madpo",
+    "marlhf_iter": "comarl.algorithms.marlhf",
 }
 
 
@@ -78,3 +80,19 @@ def get_algorithm(name: str) -> Algorithm:
         raise ConfigError(f"train.algorithm: unknown algorithm {name!r}; known: "
                           f"{', '.join(sorted(set(_REGISTRY) | set(_BUILTIN_MODULES)))}")
     return _REGISTRY[name]
+
+
+def loop_algorithms(name: str, rl_algorithm: str = "magrpo") -> tuple[Algorithm, Algorithm | None]:
+    """(the algorithm every training step runs, the outer rounds record or None).
+
+    ``marlhf_iter`` (update ``rm_rounds``) runs rounds around the on-policy algorithm
+    ``rl_algorithm`` (``train.preference.rl_algorithm``); every other name is its own step.
+    """
+    alg = get_algorithm(name)
+    if alg.update != "rm_rounds":
+        return alg, None
+    inner = get_algorithm(rl_algorithm)
+    if inner.update != "policy_gradient":
+        raise ConfigError(f"train.preference.rl_algorithm: {name} runs an on-policy algorithm on the reward "
+                          f"model's score (magrpo, marloo, maremax, iac, maac...), got {rl_algorithm!r}")
+    return inner, alg

@@ -7,10 +7,15 @@ environment, unchanged. A completion the parser rejects (it raises
 :class:`ParseError`) gets ``failure_reward`` and ends its branch; the rollout
 logs ``central/parse_failure`` (the fraction of completions that failed).
 Any algorithm of the library then trains the single model (MAGRPO is GRPO
-with one agent; MADPO's pairs are pairs of whole completions).
+with one agent; MADPO's pairs are pairs of whole completions). ``summarize``
+and ``render_table`` pass the wrapped environment's evaluation summary
+through (on the parsed role responses), so ``comarl eval`` prints the same
+table for the single-model baseline as for a decentralised team.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -98,3 +103,35 @@ class CentralizedEnv:
             nxt = None if tr.done else self._wrap(tr.next_state, states[j], responses[j][0])
             out[j] = Transition(tr.reward, tr.done, nxt, {**tr.metrics, "central/parse_failure": 0.0})
         return out
+
+    # -- evaluation: the wrapped environment's summary, on the parsed role responses
+    def summarize(self, records) -> dict[str, Any]:
+        """The wrapped environment's ``summarize`` over each record's parsed role responses (an unparsable
+        completion counts as N empty responses, scored with ``failure_reward``), plus
+        ``central: {parse_failure, samples}``."""
+        mapped, fails, total = [], 0, 0
+        for rec in records:
+            responses = []
+            for resp in rec.responses:
+                total += 1
+                try:
+                    roles = tuple(self.parser(resp[0], self.roles))
+                    if len(roles) != self.roles:
+                        raise ParseError(f"parser gave {len(roles)} responses for {self.roles} roles")
+                except ParseError:
+                    roles, fails = ("",) * self.roles, fails + 1
+                responses.append(roles)
+            mapped.append(dataclasses.replace(rec, responses=responses))
+        out = dict(self.env.summarize(mapped)) if hasattr(self.env, "summarize") and mapped else {}
+        out["central"] = {"parse_failure": fails / total if total else None, "samples": total}
+        return out
+
+    def render_table(self, summary: dict[str, Any]) -> str:
+        inner = {k: v for k, v in summary.items() if k != "central"}
+        text = (self.env.render_table(inner) if hasattr(self.env, "render_table")
+                else json.dumps(inner, indent=2, default=str)[:4000])
+        fail = summary.get("central", {}).get("parse_failure")
+        return text + (f"\ncentralised actor: parse failures {fail:.4f}" if fail is not None else "")
+
+    def close(self) -> None:
+        getattr(self.env, "close", lambda: None)()

@@ -39,14 +39,19 @@ class RewardModelSettings:
     device: str = "cpu"
     """Device of the reward model."""
 
-    def validate(self) -> None:
-        if not self.pairs:
-            raise ConfigError("env.reward_model.pairs: name the pairs JSONL file the reward model learns from")
+    def validate(self, where: str = "env.reward_model", needs_pairs: bool = True) -> None:
+        """``where``: the config key these settings sit at; ``needs_pairs``: a pairs file is required (MARLHF)
+        or refused (marlhf_iter builds its pairs every round)."""
+        if needs_pairs and not self.pairs:
+            raise ConfigError(f"{where}.pairs: name the pairs JSONL file the reward model learns from")
+        if not needs_pairs and self.pairs:
+            raise ConfigError(f"{where}.pairs: marlhf_iter builds its pairs every round; leave it null "
+                              f"(a fixed pairs file is env.reward_model's MARLHF)")
         if not 0 <= self.held_out < 1:
-            raise ConfigError(f"env.reward_model.held_out: must be in [0, 1), got {self.held_out}")
+            raise ConfigError(f"{where}.held_out: must be in [0, 1), got {self.held_out}")
         for key in ("epochs", "batch_size"):
             if getattr(self, key) < 1:
-                raise ConfigError(f"env.reward_model.{key}: must be >= 1, got {getattr(self, key)}")
+                raise ConfigError(f"{where}.{key}: must be >= 1, got {getattr(self, key)}")
 
 
 def load_classifier(spec: str, device: str):

@@ -84,6 +84,30 @@ def tree_pairs(rewards: torch.Tensor, child: torch.Tensor, joints: torch.Tensor,
     return out
 
 
+def comparator_pairs(policy: list[float], comparator: list[float], mode: str = "reward_gap",
+                     max_pairs: int | None = 1, rng: random.Random | None = None) -> list[tuple[int, bool, float]]:
+    """Candidate j of the policy against candidate j of the comparator, at one node.
+
+    Args:
+        policy, comparator: [J] returns of the two sides' candidates (J = min of the two lengths is used).
+        mode: ``reward_gap``: largest |gap| first (ties in the gap by index); ``all``: every untied j in index
+            order, no cap; ``random``: untied j in a random order (``rng``).
+        max_pairs: keep at most this many (None = no cap); must be None with ``all``.
+    Returns:
+        (j, policy_wins, |gap|) per kept pair; ties (gap 0) are dropped.
+    """
+    if mode not in SELECTIONS:
+        raise ValueError(f"pair selection must be one of {list(SELECTIONS)}, got {mode!r}")
+    if mode == "all" and max_pairs is not None:
+        raise ValueError("pair selection 'all' keeps every pair; max_pairs must be None")
+    out = [(j, p > c, abs(p - c)) for j, (p, c) in enumerate(zip(policy, comparator)) if p != c]
+    if mode == "reward_gap":
+        out.sort(key=lambda x: -x[2])  # stable: index order within a gap
+    elif mode == "random":
+        (rng or random.Random(0)).shuffle(out)
+    return out if max_pairs is None else out[:max_pairs]
+
+
 def replay_weights(current: int, mode: str, k: int = 1, decay: float = 0.5) -> dict[int, float]:
     """Weight of each round's pairs in round ``current``'s pool (rounds 0-based, absent = not replayed).
 

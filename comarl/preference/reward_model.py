@@ -68,12 +68,13 @@ class JointRewardModel:
         out = self.model(input_ids=inp.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev))
         return out.logits[:, -1].float()
 
-    def pair_loss(self, pairs: Sequence[Mapping]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(Bradley-Terry loss, [P] margins s_w - s_l) of a batch of pairs."""
+    def pair_loss(self, pairs: Sequence[Mapping], weights: torch.Tensor | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Bradley-Terry loss, weighted by ``weights`` [P] when given; [P] margins s_w - s_l) of a batch of pairs."""
         prompts = [p["prompts"] for p in pairs]
         s = self.scores(prompts + prompts, [p["chosen"] for p in pairs] + [p["rejected"] for p in pairs])
         sw, sl = s[:len(pairs)], s[len(pairs):]
-        return bradley_terry_loss(sw, sl), (sw - sl).detach()
+        return bradley_terry_loss(sw, sl, weights), (sw - sl).detach()
 
     @torch.no_grad()
     def accuracy(self, pairs: Sequence[Mapping], batch_size: int = 16) -> float:
@@ -88,17 +89,20 @@ class JointRewardModel:
         return right / max(len(pairs), 1)
 
     def fit(self, pairs: Sequence[Mapping], epochs: int = 1, batch_size: int = 8, lr: float = 1e-4,
-            seed: int = 0) -> list[float]:
-        """Train on ``pairs`` (AdamW, shuffled each epoch) -> the loss of every batch."""
+            seed: int = 0, weights: Sequence[float] | None = None) -> list[float]:
+        """Train on ``pairs`` (AdamW, shuffled each epoch; ``weights`` [P]: each pair's weight in the
+        Bradley-Terry loss, e.g. replay decay) -> the loss of every batch."""
         if not pairs:
             raise ValueError("reward model: no preference pairs to train on")
         opt = torch.optim.AdamW(self.parameters(), lr=lr)
         rng, order, losses = random.Random(seed), list(range(len(pairs))), []
+        w = torch.tensor(list(weights), dtype=torch.float32) if weights is not None else None
         self.model.train()
         for _ in range(epochs):
             rng.shuffle(order)
             for a in range(0, len(order), batch_size):
-                loss, _ = self.pair_loss([pairs[i] for i in order[a:a + batch_size]])
+                idx = order[a:a + batch_size]
+                loss, _ = self.pair_loss([pairs[i] for i in idx], w[idx] if w is not None else None)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
@@ -120,6 +124,9 @@ class RewardModelEnv:
 
     def reset(self, item) -> EnvState:
         return self.env.reset(item)
+
+    def close(self) -> None:
+        getattr(self.env, "close", lambda: None)()
 
     def step_batch(self, states: Sequence[EnvState], responses: Sequence[Sequence[str]]) -> list[Transition]:
         trs = self.env.step_batch(states, responses)

@@ -4,9 +4,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config_io import ConfigError
+from .marlhf import RewardModelSettings
 from .pairs import SELECTIONS
 
 REPLAY = ("none", "last_k", "all", "decay")
+COMPARATORS = ("none", "current", "checkpoint", "model")
+REFITS = ("fresh", "continue")
 
 
 @dataclass
@@ -24,19 +27,34 @@ class PreferenceSettings:
     pairs_in: str | None = None
     """madpo_offline: the pairs JSONL file to train on ({"prompts": [N], "chosen": [N], "rejected": [N]} per line)."""
     rounds: int = 2
-    """madpo_iter: rounds of (sample the current policy, build pairs, DPO on them)."""
+    """madpo_iter, marlhf_iter: rounds of (sample the current policy, build pairs, train on them)."""
     round_batches: int = 1
-    """madpo_iter: rollout batches (train.batch_size items each) sampled per round."""
+    """madpo_iter, marlhf_iter: rollout batches (train.batch_size items each) sampled per round for its pairs."""
     steps_per_round: int = 1
-    """madpo_iter: DPO optimizer steps per round, each over the round's whole pair pool."""
+    """Training steps per round: madpo_iter DPO steps on the whole pool; marlhf_iter RL steps on the RM's score."""
     replay: str = "none"
-    """madpo_iter: earlier rounds' pairs in the pool: none | last_k | all | decay (weight replay_decay^age)."""
+    """madpo_iter, marlhf_iter: earlier rounds' pairs in the pool: none | last_k | all | decay (replay_decay^age)."""
     replay_rounds: int = 1
-    """madpo_iter: k of replay=last_k."""
+    """k of replay=last_k."""
     replay_decay: float = 0.5
-    """madpo_iter: weight factor per round of age under replay=decay."""
+    """Weight factor per round of age under replay=decay."""
     reference: str = "current"
-    """madpo_iter: DPO reference (the comparator): current (frozen copy of the policy at each round start) | initial."""
+    """madpo_iter: DPO reference: current (frozen copy of the policy at each round start) | initial."""
+    comparator: str = "none"
+    """Iterative rounds: who writes the other side of each pair: none (another of the policy's own candidates) |
+    current (a second sample of the policy as it is at the round's start) | checkpoint | model."""
+    comparator_rounds_back: int = 1
+    """comparator=checkpoint: the policy as it was this many rounds earlier (the starting policy before that)."""
+    comparator_path: str | None = None
+    """comparator=checkpoint: a fixed checkpoint or final/ folder (agent<i>/ inside) instead of an earlier round."""
+    comparator_model: str | None = None
+    """comparator=model: hub id, local model folder or "tiny" for every agent (each keeps its generation settings)."""
+    rl_algorithm: str = "magrpo"
+    """marlhf_iter: the on-policy algorithm run on the reward model's score (magrpo, marloo, maremax, iac, maac...)."""
+    reward_model: RewardModelSettings | None = None
+    """marlhf_iter: the joint reward model fitted each round on the pool (its pairs key stays null)."""
+    reward_model_refit: str = "fresh"
+    """marlhf_iter: fresh (a new reward model each round) | continue (go on training last round's)."""
 
     def validate(self) -> None:
         if self.pair_selection not in SELECTIONS:
@@ -58,3 +76,22 @@ class PreferenceSettings:
             raise ConfigError(f"train.preference.replay_decay: must be in (0, 1], got {self.replay_decay}")
         if not self.beta > 0:
             raise ConfigError(f"train.preference.beta: must be > 0, got {self.beta}")
+        if self.comparator not in COMPARATORS:
+            raise ConfigError(f"train.preference.comparator: must be one of {list(COMPARATORS)}, "
+                              f"got {self.comparator!r}")
+        if self.comparator_rounds_back < 1:
+            raise ConfigError(f"train.preference.comparator_rounds_back: must be >= 1, got {self.comparator_rounds_back}")
+        if self.comparator == "model" and not self.comparator_model:
+            raise ConfigError("train.preference.comparator_model: comparator=model needs a model "
+                              "(hub id, local folder or tiny)")
+        if self.comparator_model and self.comparator != "model":
+            raise ConfigError(f"train.preference.comparator_model: only read with comparator=model "
+                              f"(comparator is {self.comparator!r})")
+        if self.comparator_path and self.comparator != "checkpoint":
+            raise ConfigError(f"train.preference.comparator_path: only read with comparator=checkpoint "
+                              f"(comparator is {self.comparator!r})")
+        if self.reward_model_refit not in REFITS:
+            raise ConfigError(f"train.preference.reward_model_refit: must be one of {list(REFITS)}, "
+                              f"got {self.reward_model_refit!r}")
+        if self.reward_model is not None:
+            self.reward_model.validate("train.preference.reward_model", needs_pairs=False)

@@ -250,3 +250,27 @@ def load_agent_weights(agent, folder: Path) -> None:
 
 def _tied(model, name: str) -> bool:
     return name.endswith("lm_head.weight") and getattr(model.config, "tie_word_embeddings", False)
+
+
+def agents_from_folder(configs, folder: Path, key: str = "--checkpoint"):
+    """Agents of ``configs`` with the weights of ``folder/agent<i>`` (a checkpoint or ``final/`` folder).
+
+    A full model folder is loaded directly (its own tokenizer); a LoRA adapter folder is put back on the
+    config's base model (adapters only hold the difference). ``key`` names the setting in errors.
+    """
+    import dataclasses
+
+    from ..agents import build_agents
+
+    folders = [Path(folder) / f"agent{i}" for i in range(len(configs))]
+    for f in folders:
+        if not f.exists():
+            raise FileNotFoundError(f"{key}: {f} does not exist")
+    adapters = [(f / "adapter_config.json").exists() for f in folders]
+    agents = build_agents([c if lora else dataclasses.replace(c, model=str(f), tokenizer=None, model_kwargs={},
+                                                              gguf_file=None)
+                           for c, f, lora in zip(configs, folders, adapters)])
+    for agent, f, lora in zip(agents, folders, adapters):
+        if lora:
+            load_agent_weights(agent, f)
+    return agents

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ..agents import Agent, AgentConfig, build_agents
-from ..algorithms import get_algorithm
+from ..algorithms.base import loop_algorithms
 from ..config import TrainConfig
 from ..config_io import ConfigError, to_dict
 from ..critics import build_critic
@@ -39,7 +39,7 @@ from .dropout import dropout_disabled
 from . import run_dir
 from .interrupt import DeferredInterrupt, TrainingInterrupted
 from .dpo import dpo_update
-from .rounds import run_offline, run_rounds
+from .rounds import Rounds, run_offline
 from .logging import MetricsLogger, Progress
 from .micro_batches import micro_batch_spans
 from .optim import build_optimizer, build_scheduler, rebuild_scheduler
@@ -118,8 +118,10 @@ class Trainer:
     def __init__(self, agents: Sequence[Agent | AgentConfig | str], env: Environment, train_dataset: Any,
                  config: TrainConfig | None = None, eval_dataset: Any = None):
         self.config = cfg = config or TrainConfig()
-        self.algorithm = get_algorithm(cfg.algorithm)
-        cfg.validate(len(agents), self.algorithm.min_generations)
+        # marlhf_iter: rounds (outer) around an on-policy algorithm, which every step runs
+        self.algorithm, outer = loop_algorithms(cfg.algorithm, cfg.preference.rl_algorithm)
+        cfg.validate(len(agents), max(self.algorithm.min_generations, outer.min_generations if outer else 1))
+        rounds_kind = "rm" if outer is not None else "dpo" if self.algorithm.update == "dpo_rounds" else None
         check_tree_size(cfg.joint_mode, cfg.num_generations, len(agents), cfg.num_turns, cfg.max_samples_per_item)
         if cfg.output_dir and int(os.environ.get("RANK", "0")) == 0:  # before data and models: fails at once
             run_dir.prepare_output_dir(cfg.output_dir, cfg.resume, cfg.overwrite)
@@ -145,7 +147,8 @@ class Trainer:
             raise ConfigError(f"train.kl_mode: {cfg.algorithm} takes the KL in the loss (kl_mode=loss); the critic's "
                               f"GAE is computed before the KL-in-reward would change the rewards")
         check_mixed_precision(cfg.mixed_precision, [str(a.device) for a in self.agents])
-        if cfg.sharding == "fsdp" and (self.critic is not None or self.algorithm.update != "policy_gradient"):
+        if cfg.sharding == "fsdp" and (self.critic is not None or self.algorithm.update != "policy_gradient"
+                                       or rounds_kind is not None):
             raise ConfigError(f"train.sharding: fsdp covers the policy-gradient algorithms without a critic; "
                               f"{cfg.algorithm} is not supported with it yet (use sharding: none)")
         self.scalers = setup_memory_savers(self.agents, cfg)
@@ -156,7 +159,10 @@ class Trainer:
             raise ConfigError(f"agents: the environment expects {env.num_agents} agents, {len(self.agents)} given")
         self.global_batch = cfg.batch_size * dist.world_size()
         self.steps_per_epoch = math.ceil(len(self.train_items) / self.global_batch)
-        self.total_steps = cfg.max_steps or self.steps_per_epoch * cfg.epochs
+        if rounds_kind:  # iterative preference training: steps are counted in rounds (training/rounds.py)
+            self.total_steps = cfg.max_steps or cfg.preference.rounds * cfg.preference.steps_per_round
+        else:
+            self.total_steps = cfg.max_steps or self.steps_per_epoch * cfg.epochs
         total_opt = self.total_steps * cfg.num_iterations
         if self.algorithm.update != "policy_gradient" and cfg.kl_beta > 0:
             raise ConfigError(f"train.kl_beta: {cfg.algorithm} keeps to its reference through the DPO loss; "
@@ -172,6 +178,7 @@ class Trainer:
         self.history: list[dict[str, float]] = []
         self._order: tuple[int, list[int]] | None = None  # (epoch, item order), see epoch_order
         self.settings = RolloutSettings.from_train_config(cfg, greedy_baseline=self.algorithm.greedy_baseline)
+        self.rounds = Rounds(self, rounds_kind) if rounds_kind else None  # madpo_iter, marlhf_iter
         if cfg.resume:
             self.resume(cfg.resume)
 
@@ -441,25 +448,23 @@ class Trainer:
         main = dist.is_main()
         if main and cfg.output_dir:
             run_dir.write_marker(cfg.output_dir, self.run_id, self._resumed_from)
-        if self.algorithm.update == "dpo_rounds":  # madpo_iter: an outer loop of rounds (training/rounds.py)
-            return run_rounds(self)
         if self.algorithm.update == "dpo_offline":  # madpo_offline: DPO on a pairs file, no sampling
             return run_offline(self)
         logger = MetricsLogger(cfg.output_dir, cfg.report_to, enabled=main, wandb_project=cfg.wandb_project,
                                run_config={"train": to_dict(cfg), "agents": [to_dict(a.config) for a in self.agents]})
         bar = Progress(self.total_steps, self.state.step, enabled=main and cfg.progress_bar)
         stop = DeferredInterrupt(cfg.save_on_interrupt and bool(cfg.output_dir)).start()
+        saved_at = None
         try:
             while self.state.step < self.total_steps:
-                items = self.next_batch()
                 done = self.state.counters["completions"]
-                metrics = self.training_step(items)
+                metrics, n_items = self._one_step()
                 if dist.is_distributed():  # count completions over all ranks (the other counters agree already)
                     self.state.counters["completions"] = done + int(dist.all_reduce_sum(
                         self.state.counters["completions"] - done))
                 self.state.step += 1
                 step = self.state.step
-                metrics = dist.reduce_metrics(metrics, weight=len(items), sum_keys=("tokens_per_s",))
+                metrics = dist.reduce_metrics(metrics, weight=n_items, sum_keys=("tokens_per_s",))
                 metrics.update(_peak_memory_gb(self.agents))
                 metrics.update({f"count/{k}": v for k, v in self.state.counters.items()})
                 metrics["epoch"] = self.state.epoch
@@ -471,13 +476,16 @@ class Trainer:
                 if cfg.log_samples_steps and (step == 1 or step % cfg.log_samples_steps == 0):
                     logger.log_samples(step, getattr(self, "_last_examples", []))
                 bar.update(metrics)
-                if cfg.output_dir and cfg.save_steps and step % cfg.save_steps == 0:
-                    self.save_checkpoint()
+                round_end = self.rounds is not None and self.rounds.ends_round(step)
+                if cfg.output_dir and ((cfg.save_steps and step % cfg.save_steps == 0) or round_end):
+                    path, saved_at = self.save_checkpoint(), step
+                    if round_end:  # rounds.json: the rounds finished so far
+                        self.rounds.round_done(path)
                 if stop.requested_on_all_ranks():  # train.save_on_interrupt: checkpoint at a step boundary
-                    if not (cfg.save_steps and step % cfg.save_steps == 0):
+                    if saved_at != step:
                         self.save_checkpoint()
                     raise KeyboardInterrupt
-            if cfg.output_dir and (not cfg.save_steps or self.state.step % cfg.save_steps):
+            if cfg.output_dir and saved_at != self.state.step:
                 self.save_checkpoint()
         except KeyboardInterrupt:
             raise self._interrupted() from None
@@ -486,6 +494,24 @@ class Trainer:
             bar.close()
             logger.close()
         return self.history
+
+    def _one_step(self) -> tuple[dict[str, float], int]:
+        """One training step -> (metrics, their weight across ranks: the items trained on).
+
+        Iterative preference training first readies the round the step belongs to; a madpo_iter step is
+        DPO on the round's pool, a marlhf_iter step the on-policy algorithm's ordinary step."""
+        rounds = self.rounds
+        if rounds is not None:
+            rounds.begin_step()
+            if self.algorithm.update == "dpo_rounds":
+                return rounds.dpo_step(), 1
+            if rounds.skips_step():  # marlhf_iter before the first pair: no reward model yet
+                return {**rounds.metrics, "rm/skipped_step": 1.0}, 1
+        items = self.next_batch()
+        metrics = self.training_step(items)
+        if rounds is not None:
+            metrics.update(rounds.metrics)
+        return metrics, len(items)
 
     def _interrupted(self) -> TrainingInterrupted:
         """The exception a Ctrl-C ends training with: step reached and newest checkpoint of this run."""
@@ -515,9 +541,11 @@ class Trainer:
             return path if dist.is_main() else None
         if not dist.is_main():
             return None
+        extra = {"critic.pt": self.critic.state_dict()} if self.critic is not None else {}
+        if self.rounds is not None:  # the reward model / reference a resume inside a round needs
+            extra.update(self.rounds.checkpoint_extra())
         return ckpt.save_checkpoint(self.config.output_dir, st.step, self.agents, self.optimizers, self.schedulers,
-                                    state, keep=self.config.save_total_limit,
-                                    extra={"critic.pt": self.critic.state_dict()} if self.critic is not None else None)
+                                    state, keep=self.config.save_total_limit, extra=extra or None)
 
     def resume(self, where: str) -> None:
         out = self.config.output_dir or "."
@@ -536,7 +564,7 @@ class Trainer:
             # another number of ranks: same item order, new global batch; continue after the items already seen
             self.state.batch_in_epoch = min(self.steps_per_epoch, dist.resume_position(
                 saved["batch_in_epoch"], saved.get("world_size", 1), dist.world_size(), cfg.batch_size))
-            if not cfg.max_steps:  # run the rest of the epochs in the new batch size
+            if not cfg.max_steps and self.rounds is None:  # run the rest of the epochs in the new batch size
                 self.total_steps = self.state.step + dist.steps_left(
                     self.state.epoch, self.state.batch_in_epoch, self.steps_per_epoch, cfg.epochs)
                 total_opt = self.total_steps * cfg.num_iterations

@@ -1,90 +1,355 @@
-"""Iterative MADPO (``madpo_iter``): an outer loop of rounds around the same pieces as online MADPO.
+"""The outer loop of the iterative preference algorithms (``madpo_iter``, ``marlhf_iter``), and offline MADPO.
 
-Round r: (1) the DPO reference becomes a frozen copy of the current policy
-(``train.preference.reference: current``; ``initial`` keeps the starting
-policy); (2) the current policy samples ``round_batches`` rollout batches and
-the environment's returns pick the winners (``preference.tree_pairs``); (3)
-the pairs are written to ``<output_dir>/round-<r>/pairs.jsonl``; (4)
-``steps_per_round`` DPO steps on the pool of this round's pairs plus the
-replayed earlier rounds' (``replay``, weights from ``replay_weights``); (5) a
-checkpoint and ``rounds.json`` record the round as done. A killed run started
-again with ``train.resume=latest`` resumes after the last finished round.
+Round r covers training steps ``[r*S, (r+1)*S)`` (S = ``steps_per_round``;
+``train.max_steps`` caps the total, default ``rounds * S``). At its first step:
+
+1. ``madpo_iter`` with ``reference: current``: the DPO reference becomes a frozen copy of the policy;
+2. the current policy samples ``round_batches`` batches with the *environment's* reward; with a comparator
+   (``train.preference.comparator``) the comparator samples the same items and candidate j of the policy
+   meets candidate j of the comparator at each root node; else pairs are taken among the policy's own
+   candidates at every node (``preference.tree_pairs``);
+3. the pairs go to ``<output_dir>/round-<r>/pairs.jsonl``; the pool is these plus the replayed earlier
+   rounds' (``replay``, weights from ``replay_weights``);
+4. ``marlhf_iter``: the joint reward model is fitted (fresh or continued) on the pool and its score becomes
+   the reward of the round's steps (``RewardModelEnv``).
+
+Every step of the round is then a DPO step on the pool (``madpo_iter``) or one step of
+``train.preference.rl_algorithm`` in the ordinary loop (``marlhf_iter``). The round's last step is
+followed by a checkpoint and ``rounds.json``. The loop (``loop.py``) drives this one step at a time, so
+logging, ``eval_steps``, ``save_steps``, Ctrl-C and ``max_steps`` are the loop's.
+
+Resume: the checkpoint's step gives the round and the step inside it. At a round boundary the next round
+starts as in an unbroken run (the data position and RNG come from the checkpoint). Inside a round its pairs
+are read back from its file, and what cannot be rebuilt (the reward model; ``madpo_iter``'s frozen reference
+of ``reference: current``) comes from the checkpoint, which stores it whenever it is needed.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
+import shutil
 from pathlib import Path
 
 import torch
 
 from ..config_io import ConfigError
-from ..preference.pairs import replay_weights
-from ..rollout import collect_rollout
+from ..preference.pairs import comparator_pairs, joint_returns, replay_weights
+from ..rollout import RolloutSettings, collect_rollout
+from . import checkpoint as ckpt
 from . import distributed as dist
 from .dpo import dpo_step, step_pairs, text_pairs_to_ids
 from .logging import MetricsLogger
 from .placement import place_references
 
 
-def _text_pairs(rollouts, chunk_pairs, step: int) -> list[dict]:
-    return [{"step": step, "prompts": r.tree.prompts[p.group],
-             "chosen": [r.agents[i].texts[s] for i, s in enumerate(p.chosen_samples)],
-             "rejected": [r.agents[i].texts[s] for i, s in enumerate(p.rejected_samples)], "gap": p.gap}
-            for r, pairs in zip(rollouts, chunk_pairs) for p in pairs]
+def _text_pairs(rollouts, chunk_pairs, step: int, r: int) -> list[dict]:
+    return [{"step": step, "round": r, "prompts": ro.tree.prompts[p.group],
+             "chosen": [ro.agents[i].texts[s] for i, s in enumerate(p.chosen_samples)],
+             "rejected": [ro.agents[i].texts[s] for i, s in enumerate(p.rejected_samples)], "gap": p.gap}
+            for ro, pairs in zip(rollouts, chunk_pairs) for p in pairs]
+
+
+def _joint_texts(rollout, g: int, j: int, k: int) -> list[str]:
+    """Every agent's text of joint action j at node g ([N])."""
+    return [a.texts[g * k + int(rollout.tree.joints[j, i])] for i, a in enumerate(rollout.agents)]
+
+
+def comparison_pairs(policy, comparator, cfg, rng: random.Random, step: int, r: int) -> list[dict]:
+    """Text pairs of the policy's rollouts against the comparator's on the same items: at every root node,
+    joint candidate j of one side meets candidate j of the other (``preference.comparator_pairs``);
+    ``chosen_by`` says which side won. Returns are the trees' joint returns (later turns included)."""
+    pref, k = cfg.preference, cfg.num_generations
+    out = []
+    for ro, co in zip(policy, comparator):
+        rp = joint_returns(ro.tree.rewards, ro.tree.child, cfg.discount)
+        rc = joint_returns(co.tree.rewards, co.tree.child, cfg.discount)
+        roots = [g for g in range(len(ro.tree.prompts)) if int(ro.agents[0].turns[g]) == 0]
+        for g in roots:
+            for j, policy_wins, gap in comparator_pairs(rp[g].tolist(), rc[g].tolist(), pref.pair_selection,
+                                                        pref.pairs_per_item, rng):
+                mine, theirs = _joint_texts(ro, g, j, k), _joint_texts(co, g, j, k)
+                out.append({"step": step, "round": r, "prompts": ro.tree.prompts[g],
+                            "chosen": mine if policy_wins else theirs, "rejected": theirs if policy_wins else mine,
+                            "gap": gap, "chosen_by": "policy" if policy_wins else "comparator"})
+    return out
 
 
 def read_pairs(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def run_rounds(trainer) -> list[dict]:
-    """Run the remaining rounds of ``trainer`` (a madpo_iter Trainer); returns one metrics dict per DPO step."""
-    cfg, pref = trainer.config, trainer.config.preference
-    if not cfg.output_dir:
-        raise ConfigError("train.output_dir: madpo_iter writes each round's pairs and checkpoints there; set it")
-    if pref.reference == "current" and any(r is not None and r.adapter_off for r in trainer.references):
-        raise ConfigError("train.preference.reference: 'current' needs a frozen copy of the policy; LoRA agents' "
-                          "reference is the base with the adapter off (use reference: initial)")
-    out = Path(cfg.output_dir)
-    progress = out / "rounds.json"
-    done = json.loads(progress.read_text()) if progress.exists() else {"rounds_done": 0, "checkpoint": None}
-    # after a kill, train.resume=latest has loaded the last round's checkpoint; rounds_done says where to go on
-    logger = MetricsLogger(cfg.output_dir, cfg.report_to, enabled=dist.is_main())
-    try:
-        for r in range(done["rounds_done"], pref.rounds):
-            if pref.reference == "current" and not pref.reference_free:
-                trainer.references = place_references(trainer._build_references(), cfg.reference_device,
-                                                      trainer.agents)
-            rollouts = [collect_rollout(trainer.agents, trainer.env, trainer.next_batch(), trainer.settings)
-                        for _ in range(pref.round_batches)]
-            pairs = _text_pairs(rollouts, step_pairs(rollouts, cfg, random.Random(cfg.seed * 7919 + r)),
-                                trainer.state.step)
-            folder = out / f"round-{r}"
-            folder.mkdir(parents=True, exist_ok=True)
+class Rounds:
+    """Round state of a ``madpo_iter`` (``kind="dpo"``) or ``marlhf_iter`` (``kind="rm"``) trainer."""
+
+    def __init__(self, trainer, kind: str):
+        cfg, pref = trainer.config, trainer.config.preference
+        name = cfg.algorithm
+        if not cfg.output_dir:
+            raise ConfigError(f"train.output_dir: {name} writes each round's pairs and checkpoints there; set it")
+        if kind == "dpo" and pref.reference == "current" and not pref.reference_free and \
+                any(r is not None and r.adapter_off for r in trainer.references):
+            raise ConfigError("train.preference.reference: 'current' needs a frozen copy of the policy; LoRA agents' "
+                              "reference is the base with the adapter off (use reference: initial)")
+        if kind == "rm" and pref.reward_model is None:
+            raise ConfigError("train.preference.reward_model: marlhf_iter fits a joint reward model each round; "
+                              "set its model (hub id, local path or tiny), e.g. train.preference.reward_model.model=tiny")
+        self.trainer, self.kind = trainer, kind
+        self.out = Path(cfg.output_dir)
+        self.base_env = trainer.env  # the environment's own reward picks the winners
+        self.settings = RolloutSettings.from_train_config(cfg)  # pair sampling: no greedy baseline
+        self.round: int | None = None  # the round whose pool is ready
+        self.pool: list[dict] = []
+        self.weights = torch.zeros(0)
+        self.data: list = []
+        self.metrics: dict[str, float] = {}
+        self.reward_model = None
+        self._fixed_comparator = None
+
+    # ----------------------------------------------------------- schedule
+    @property
+    def steps_per_round(self) -> int:
+        return self.trainer.config.preference.steps_per_round
+
+    def total_steps(self) -> int:
+        cfg = self.trainer.config
+        return cfg.max_steps or cfg.preference.rounds * self.steps_per_round
+
+    def ends_round(self, step: int) -> bool:
+        """Whether ``step`` (steps done) closes a round."""
+        return step % self.steps_per_round == 0
+
+    def begin_step(self) -> None:
+        """Make the pool (and reward model) of the round the next step belongs to ready."""
+        step = self.trainer.state.step
+        r, offset = divmod(step, self.steps_per_round)
+        if self.round == r:
+            return
+        if offset == 0:
+            self._start_round(r)
+        else:
+            self._resume_inside(r)
+        self.round = r
+
+    def round_done(self, checkpoint: Path | None) -> None:
+        """After the checkpoint that closes a round: record it in ``rounds.json``."""
+        if dist.is_main():
+            done = self.trainer.state.step // self.steps_per_round
+            (self.out / "rounds.json").write_text(json.dumps({"rounds_done": done, "checkpoint": str(checkpoint)}))
+
+    def checkpoint_extra(self) -> dict:
+        """What a checkpoint must hold to resume here: the reward model (used inside the round, continued
+        next round, or kept by a next round without pairs); ``madpo_iter``'s reference=current copies inside
+        a round."""
+        pref, inside = self.trainer.config.preference, not self.ends_round(self.trainer.state.step)
+        out = {}
+        if self.reward_model is not None:
+            out["reward_model.pt"] = self.reward_model.model.state_dict()
+        if self.kind == "dpo" and inside and pref.reference == "current" and not pref.reference_free:
+            for i, ref in self._distinct_references():
+                out[f"reference{i}.pt"] = ref.model.state_dict()
+        return out
+
+    def _distinct_references(self):
+        seen = set()
+        for i, ref in enumerate(self.trainer.references):
+            if ref is not None and ref.model is not None and id(ref) not in seen:
+                seen.add(id(ref))
+                yield i, ref
+
+    # ----------------------------------------------------------- rounds
+    def _start_round(self, r: int) -> None:
+        t, cfg = self.trainer, self.trainer.config
+        pref = cfg.preference
+        if self.kind == "dpo" and pref.reference == "current" and not pref.reference_free:
+            t.references = place_references(t._build_references(), cfg.reference_device, t.agents)
+        if self.kind == "rm" and self.reward_model is None and self._has_extra("reward_model.pt"):
+            # resumed at a round boundary: last round's model, to continue or to keep when this round has no pair
+            self.reward_model = self._load_reward_model_from_checkpoint()
+            t.env = self._reward_env()
+        comparator = self.comparator_agents(r)
+        rollouts, others = [], []
+        for _ in range(pref.round_batches):
+            items = t.next_batch()
+            rollouts.append(collect_rollout(t.agents, self.base_env, items, self.settings))
+            if comparator is not None:
+                others.append(collect_rollout(comparator, self.base_env, items, self.settings))
+        rng = random.Random(cfg.seed * 7919 + r)
+        if comparator is None:
+            pairs = _text_pairs(rollouts, step_pairs(rollouts, cfg, rng), t.state.step, r)
+        else:
+            pairs = comparison_pairs(rollouts, others, cfg, rng, t.state.step, r)
+        if comparator is not None and comparator is not t.agents:
+            self._drop_comparator(comparator)
+        folder = self.out / f"round-{r}"
+        folder.mkdir(parents=True, exist_ok=True)
+        if dist.is_main():
             (folder / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
-            pool, weights = [], []
-            for past, w in sorted(replay_weights(r, pref.replay, pref.replay_rounds, pref.replay_decay).items()):
-                got = pairs if past == r else read_pairs(out / f"round-{past}" / "pairs.jsonl")
-                pool += got
-                weights += [w] * len(got)
-            reward = sum(ro.metrics.get("reward/turn0", 0.0) for ro in rollouts) / len(rollouts)
-            trainer.state.counters["completions"] += sum(ro.num_completions for ro in rollouts)
-            data = text_pairs_to_ids(trainer.agents, pool) if pool else []
-            for _ in range(pref.steps_per_round):
-                metrics = dpo_step(trainer, data, torch.tensor(weights)) if pool else {}
-                trainer.state.step += 1
-                metrics.update({"round": r, "pref/pairs": float(len(pairs)), "pref/pool": float(len(pool)),
-                                "reward/mean": reward})
-                metrics.update({f"count/{k}": v for k, v in trainer.state.counters.items()})
-                trainer.history.append(metrics)
-                logger.log(trainer.state.step, metrics)
-            path = trainer.save_checkpoint()
-            if dist.is_main():
-                progress.write_text(json.dumps({"rounds_done": r + 1, "checkpoint": str(path)}))
-    finally:
-        logger.close()
-    return trainer.history
+        t.state.counters["completions"] += sum(ro.num_completions for ro in rollouts + others)
+        t._last_examples = rollouts[0].examples if rollouts else []
+        env_reward = _mean([ro.metrics.get("reward/turn0", 0.0) for ro in rollouts])
+        self.metrics = {"round": r, "pref/pairs": float(len(pairs)), "pref/env_reward": env_reward}
+        if self.kind == "dpo":  # the reward of the policy's round samples (marlhf_iter's steps log their own)
+            self.metrics["reward/mean"] = env_reward
+        if others:
+            self.metrics["pref/comparator_env_reward"] = _mean([o.metrics.get("reward/turn0", 0.0) for o in others])
+            self.metrics["pref/policy_wins"] = (sum(p["chosen_by"] == "policy" for p in pairs) / len(pairs)
+                                                if pairs else float("nan"))
+        self._build_pool(r, pairs)
+        if self.kind == "rm":
+            self._fit_reward_model(r)
+
+    def _resume_inside(self, r: int) -> None:
+        """Resumed inside round r: its pairs from disk, its reward model / reference from the checkpoint."""
+        t, pref = self.trainer, self.trainer.config.preference
+        path = self.out / f"round-{r}" / "pairs.jsonl"
+        if not path.exists():
+            raise ConfigError(f"train.resume: step {t.state.step} is inside round {r}, but {path} is missing")
+        self.metrics = {"round": r}
+        pairs = read_pairs(path)
+        self.metrics["pref/pairs"] = float(len(pairs))
+        self._build_pool(r, pairs)
+        if self.kind == "rm" and self._has_extra("reward_model.pt"):
+            self.reward_model = self._load_reward_model_from_checkpoint()
+            t.env = self._reward_env()
+        if self.kind == "dpo" and pref.reference == "current" and not pref.reference_free:
+            t.references = t._build_references()
+            for i, ref in self._distinct_references():
+                ref.model.load_state_dict(self._load_extra(f"reference{i}.pt"))
+            t.references = place_references(t.references, t.config.reference_device, t.agents)
+
+    def _build_pool(self, r: int, pairs: list[dict]) -> None:
+        pref = self.trainer.config.preference
+        pool, weights = [], []
+        for past, w in sorted(replay_weights(r, pref.replay, pref.replay_rounds, pref.replay_decay).items()):
+            got = pairs if past == r else read_pairs(self.out / f"round-{past}" / "pairs.jsonl")
+            pool += got
+            weights += [w] * len(got)
+        self.pool, self.weights = pool, torch.tensor(weights, dtype=torch.float32)
+        self.data = text_pairs_to_ids(self.trainer.agents, pool) if pool and self.kind == "dpo" else []
+        self.metrics["pref/pool"] = float(len(pool))
+
+    # ----------------------------------------------------------- steps
+    def dpo_step(self) -> dict[str, float]:
+        """One ``madpo_iter`` step: DPO on the round's whole pool (nothing when it is empty)."""
+        out = dpo_step(self.trainer, self.data, self.weights) if self.pool else {}
+        out.update(self.metrics)
+        return out
+
+    def skips_step(self) -> bool:
+        """``marlhf_iter`` before any pair: there is no reward model to train on, the step is skipped."""
+        return self.kind == "rm" and self.reward_model is None
+
+    # ----------------------------------------------------------- reward model
+    def _fit_reward_model(self, r: int) -> None:
+        from ..critics.joint_input import resolve_joint_input
+        from ..preference.marlhf import load_classifier
+        from ..preference.reward_model import JointRewardModel
+
+        t, pref = self.trainer, self.trainer.config.preference
+        s = pref.reward_model
+        if not self.pool:  # nothing to learn from: last round's model stays (none yet: the steps are skipped)
+            self.metrics["rm/refit"] = 0.0
+            return
+        with torch.random.fork_rng(devices=[]):  # the policy's sampling stream is not touched
+            torch.manual_seed(t.config.seed * 1009 + r)
+            if self.reward_model is None or pref.reward_model_refit == "fresh":
+                model, tok = load_classifier(s.model, s.device)
+                self.reward_model = JointRewardModel(model, tok, resolve_joint_input(s.joint_input),
+                                                     s.freeze_backbone, s.max_length)
+            cut = len(self.pool) - int(round(len(self.pool) * s.held_out))
+            train, held = self.pool[:cut], self.pool[cut:]
+            if train:
+                self.reward_model.fit(train, s.epochs, s.batch_size, s.lr, t.config.seed + r,
+                                      weights=self.weights[:cut].tolist())
+            acc = self.reward_model.accuracy(held) if held else float("nan")
+        report = {"rm/accuracy": acc, "rm/train_pairs": float(len(train)), "rm/held_out_pairs": float(len(held))}
+        self.metrics.update({**report, "rm/refit": 1.0})
+        if dist.is_main():
+            (self.out / f"round-{r}" / "reward_model.json").write_text(json.dumps(report, indent=2))
+        t.env = self._reward_env()
+
+    def _reward_env(self):
+        from ..preference.reward_model import RewardModelEnv
+
+        return RewardModelEnv(self.base_env, self.reward_model)
+
+    def _load_reward_model_from_checkpoint(self):
+        from ..critics.joint_input import resolve_joint_input
+        from ..preference.marlhf import load_classifier
+        from ..preference.reward_model import JointRewardModel
+
+        s = self.trainer.config.preference.reward_model
+        with torch.random.fork_rng(devices=[]):
+            model, tok = load_classifier(s.model, s.device)
+        model.load_state_dict(self._load_extra("reward_model.pt"))
+        model.eval()
+        return JointRewardModel(model, tok, resolve_joint_input(s.joint_input), s.freeze_backbone, s.max_length)
+
+    def _has_extra(self, name: str) -> bool:
+        where = self.trainer._resumed_from
+        return where is not None and (Path(where) / name).exists()
+
+    def _load_extra(self, name: str):
+        where = self.trainer._resumed_from
+        if where is None:
+            raise ConfigError(f"train.resume: resuming inside a round needs the checkpoint's {name}")
+        return ckpt.load_extra(where, name)
+
+    # ----------------------------------------------------------- comparators
+    def comparator_agents(self, r: int):
+        """Who writes the other side of round r's pairs (None: the policy's own candidates are paired)."""
+        t, pref = self.trainer, self.trainer.config.preference
+        kind = pref.comparator
+        if kind == "none":
+            return None
+        if kind == "current":  # sampled before the round's first update: the frozen copy is the policy itself
+            return t.agents
+        configs = [a.config for a in t.agents]
+        if kind == "model":
+            if self._fixed_comparator is None:
+                from ..agents import build_agents
+
+                with torch.random.fork_rng(devices=[]):
+                    self._fixed_comparator = build_agents([dataclasses.replace(
+                        c, model=pref.comparator_model, tokenizer=None, lora=None, share_weights_with=None,
+                        gguf_file=None, model_kwargs={}) for c in configs])
+            return self._fixed_comparator
+        if pref.comparator_path:  # a fixed checkpoint
+            if self._fixed_comparator is None:
+                self._fixed_comparator = self._load_folder(Path(pref.comparator_path),
+                                                           "train.preference.comparator_path")
+            return self._fixed_comparator
+        # the policy of comparator_rounds_back rounds earlier: snapshots taken at each round's start
+        k = pref.comparator_rounds_back
+        snap = self.out / f"round-{r}" / "policy"
+        if dist.is_main():
+            for i, agent in enumerate(t.agents):
+                ckpt.save_agent_weights(agent, snap / f"agent{i}")
+            for old in range(0, r - k + 1):  # never needed again (round r+1 compares with r+1-k)
+                if old != max(0, r - k):
+                    shutil.rmtree(self.out / f"round-{old}" / "policy", ignore_errors=True)
+        if dist.is_distributed():  # the other ranks load rank 0's snapshot
+            torch.distributed.barrier()
+        return self._load_folder(self.out / f"round-{max(0, r - k)}" / "policy", "train.preference.comparator")
+
+    def _load_folder(self, folder: Path, key: str):
+        with torch.random.fork_rng(devices=[]):
+            try:
+                return ckpt.agents_from_folder([a.config for a in self.trainer.agents], folder, key)
+            except FileNotFoundError as e:
+                raise ConfigError(str(e)) from None
+
+    def _drop_comparator(self, agents) -> None:
+        if agents is self._fixed_comparator:
+            return
+        del agents
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
 
 
 def run_offline(trainer) -> list[dict]:
@@ -122,3 +387,6 @@ def run_offline(trainer) -> list[dict]:
     finally:
         logger.close()
     return trainer.history
+
+
+__all__ = ["Rounds", "comparison_pairs", "read_pairs", "run_offline"]

@@ -1,0 +1,113 @@
+"""Comparators of the iterative rounds: who writes the other side of each pair, and how pairs are picked."""
+import json
+
+import pytest
+import torch
+
+import comarl
+from comarl.config_io import ConfigError
+from comarl.preference import PreferenceSettings
+from comarl.preference.pairs import comparator_pairs
+from comarl.tiny_model import tiny_model
+from comarl.training import rounds as rounds_mod
+from comarl.training.checkpoint import save_agent_weights
+from toy_tasks import same_word
+
+ENV = comarl.FunctionEnv(formatters=[lambda it: f"Name a colour ({it['n']}):", lambda it: f"Pick one ({it['n']}):"],
+                         reward_fn=same_word)
+ITEMS = [{"n": i} for i in range(8)]
+
+
+def test_comparator_pairs_on_a_hand_table():
+    policy, other = [1.0, 0.0, 0.5, 0.2], [0.0, 0.0, 0.9, 0.7]  # gaps +1, tie, -0.4, -0.5
+    assert comparator_pairs(policy, other, "reward_gap", 2) == [(0, True, 1.0), (3, False, pytest.approx(0.5))]
+    assert [(j, w) for j, w, _ in comparator_pairs(policy, other, "all", None)] == [(0, True), (2, False), (3, False)]
+    assert sorted(j for j, _, _ in comparator_pairs(policy, other, "random", None)) == [0, 2, 3]  # the tie is dropped
+    with pytest.raises(ValueError, match="max_pairs must be None"):
+        comparator_pairs(policy, other, "all", 1)
+
+
+def trainer(out, **pref):
+    cfg = comarl.TrainConfig(algorithm="madpo_iter", num_generations=2, batch_size=4, progress_bar=False,
+                             report_to=[], seed=0, output_dir=str(out), shuffle=False)
+    cfg.preference = PreferenceSettings(beta=0.5, pairs_per_item=2, rounds=2, **pref)
+    agents = [comarl.AgentConfig(model="tiny", max_new_tokens=3, lr=5e-2, chat_template=False) for _ in range(2)]
+    return comarl.Trainer(agents, ENV, ITEMS, cfg)
+
+
+def params(agents):
+    return [p.detach().clone() for a in agents for p in a.model.parameters()]
+
+
+def equal(a, b):
+    return all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("kind", ["current", "checkpoint", "path", "model"])
+def test_each_comparator_writes_the_other_side_of_the_pairs(kind, tmp_path, monkeypatch):
+    pref = {"path": {"comparator": "checkpoint"}}.get(kind, {"comparator": kind})
+    if kind == "model":
+        pref["comparator_model"] = "tiny"
+    if kind == "path":  # a fixed checkpoint folder: the starting tiny weights, shifted
+        shifted = [a for a in comarl.build_agents([comarl.AgentConfig(model="tiny", chat_template=False)] * 2)]
+        for i, a in enumerate(shifted):
+            with torch.no_grad():
+                for p in a.model.parameters():
+                    p.add_(0.01)
+            save_agent_weights(a, tmp_path / "fixed" / f"agent{i}")
+        pref["comparator_path"] = str(tmp_path / "fixed")
+    t = trainer(tmp_path / "run", **pref)
+    start = params(t.agents)
+    calls = []  # (round, agents object, their weights then, rollout)
+    real = rounds_mod.collect_rollout
+
+    def spy(agents, env, items, settings):
+        out = real(agents, env, items, settings)
+        calls.append((t.state.step, agents, params(agents), out))
+        return out
+
+    monkeypatch.setattr(rounds_mod, "collect_rollout", spy)
+    t.train()
+    assert len(calls) == 4  # per round: the policy's batch, then the comparator's on the same items
+    for r in range(2):
+        (_, policy, w_policy, ro), (_, comp, w_comp, co) = calls[2 * r], calls[2 * r + 1]
+        assert policy is t.agents
+        if kind == "current":  # sampled before the round's update: the frozen copy is the policy itself
+            assert comp is t.agents
+        else:
+            assert comp is not t.agents
+        if kind == "checkpoint":  # one round back: the starting policy in rounds 0 and 1
+            assert equal(w_comp, start) and (r == 0 or not equal(w_comp, w_policy))
+        if kind == "path":
+            assert equal(w_comp, [p + 0.01 for p in start])
+        if kind == "model":
+            fresh = tiny_model()[0]
+            assert equal(w_comp, [p.detach() for _ in range(2) for p in fresh.parameters()])
+        pairs = [json.loads(x) for x in (tmp_path / "run" / f"round-{r}" / "pairs.jsonl").read_text().splitlines()]
+        assert pairs
+        k, joints = 2, ro.tree.joints
+        for p in pairs:  # one side is a joint candidate of the policy, the other the comparator's at the same j
+            mine = p["chosen"] if p["chosen_by"] == "policy" else p["rejected"]
+            theirs = p["rejected"] if p["chosen_by"] == "policy" else p["chosen"]
+            g = next(g for g in range(len(ro.tree.prompts)) if ro.tree.prompts[g] == p["prompts"])
+            found = [j for j in range(len(joints))
+                     if [ro.agents[i].texts[g * k + int(joints[j, i])] for i in range(2)] == mine
+                     and [co.agents[i].texts[g * k + int(joints[j, i])] for i in range(2)] == theirs]
+            assert found, p
+    if kind == "checkpoint":  # each round snapshots the policy at its start (round 0: the starting policy)
+        assert (tmp_path / "run" / "round-0" / "policy").exists() and (tmp_path / "run" / "round-1" / "policy").exists()
+
+
+def test_comparator_settings_name_the_key():
+    with pytest.raises(ConfigError, match="train.preference.comparator: must be one of"):
+        PreferenceSettings(comparator="judge").validate()
+    with pytest.raises(ConfigError, match="train.preference.comparator_model: comparator=model needs"):
+        PreferenceSettings(comparator="model").validate()
+    with pytest.raises(ConfigError, match="train.preference.comparator_path: only read with comparator=checkpoint"):
+        PreferenceSettings(comparator="model", comparator_model="tiny", comparator_path="x").validate()
+
+
+def test_a_missing_comparator_checkpoint_is_named(tmp_path):
+    t = trainer(tmp_path / "run", comparator="checkpoint", comparator_path=str(tmp_path / "nowhere"))
+    with pytest.raises(ConfigError, match="train.preference.comparator_path: .*nowhere/agent0 does not exist"):
+        t.train()
