@@ -61,8 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     run = (Path(args.output_dir) / "latest").resolve()
     summary = json.loads((run / "demo_summary.json").read_text())
     before, after = summary["heldout_before"], summary["heldout_after"]
-    gain = after["mean"] - before["mean"]
-    se_gain = (before["stderr"] ** 2 + after["stderr"] ** 2) ** 0.5  # as if independent: a conservative spread
+    gain, se_gain = summary["heldout_gain"], summary["heldout_gain_stderr"]  # s.e. of the per-post differences
     result = {
         "benchmark": "smollm2_demo", "commit": _git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores", "torch_threads": torch.get_num_threads(),
@@ -72,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         "rollout_s": [m["time/rollout_s"] for m in history], "update_s": [m["time/update_s"] for m in history],
         "reward_per_step": [m["reward/mean"] for m in history], "window": summary["window"],
         "reward_first_window": summary["reward_first_window"], "reward_last_window": summary["reward_last_window"],
-        "heldout_before": before, "heldout_after": after, "heldout_gain": gain,
+        "heldout_before": before, "heldout_after": after, "heldout_gain": gain, "heldout_gain_stderr": se_gain,
         "heldout_gain_in_stderr": gain / se_gain if se_gain else None,
         "margin": args.margin, "passed": gain >= args.margin, "run_folder": str(run),
     }

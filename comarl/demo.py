@@ -18,7 +18,7 @@ from .agents import AgentConfig
 from .config import TrainConfig
 from .envs.registry import get_env
 from .generation import generate
-from .heldout import HeldOutScore, heldout_score
+from .heldout import HeldOutScore, heldout_score, paired_gain
 from .training.loop import Trainer
 
 
@@ -150,8 +150,8 @@ def plot_rewards(history: list[dict], path: Path, before: HeldOutScore | None = 
         how = "greedy" if before.greedy else f"{before.samples} samples"
         ax.errorbar([0, len(r)], [before.mean, after.mean], yerr=[before.stderr, after.stderr], fmt="o--",
                     color="black", capsize=4, label=f"held-out score ± s.e. ({len(before.per_item)} posts, {how})")
-        for x, score in ((0, before), (len(r), after)):
-            ax.annotate(f"{score.mean:.2f}", (x, score.mean), textcoords="offset points", xytext=(6, 6))
+        for x, score, what in ((0, before, "before"), (len(r), after, "after")):
+            ax.annotate(f"{what} {score.mean:.2f}", (x, score.mean), textcoords="offset points", xytext=(6, -14))
     ax.set_xlabel("step")
     ax.set_ylabel("mean team reward")
     ax.set_title("comarl demo: MAGRPO, 2 agents")
@@ -194,16 +194,17 @@ def run_demo(model: str = "tiny", task: str = "writing", steps: int = 0, output_
     held_after = score("after")
     r = [m["reward/mean"] for m in history]
     k = reward_window(len(r))
+    gain, gain_se = paired_gain(held_before, held_after)
     out = Path(output_dir)
     plot_rewards(history, out / "reward.png", held_before, held_after)
     summary = {"steps": len(r), "window": k, "reward_first_window": float(np.mean(r[:k])),
                "reward_last_window": float(np.mean(r[-k:])), "heldout_before": held_before.to_json(),
-               "heldout_after": held_after.to_json(), "heldout_gain": held_after.mean - held_before.mean,
+               "heldout_after": held_after.to_json(), "heldout_gain": gain, "heldout_gain_stderr": gain_se,
                "seconds": time.perf_counter() - t0, "sample_reward_before": before, "sample_reward_after": after}
     (out / "demo_summary.json").write_text(json.dumps(summary, indent=2))
     print(f"\nheld-out score ({len(heldout)} posts never trained on): before {held_before.mean:.3f} ± "
           f"{held_before.stderr:.3f} -> after {held_after.mean:.3f} ± {held_after.stderr:.3f} "
-          f"({summary['heldout_gain']:+.3f})")
+          f"(gain {gain:+.3f} ± {gain_se:.3f}, s.e. of the per-post differences)")
     print(f"training reward (moving mean of {k} steps, as in the plot): first {k} steps "
           f"{summary['reward_first_window']:.3f} -> last {k} steps {summary['reward_last_window']:.3f}  "
           f"({summary['seconds']:.0f}s in all)")

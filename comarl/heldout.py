@@ -54,6 +54,14 @@ class HeldOutScore:
                 "samples": self.samples, "greedy": self.greedy}
 
 
+def paired_gain(before: HeldOutScore, after: HeldOutScore) -> tuple[float, float]:
+    """(mean, standard error) of ``after - before`` per item [n]: both scores come from the same items, so the
+    gain's spread is that of the per-item differences, tighter than the two scores' errors combined."""
+    if len(before.per_item) != len(after.per_item):
+        raise ValueError(f"paired_gain: {len(before.per_item)} items before, {len(after.per_item)} after")
+    return mean_and_stderr([a - b for a, b in zip(after.per_item, before.per_item)])
+
+
 def _team_reward(reward) -> float:
     """A float reward, or the mean of per-agent rewards (``AgentRewards.values``)."""
     return float(np.mean(getattr(reward, "values", [reward])))
@@ -89,4 +97,4 @@ def heldout_score(agents: Sequence, env, items: Sequence[dict], samples: int = 1
     return HeldOutScore(per_item=per_item, samples=k, greedy=greedy)
 
 
-__all__ = ["HeldOutScore", "heldout_score", "mean_and_stderr"]
+__all__ = ["HeldOutScore", "heldout_score", "mean_and_stderr", "paired_gain"]

@@ -9,7 +9,7 @@ from comarl.demo import demo_items, reward_window
 from comarl.envs import demo_writing
 from comarl.envs.registry import get_env
 from comarl.generation import generate
-from comarl.heldout import HeldOutScore, heldout_score, mean_and_stderr
+from comarl.heldout import HeldOutScore, heldout_score, mean_and_stderr, paired_gain
 
 
 def test_mean_and_stderr_by_hand():
@@ -23,6 +23,15 @@ def test_mean_and_stderr_by_hand():
     s = HeldOutScore(per_item=(0.2, 0.4, 0.9), samples=1, greedy=True)
     assert str(s) == "0.500 ± 0.208 (mean ± s.e. over 3 posts, greedy)"
     assert s.to_json()["stderr"] == pytest.approx(0.2082, abs=1e-4)
+
+
+def test_paired_gain_by_hand():
+    # differences 0.3, 0.1, 0.1: mean 1/6; deviations 2/15, -1/15, -1/15; variance (6/225) / 2 = 1/75; s.e. 1/15
+    before = HeldOutScore(per_item=(0.2, 0.4, 0.9), samples=1, greedy=True)
+    after = HeldOutScore(per_item=(0.5, 0.5, 1.0), samples=1, greedy=True)
+    assert paired_gain(before, after) == (pytest.approx(1 / 6), pytest.approx(1 / 15))
+    with pytest.raises(ValueError, match="3 items before, 2 after"):
+        paired_gain(before, HeldOutScore(per_item=(0.5, 0.5), samples=1, greedy=True))
 
 
 def test_reward_window_matches_the_plot_and_summary():

@@ -190,6 +190,7 @@ def test_demo_writes_log_plot_and_summary(tmp_path, capsys):
     assert "held-out score (24 posts never trained on): before " in out
     assert len(summary["heldout_before"]["per_item"]) == 24 and not summary["heldout_before"]["greedy"]
     assert summary["heldout_gain"] == pytest.approx(summary["heldout_after"]["mean"] - summary["heldout_before"]["mean"])
+    assert summary["heldout_gain_stderr"] >= 0 and "(gain " in out
 
 
 def test_wandb_is_never_imported_unless_asked(tmp_path):
