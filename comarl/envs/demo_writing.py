@@ -9,8 +9,9 @@ climbs levels (each level only counts when the previous one is reached)::
     L3 (0.35): distinct-word share of each response, mean, scaled by 0.35
 
 w = whitespace-separated word count. Maximum 1.0; an empty, whitespace-only or
-one-token-repeated response scores 0. The text set is a few short posts written
-for this project (``DEMO_POSTS``).
+one-token-repeated response scores 0. The text sets are short posts written
+for this project: ``DEMO_POSTS`` to train on, ``HELDOUT_POSTS`` (split
+``"heldout"``) to score the agents on posts they never saw.
 """
 from __future__ import annotations
 
@@ -36,6 +37,34 @@ DEMO_POSTS = [
     "I tried to cut my own hair during the holidays and now I wear a hat to every meeting.",
     "Our landlord raised the rent again and we are thinking about moving closer to the river.",
     "I volunteered at the food bank on Saturday and met people from every part of the city.",
+]
+
+# Never trained on: the demo's before/after score (``load_items(split="heldout")``).
+HELDOUT_POSTS = [
+    "My upstairs neighbour practises the drums every evening and the ceiling light shakes when he plays.",
+    "I planted sunflowers along the fence in spring and now they are taller than the shed.",
+    "The coffee machine at the office broke on Monday and nobody has fixed it for a whole week.",
+    "I signed up for a pottery class and my first bowl came out of the kiln cracked in half.",
+    "Our train stopped for an hour in a tunnel and a child started singing to calm everyone down.",
+    "My brother borrowed my car for a weekend and returned it with an empty tank and a new dent.",
+    "I gave up sugar in my tea three weeks ago and now sweet drinks taste far too strong to me.",
+    "The old oak tree in the park fell during the night and the council says it was hollow inside.",
+    "I found a box of my father's letters in the attic and read them all in one long afternoon.",
+    "Our school raised money for a new playground by selling cakes every Friday for a term.",
+    "My laptop fan makes a loud noise whenever I open more than two browser windows at once.",
+    "I moved to a small village last year and still get lost on the way to the post office.",
+    "A fox has been digging up our lawn every night and we cannot work out how it gets in.",
+    "My friend and I cycled along the coast for four days and camped on a different beach each night.",
+    "The new supermarket opened next to the old one and both now have queues out of the door.",
+    "I tried to learn Spanish with an app but I mostly remember the words for apple and cheese.",
+    "Our heating failed in January and we spent a week wearing coats inside the flat.",
+    "My daughter wants a rabbit for her birthday but our building does not allow any pets.",
+    "I painted the living room a bright yellow and now my partner says it feels like a waiting room.",
+    "The bridge into town is closed for repairs so every trip now takes twenty extra minutes.",
+    "I started keeping a diary again and writing a few lines each night helps me fall asleep.",
+    "Our band played its first show in a tiny bar and only our parents and two strangers came.",
+    "My phone fell into the lake while I was fishing and a diver found it the next morning.",
+    "The neighbours built a treehouse for their kids and it now has better windows than our house.",
 ]
 
 
@@ -87,7 +116,10 @@ def build(num_agents: int = 2, max_turns: int = 1, **args) -> FunctionEnv:
 
 
 def load_items(source: str | None = None, split: str | None = None, limit: int | None = None) -> list[dict]:
-    items = [{"text": t} for t in DEMO_POSTS]
+    """The training posts (``split`` None or "train") or the held-out ones ("heldout"); ``source`` is unused."""
+    if split not in (None, "train", "heldout"):
+        raise ValueError(f"demo_writing: split must be 'train' or 'heldout', got {split!r}")
+    items = [{"text": t} for t in (HELDOUT_POSTS if split == "heldout" else DEMO_POSTS)]
     return items[:limit] if limit else items
 
 

@@ -1,0 +1,100 @@
+"""Held-out score: the team's reward on items it never trains on, before and after training.
+
+One batched ``generate`` call per agent over all held-out prompts (``samples``
+completions each, greedy by default, so the number does not move between two
+calls on the same weights), then one ``env.step_batch``. The score of an item
+is the mean first-turn team reward of its samples; the spread is the standard
+error of the mean over items, because the items (not the samples) are what
+varies between one held-out set and another.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+
+def mean_and_stderr(values: Sequence[float]) -> tuple[float, float]:
+    """(mean, standard error of the mean) of ``values`` [n]; the error is ``std(ddof=1) / sqrt(n)``, 0 for n = 1."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        raise ValueError("mean_and_stderr: no values")
+    se = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else 0.0
+    return float(v.mean()), se
+
+
+@dataclass(frozen=True)
+class HeldOutScore:
+    """Per-item mean team reward on the held-out items, with their mean and standard error."""
+
+    per_item: tuple[float, ...]
+    """Mean first-turn team reward of each held-out item, in item order."""
+    samples: int
+    """Completions per agent and item (1 with greedy decoding)."""
+    greedy: bool
+    """True when the completions were decoded greedily."""
+
+    @property
+    def mean(self) -> float:
+        return mean_and_stderr(self.per_item)[0]
+
+    @property
+    def stderr(self) -> float:
+        return mean_and_stderr(self.per_item)[1]
+
+    def __str__(self) -> str:
+        how = "greedy" if self.greedy else f"{self.samples} samples each"
+        return f"{self.mean:.3f} ± {self.stderr:.3f} (mean ± s.e. over {len(self.per_item)} posts, {how})"
+
+    def to_json(self) -> dict:
+        return {"mean": self.mean, "stderr": self.stderr, "per_item": list(self.per_item),
+                "samples": self.samples, "greedy": self.greedy}
+
+
+def paired_gain(before: HeldOutScore, after: HeldOutScore) -> tuple[float, float]:
+    """(mean, standard error) of ``after - before`` per item [n]: both scores come from the same items, so the
+    gain's spread is that of the per-item differences, tighter than the two scores' errors combined."""
+    if len(before.per_item) != len(after.per_item):
+        raise ValueError(f"paired_gain: {len(before.per_item)} items before, {len(after.per_item)} after")
+    return mean_and_stderr([a - b for a, b in zip(after.per_item, before.per_item)])
+
+
+def _team_reward(reward) -> float:
+    """A float reward, or the mean of per-agent rewards (``AgentRewards.values``)."""
+    return float(np.mean(getattr(reward, "values", [reward])))
+
+
+@torch.no_grad()
+def heldout_score(agents: Sequence, env, items: Sequence[dict], samples: int = 1, greedy: bool = True,
+                  seed: int = 0, batch_size: int = 0) -> HeldOutScore:
+    """Score ``agents`` on ``items`` without training (first turn of each item).
+
+    ``greedy`` decodes one completion per agent and item; otherwise ``samples``
+    completions at the agents' temperature, drawn under ``seed`` inside a forked
+    RNG, so the caller's random stream (the training run's) is not touched and
+    two calls on the same weights give the same number. ``batch_size`` caps the
+    prompts per ``generate`` call (0: all in one call).
+    """
+    from .rollout import generate_for_agents
+
+    if not items:
+        raise ValueError("heldout_score: no held-out items")
+    k = 1 if greedy else samples
+    if k < 1:
+        raise ValueError(f"heldout_score: samples must be >= 1, got {samples}")
+    states = [env.reset(item) for item in items]
+    prompt_ids = [agent.encode_prompts([s.prompts[i] for s in states]) for i, agent in enumerate(agents)]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        comps = generate_for_agents(agents, prompt_ids, k, greedy=greedy, batch_size=batch_size)
+    joint_states = [s for s in states for _ in range(k)]
+    joint = [tuple(c.texts[p * k + j] for c in comps) for p in range(len(states)) for j in range(k)]
+    rewards = [_team_reward(t.reward) for t in env.step_batch(joint_states, joint)]
+    per_item = tuple(float(np.mean(rewards[p * k:(p + 1) * k])) for p in range(len(states)))
+    return HeldOutScore(per_item=per_item, samples=k, greedy=greedy)
+
+
+__all__ = ["HeldOutScore", "heldout_score", "mean_and_stderr", "paired_gain"]
