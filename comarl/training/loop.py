@@ -367,6 +367,9 @@ class Trainer:
         clip_sums, clip_tokens = {"low": 0.0, "high": 0.0, "region": 0.0}, 0.0
         n_norm = batch.n_all if cfg.loss_normalization == "constant" else batch.n_seq  # docs/algorithms.md
         bad = False
+        # sharded: every rank must run the same forwards (FSDP collectives), and whether a micro-batch shares its
+        # prompts depends on that rank's items, so the sharded update encodes every copy (docs/shared_prefix.md)
+        share = cfg.share_prefix and self.sharding is None
         for m in range(lockstep_count(len(batch.spans)) if self.sharding is not None else len(batch.spans)):
             if m >= len(batch.spans) or bad:  # sharded: this rank is out of items (or already non-finite)
                 idle_backward(model, pad)
@@ -375,7 +378,7 @@ class Trainer:
             forced = {"forced": batch.forced[a:b]} if batch.forced is not None else {}  # structured generation
             with autocast(cfg.mixed_precision, agent.device):  # train.mixed_precision (precision.py)
                 logp, cmask = completion_logprobs(model, batch.prompts[a:b], batch.comps[a:b], pad, temp,
-                                                  cfg.share_prefix, **forced)
+                                                  share, **forced)
             in_loss = {"mask": cmask.cpu() * (batch.lengths[a:b] > 0).unsqueeze(1)} if forced else {}
             w = token_weights(batch.lengths[a:b], logp.shape[1], cfg.loss_normalization, n_norm, batch.n_tok,
                               agent.config.max_new_tokens, **in_loss).to(logp.device)
