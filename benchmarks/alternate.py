@@ -41,3 +41,21 @@ def time_training_steps(trainer, steps: int, warmup: int, mean_keys: Sequence[st
                 extra[k].append(m.get(k, 0.0))
     return {"s_per_step": statistics.median(step), "update_s": statistics.median(update),
             **{k: statistics.mean(v) for k, v in extra.items()}}
+
+
+def floor_step(agents, env, batch: Sequence[dict], k: int) -> list[int]:
+    """The floor of one step: per agent, bare ``generate`` of the batch's prompts x K plus one forward and
+    backward over [prompt | completion] (the prompt copied per sample). Returns the completion lengths."""
+    from comarl.generation import generate
+    from comarl.logprobs import completion_logprobs
+
+    lengths: list[int] = []
+    for i, agent in enumerate(agents):
+        prompts = agent.encode_prompts([env.reset(it).prompts[i] for it in batch])
+        comp = generate(agent, prompts, k)
+        rep = [p for p in prompts for _ in range(k)]
+        logp, mask = completion_logprobs(agent.model, rep, comp.ids, agent.tokenizer.pad_token_id)
+        (logp.sum() / mask.sum()).backward()
+        agent.model.zero_grad(set_to_none=True)
+        lengths += [len(c) for c in comp.ids]
+    return lengths

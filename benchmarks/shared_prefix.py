@@ -32,7 +32,7 @@ import sysconfig
 import time
 from pathlib import Path
 
-from alternate import alternate
+from alternate import alternate, floor_step
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,8 +98,6 @@ def run_floor(args) -> dict:
     import torch
 
     from comarl.agents import build_agents
-    from comarl.generation import generate
-    from comarl.logprobs import completion_logprobs
 
     agent_cfgs, env, items, cfg = setup(args.workload, args.model, args.k, args.prompt_tokens,
                                         args.steps + args.warmup, False)
@@ -110,14 +108,7 @@ def run_floor(args) -> dict:
     for s in range(args.steps + args.warmup):
         batch = [items[(s * b + j) % len(items)] for j in range(b)]
         t = time.perf_counter()
-        for i, agent in enumerate(agents):
-            prompts = agent.encode_prompts([env.reset(it).prompts[i] for it in batch])
-            comp = generate(agent, prompts, k)
-            rep = [p for p in prompts for _ in range(k)]
-            logp, mask = completion_logprobs(agent.model, rep, comp.ids, agent.tokenizer.pad_token_id)
-            (logp.sum() / mask.sum()).backward()
-            agent.model.zero_grad(set_to_none=True)
-            lengths += [len(c) for c in comp.ids]
+        lengths += floor_step(agents, env, batch, k)
         if s >= args.warmup:
             times.append(time.perf_counter() - t)
     return {"s_per_step": statistics.median(times), "update_s": float("nan"),

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from alternate import alternate
+from alternate import alternate, floor_step
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,8 +48,6 @@ def run_floor(steps: int, warmup: int) -> dict:
 
     from comarl.agents import build_agents
     from comarl.demo import demo_setup
-    from comarl.generation import generate
-    from comarl.logprobs import completion_logprobs
 
     agent_cfgs, env, items, cfg = demo_setup("tiny", "writing", steps + warmup, None, 0)
     torch.manual_seed(0)
@@ -59,15 +57,7 @@ def run_floor(steps: int, warmup: int) -> dict:
     for s in range(steps + warmup):
         batch = [items[(s * b + j) % len(items)] for j in range(b)]
         t = time.perf_counter()
-        n_tok = 0
-        for i, agent in enumerate(agents):
-            prompts = agent.encode_prompts([env.reset(it).prompts[i] for it in batch])
-            comp = generate(agent, prompts, k)
-            rep = [p for p in prompts for _ in range(k)]
-            logp, mask = completion_logprobs(agent.model, rep, comp.ids, agent.tokenizer.pad_token_id)
-            (logp.sum() / mask.sum()).backward()
-            agent.model.zero_grad(set_to_none=True)
-            n_tok += int(mask.sum())
+        n_tok = sum(floor_step(agents, env, batch, k))
         if s >= warmup:
             times.append(time.perf_counter() - t)
             tokens += n_tok

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from .generation.hf import left_pad
 from .prefix_cache import (PrefixSharingUnsupported, cache_of, check_cache, expand_cache, known_unsupported,
                            notice_fallback, unique_prompts, uses_gradient_checkpointing, worth_sharing)
 
@@ -133,12 +134,8 @@ def shared_prefix_logprobs(model, prompts: list[list[int]], completions: list[li
     device = next(model.parameters()).device
     distinct, index = unique_prompts(prompts)
     index = index.to(device)
-    p_len = max(len(p) for p in distinct)
-    p_ids = torch.full((len(distinct), p_len), pad_id, dtype=torch.long)
-    p_mask = torch.zeros((len(distinct), p_len), dtype=torch.long)
-    for u, p in enumerate(distinct):
-        p_ids[u, p_len - len(p):] = torch.tensor(p, dtype=torch.long)
-        p_mask[u, p_len - len(p):] = 1
+    p_ids, p_mask = left_pad(distinct, pad_id)
+    p_len = p_ids.shape[1]
     p_ids, p_mask = p_ids.to(device), p_mask.to(device)
     p_pos = (p_mask.cumsum(dim=1) - 1).clamp(min=0)
     try:

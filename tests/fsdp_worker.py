@@ -35,7 +35,6 @@ import argparse
 import contextlib
 import os
 import sys
-import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -44,25 +43,12 @@ import torch  # noqa: E402
 
 import comarl.rollout as rollout  # noqa: E402
 from comarl import AgentConfig, FunctionEnv, TrainConfig, Trainer  # noqa: E402
-from comarl.generation import Completions  # noqa: E402
 from comarl.lora import LoraSettings  # noqa: E402
 from comarl.training import distributed as dist  # noqa: E402
 from comarl.training.sharding import full_state_dict  # noqa: E402
+from dist_worker import per_prompt_generate  # noqa: E402  (tests/: the same split-independent sampling)
 
 _real_generate = rollout.generate
-
-
-def per_prompt_generate(agent, prompt_ids, k, greedy=False, batch_size=0, share_prefix=False):
-    """Each prompt alone, with the RNG seeded from (agent, prompt): the same samples however items are sharded."""
-    ids, trunc, texts = [], [], []
-    for p in prompt_ids:
-        torch.manual_seed(zlib.crc32(repr((agent.name, p)).encode()))
-        c = _real_generate(agent, [p], k, greedy=greedy, share_prefix=share_prefix)
-        ids += c.ids
-        trunc += c.truncated
-        texts += c.texts
-    return Completions(prompt_ids, ids, trunc, texts, k)
-
 
 def reward(responses, item):
     """Depends on the texts' lengths, so the K samples of a group get different rewards."""
