@@ -88,8 +88,13 @@ def save_checkpoint(output_dir: str | Path, step: int, agents, optimizers, sched
 
 
 def save_sharded_checkpoint(output_dir: str | Path, step: int, agents, optimizers, schedulers, state: dict,
-                            keep: int = 2) -> Path:
-    """:func:`save_checkpoint` for sharded agents; every rank calls it (collective), rank 0 renames and prunes."""
+                            keep: int = 2, modules: dict | None = None, extra: dict | None = None) -> Path:
+    """:func:`save_checkpoint` for sharded agents; every rank calls it (collective), rank 0 renames and prunes.
+
+    ``modules``: ``{name: (module, optimizer or None)}`` more sharded (or whole) modules, each written with
+    DCP to ``<name>/dcp`` (a critic, a reward model; :func:`load_sharded_module` reads it back);
+    ``extra``: ``{file name: object}`` written by rank 0 with ``torch.save`` (:func:`load_extra`).
+    """
     import torch.distributed as tdist
     import torch.distributed.checkpoint as dcp
 
@@ -100,8 +105,8 @@ def save_sharded_checkpoint(output_dir: str | Path, step: int, agents, optimizer
         out.mkdir(parents=True, exist_ok=True)
         if tmp.exists():
             shutil.rmtree(tmp)
-        for i in range(len(agents)):
-            (tmp / f"agent{i}").mkdir(parents=True)
+        for name in [f"agent{i}" for i in range(len(agents))] + list(modules or {}):
+            (tmp / name).mkdir(parents=True)
     tdist.barrier()
     for i, agent in enumerate(agents):
         folder = tmp / f"agent{i}"
@@ -109,7 +114,11 @@ def save_sharded_checkpoint(output_dir: str | Path, step: int, agents, optimizer
         if main:
             agent.tokenizer.save_pretrained(str(folder))
             torch.save({"scheduler": schedulers[i].state_dict()}, folder / "scheduler.pt")
+    for name, (module, optimizer) in (modules or {}).items():
+        dcp.save(sharded_state(module, optimizer), checkpoint_id=str(tmp / name / "dcp"))
     if main:
+        for name, obj in (extra or {}).items():
+            torch.save(obj, tmp / name)
         torch.save(rng_state(), tmp / "rng.pt")
         (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **state, "sharded": True}, indent=2))
         if final.exists():
@@ -130,26 +139,39 @@ def _state_module(model):
 
 
 def sharded_state(model, optimizer) -> dict:
-    """``{"model": ..., "optim": ...}`` keyed by parameter name (DTensor shards when sharded), for DCP."""
+    """``{"model": ..., "optim": ...}`` keyed by parameter name (DTensor shards when sharded), for DCP
+    (no ``"optim"`` when ``optimizer`` is None: a frozen module)."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
     module, keep = _state_module(model)
     weights = {k: v for k, v in get_model_state_dict(module).items() if keep(k)}
+    if optimizer is None:
+        return {"model": weights}
     return {"model": weights, "optim": get_optimizer_state_dict(module, optimizer)}
 
 
 def load_sharded_agent(folder: Path, model, optimizer, scheduler) -> None:
     """Load ``folder/dcp`` (any number of ranks wrote it) into ``model``/``optimizer``, resharding as needed."""
+    load_sharded_module(folder, model, optimizer)
+    scheduler.load_state_dict(torch.load(folder / "scheduler.pt", weights_only=False)["scheduler"])
+
+
+def load_sharded_module(folder: str | Path, model, optimizer=None) -> None:
+    """Load ``folder/dcp`` into ``model`` (and ``optimizer``): sharded or whole, on any number of ranks."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
                                                          set_optimizer_state_dict)
 
+    folder = Path(folder)
+    if not (folder / "dcp").is_dir():
+        raise FileNotFoundError(f"train.resume: {folder / 'dcp'} missing (was the checkpoint written by another "
+                                f"algorithm, or without sharding?)")
     state = sharded_state(model, optimizer)
     dcp.load(state, checkpoint_id=str(folder / "dcp"))
     module, _ = _state_module(model)
     set_model_state_dict(module, state["model"], options=StateDictOptions(strict=False))
-    set_optimizer_state_dict(module, optimizer, state["optim"])
-    scheduler.load_state_dict(torch.load(folder / "scheduler.pt", weights_only=False)["scheduler"])
+    if optimizer is not None:
+        set_optimizer_state_dict(module, optimizer, state["optim"])
 
 
 def _prune(out: Path, keep: int, run_id: str | None) -> None:

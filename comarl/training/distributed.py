@@ -111,12 +111,15 @@ def all_reduce_grads(model: torch.nn.Module, bucket_mb: float = 64.0) -> None:
     """Sum gradients of the trainable parameters over ranks (losses are already globally normalised).
 
     A parameter without a gradient (unused, or a rank with no items) takes part
-    with zeros. Gradients are flattened into buckets of about ``bucket_mb`` MB
+    with zeros. FSDP-sharded parameters (DTensors) are skipped: their gradients
+    were reduce-scattered in the backward already. Gradients are flattened into buckets of about ``bucket_mb`` MB
     per dtype and device, one all-reduce per bucket instead of one per tensor.
     """
     if not is_distributed():
         return
-    params = [p for p in model.parameters() if p.requires_grad]
+    from torch.distributed.tensor import DTensor
+
+    params = [p for p in model.parameters() if p.requires_grad and not isinstance(p, DTensor)]
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)

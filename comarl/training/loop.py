@@ -538,17 +538,25 @@ class Trainer:
         st = self.state
         state = {"epoch": st.epoch, "batch_in_epoch": st.batch_in_epoch, "counters": st.counters,
                  "world_size": dist.world_size(), "run_id": self.run_id}
+        modules, extra = self._checkpoint_extras()
         if self.sharding is not None:  # every rank writes its shards
             path = ckpt.save_sharded_checkpoint(self.config.output_dir, st.step, self.agents, self.optimizers,
-                                                self.schedulers, state, keep=self.config.save_total_limit)
+                                                self.schedulers, state, keep=self.config.save_total_limit,
+                                                modules=modules, extra=extra)
             return path if dist.is_main() else None
         if not dist.is_main():
             return None
+        return ckpt.save_checkpoint(self.config.output_dir, st.step, self.agents, self.optimizers, self.schedulers,
+                                    state, keep=self.config.save_total_limit, extra=extra or None)
+
+    def _checkpoint_extras(self) -> tuple[dict, dict]:
+        """What a checkpoint holds beyond the agents: ``({name: (module, optimizer)}`` written with DCP (sharded
+        runs), ``{file: object}`` written with ``torch.save``): the critic, the rounds' reward model / reference."""
+        modules: dict = {}
         extra = {"critic.pt": self.critic.state_dict()} if self.critic is not None else {}
         if self.rounds is not None:  # the reward model / reference a resume inside a round needs
             extra.update(self.rounds.checkpoint_extra())
-        return ckpt.save_checkpoint(self.config.output_dir, st.step, self.agents, self.optimizers, self.schedulers,
-                                    state, keep=self.config.save_total_limit, extra=extra or None)
+        return modules, extra
 
     def resume(self, where: str) -> None:
         out = self.config.output_dir or "."

@@ -91,12 +91,13 @@ def block_modules(model: torch.nn.Module, where: str) -> list[torch.nn.Module]:
     return blocks
 
 
-def shard_module(model: torch.nn.Module, mesh, mp_policy, where: str) -> None:
-    """``fully_shard`` each block of ``model`` and then its root, gradients summed (not averaged) over ranks."""
+def shard_module(model: torch.nn.Module, mesh, mp_policy, where: str, by_block: bool = True) -> None:
+    """``fully_shard`` each block of ``model`` (``by_block``; a small head has none) and then its root,
+    gradients summed (not averaged) over ranks."""
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
     kwargs = {"mesh": mesh} if mp_policy is None else {"mesh": mesh, "mp_policy": mp_policy}
-    for block in block_modules(model, where):
+    for block in block_modules(model, where) if by_block else []:
         fully_shard(block, **kwargs)
     fully_shard(model, **kwargs)
     for m in model.modules():
@@ -125,11 +126,20 @@ def is_sharded(model) -> bool:
 
 
 class Sharding:
-    """The sharded modules of a run (agents' and references') and the mesh they live on."""
+    """The sharded modules of a run (agents', references', and any added: critics, reward models), the mesh
+    they live on and the mixed-precision policy they share."""
 
-    def __init__(self, mesh, roots: list[torch.nn.Module]):
+    def __init__(self, mesh, roots: list[torch.nn.Module], mp_policy=None):
         self.mesh = mesh
         self.roots = roots
+        self.mp_policy = mp_policy
+
+    def add(self, module: torch.nn.Module, where: str, by_block: bool = True) -> torch.nn.Module:
+        """Shard one more module on this mesh (a critic backbone, a value head with ``by_block=False``, a
+        reward model); every rank calls it. Build its optimiser afterwards: FSDP swaps the parameters."""
+        shard_module(shard_target(module), self.mesh, self.mp_policy, where, by_block)
+        self.roots.append(module)
+        return module
 
     @contextlib.contextmanager
     def gathered(self, models: Iterable):
@@ -177,7 +187,7 @@ def shard_agents(agents, references, cfg) -> Sharding | None:
             roots.setdefault(id(ref.model), (ref.model, f"{a.name}'s reference"))
     for module, where in roots.values():
         shard_module(shard_target(module), mesh, mp, where)
-    return Sharding(mesh, [m for m, _ in roots.values()])
+    return Sharding(mesh, [m for m, _ in roots.values()], mp)
 
 
 def lockstep_count(n: int) -> int:
