@@ -147,10 +147,14 @@ class Trainer:
             raise ConfigError(f"train.kl_mode: {cfg.algorithm} takes the KL in the loss (kl_mode=loss); the critic's "
                               f"GAE is computed before the KL-in-reward would change the rewards")
         check_mixed_precision(cfg.mixed_precision, [str(a.device) for a in self.agents])
-        if cfg.sharding == "fsdp" and (self.critic is not None or self.algorithm.update != "policy_gradient"
-                                       or rounds_kind is not None):
-            raise ConfigError(f"train.sharding: fsdp covers the policy-gradient algorithms without a critic; "
-                              f"{cfg.algorithm} is not supported with it yet (use sharding: none)")
+        if cfg.sharding == "fsdp":  # what FSDP sharding does not cover yet (docs/distributed.md)
+            uncovered = {"a critic": self.critic is not None,
+                         "a DPO update": self.algorithm.update in ("dpo", "dpo_rounds", "dpo_offline"),
+                         "reward-model rounds": rounds_kind == "rm"}
+            for what, hit in uncovered.items():
+                if hit:
+                    raise ConfigError(f"train.sharding: fsdp does not cover {what} yet; {cfg.algorithm} is not "
+                                      f"supported with it (use sharding: none)")
         self.scalers = setup_memory_savers(self.agents, cfg)
         if dist.world_size() > 1:  # ... but a different sampling stream per rank
             seed_everything(dist.sampling_seed(cfg.seed, dist.rank()))
