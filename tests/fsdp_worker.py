@@ -21,6 +21,7 @@ with the gathered final weights and the reduced metrics):
 * ``resume``: resume ``two`` from ``--from``/two/run/checkpoint-2 (default: OUT's) and run step 3.
 * ``hsdp1`` / ``hsdp2``: ``one`` with ``fsdp_shard_size`` 1 (mesh (2, 1)) / 2 (mesh (1, 2)).
 * ``bf16``: ``one`` under ``mixed_precision=bf16`` (FSDP's MixedPrecisionPolicy), 1 step.
+* ``gc``: ``one`` with ``gradient_checkpointing`` (the same numbers as without it).
 
 Sampling is made independent of the split of items over ranks as in
 tests/dist_worker.py (each prompt generated alone, the RNG seeded from (agent,
@@ -87,6 +88,8 @@ def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
             kw.update(fsdp_shard_size=int(name[-1]))
         if name == "bf16":
             kw.update(mixed_precision="bf16", max_steps=1)
+        if name == "gc":  # activation checkpointing: FSDP re-gathers each block for the recomputation
+            kw.update(gradient_checkpointing=True)
     score = reward if len(agents) == 2 else nan_on_item_4
     trainer = Trainer(agents, FunctionEnv(prompts, score), [{"x": x} for x in range(5)], TrainConfig(**kw))
     history = trainer.train()

@@ -28,7 +28,7 @@ def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fsdp")
     with open(tmp / "multi.log", "w") as log:
         multi = _launch(TORCHRUN + [fsdp_worker.__file__, str(tmp / "multi"), "--batch-size", "2",
-                                    "two", "resume", "one", "hsdp1", "hsdp2", "bf16"], log)
+                                    "two", "resume", "one", "hsdp1", "hsdp2", "bf16", "gc"], log)
         try:
             with fsdp_worker.seeded_sampling():  # meanwhile, the single-process side here
                 for name in ("two", "one"):
@@ -81,6 +81,16 @@ def test_hsdp_meshes_match_one_process(runs, name):
     r0, r1, one = _load(runs, "multi", name, 0), _load(runs, "multi", name, 1), _load(runs, "single", "one")
     assert _max_diff(r0["weights"], r1["weights"]) == 0.0
     assert _max_diff(r0["weights"], one["weights"]) < 5e-5
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(LONG)
+def test_gradient_checkpointing_under_sharding_matches_one_process(runs):
+    """Recomputing each block in the backward re-gathers its FSDP unit: same weights, same skips."""
+    r0, one = _load(runs, "multi", "gc", 0), _load(runs, "single", "one")
+    assert _max_diff(r0["weights"], _load(runs, "multi", "gc", 1)["weights"]) == 0.0
+    assert _max_diff(r0["weights"], one["weights"]) < 5e-5
+    assert [m["count/nonfinite_skips"] for m in r0["history"]] == [0, 2, 2]
 
 
 @pytest.mark.slow
