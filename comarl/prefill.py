@@ -11,24 +11,12 @@ parses it (:func:`restore`).
 """
 from __future__ import annotations
 
-
-class PrefilledPrompt(str):
-    """A prompt string that carries the forced start of its answer in ``prefill``."""
-
-    prefill: str
-
-    def __new__(cls, prompt: str, prefill: str) -> "PrefilledPrompt":
-        obj = super().__new__(cls, prompt)
-        obj.prefill = prefill
-        return obj
-
-    def __reduce__(self):  # pickles (multiprocessing, torch.distributed object lists) keep the prefill
-        return (PrefilledPrompt, (str(self), self.prefill))
+from .prompt_notes import annotate
 
 
 def with_prefill(prompt: str, prefill: str) -> str:
     """``prompt`` whose answer must start with ``prefill`` (a plain str when ``prefill`` is empty)."""
-    return PrefilledPrompt(prompt, prefill) if prefill else prompt
+    return annotate(prompt, prefill=prefill) if prefill else prompt
 
 
 def prefill_of(prompt: str) -> str:

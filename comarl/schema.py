@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .prompt_notes import annotate
+
 JSON_STRING_DISALLOWED = '"\\' + "".join(chr(c) for c in range(32))
 """Characters that cannot appear unescaped in a JSON string value: the quote, the backslash, control characters."""
 
@@ -78,23 +80,9 @@ class Schema:
         return "".join(p if isinstance(p, str) else next(it) + p.terminator for p in self.parts)
 
 
-class StructuredPrompt(str):
-    """A prompt string that carries the schema of its answer in ``schema``."""
-
-    schema: Schema
-
-    def __new__(cls, prompt: str, schema: Schema) -> "StructuredPrompt":
-        obj = super().__new__(cls, prompt)
-        obj.schema = schema
-        return obj
-
-    def __reduce__(self):  # pickles (multiprocessing, torch.distributed object lists) keep the schema
-        return (StructuredPrompt, (str(self), self.schema))
-
-
 def with_schema(prompt: str, schema: Schema | None) -> str:
     """``prompt`` whose answer follows ``schema`` (the plain prompt when ``schema`` is None)."""
-    return StructuredPrompt(prompt, schema) if schema is not None else prompt
+    return annotate(prompt, schema=schema) if schema is not None else prompt
 
 
 def schema_of(prompt: str) -> Schema | None:
