@@ -126,6 +126,8 @@ class TrainConfig:
     """none (each rank holds every agent whole) | fsdp (FSDP2: every agent sharded over the ranks; docs/distributed.md)."""
     fsdp_shard_size: int = 0
     """Under sharding=fsdp: ranks per shard group (0 = all ranks, 1-D mesh; S = HSDP, W/S replicas x S shards)."""
+    fsdp_gather: str = "team"
+    """Under sharding=fsdp, what is whole during generation: team (every agent, once per step) | agent (one at a time, per call)."""
     share_prefix: bool = True
     """Encode each prompt once for its K samples (generation, update); models that cannot fall back (docs/shared_prefix.md)."""
     batch_adapters: bool = True
@@ -209,6 +211,8 @@ class TrainConfig:
             raise ConfigError(f"train.sharding: must be none or fsdp, got {self.sharding!r}")
         if self.fsdp_shard_size < 0:
             raise ConfigError(f"train.fsdp_shard_size: must be >= 0, got {self.fsdp_shard_size}")
+        if self.fsdp_gather not in ("team", "agent"):
+            raise ConfigError(f"train.fsdp_gather: must be team or agent, got {self.fsdp_gather!r}")
         if self.sharding != "fsdp":
             return
         if self.mixed_precision == "fp16":

@@ -12,25 +12,32 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from .rollout import RolloutSettings, collect_rollout
+from .rollout import RolloutSettings, collect_rollout, join_rollout
 from .training import distributed as dist
 
 
 @torch.no_grad()
 def evaluate_agents(agents: Sequence, env, items: Sequence[dict], num_generations: int, config,
-                    batch_size: int | None = None, shard: bool = False) -> dict[str, Any]:
-    """Returns ``{"metrics": mean metrics, "summary": env summary or {}, "records": EvalRecords}``."""
+                    batch_size: int | None = None, shard: bool = False, lockstep=None) -> dict[str, Any]:
+    """Returns ``{"metrics": mean metrics, "summary": env summary or {}, "records": EvalRecords}``.
+
+    ``lockstep``: sharded agents gathered one at a time (``RolloutSettings.lockstep``); a rank with fewer
+    batches joins the others' generation."""
     items = list(items)
     if shard:
         items = dist.shard(items)
     settings = RolloutSettings.from_train_config(config, num_generations=num_generations, joint_mode="aligned",
-                                                 keep_records=True)
+                                                 keep_records=True, lockstep=lockstep)
     bs = batch_size or config.batch_size
+    n_batches = -(-len(items) // bs)
+    n_rollouts = lockstep.max(n_batches) if lockstep is not None else n_batches  # (a collective: first)
     metrics, records = [], []
     for s in range(0, len(items), bs):
         r = collect_rollout(agents, env, items[s:s + bs], settings)
         metrics.append((r.metrics, len(items[s:s + bs])))
         records += r.records
+    for _ in range(n_rollouts - n_batches):
+        join_rollout(agents, settings)
     keys = {k for m, _ in metrics for k in m}
     mean = {k: float(np.average([m[k] for m, _ in metrics if k in m], weights=[w for m, w in metrics if k in m]))
             for k in keys}

@@ -34,15 +34,17 @@ samples record which completion tokens were forced (``AgentSamples.forced``).
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
 from .envs.base import AgentRewards, EnvState, Environment, EvalRecord
-from .generation import adapter_groups, device_groups, generate, generate_adapters, overlap_generation
+from .generation import (Completions, adapter_groups, device_groups, generate, generate_adapters,
+                         overlap_generation)
 from .schema import schema_of
 from .types import AgentSamples, Rollout, RolloutTree
 
@@ -136,6 +138,11 @@ class RolloutSettings:
     keep_records: bool = False
     batch_adapters: bool = True
     share_prefix: bool = True
+    lockstep: Any = None
+    """Sharded models gathered one agent at a time (``train.fsdp_gather: agent``): an object with
+    ``scope(agents)`` (a context in which those agents' models are whole; every rank must enter the same
+    scopes in the same order), ``any(flag)`` (whether ``flag`` is set on some rank) and ``max(n)``. None:
+    the models are whole already (not sharded, or the whole team gathered around the rollout)."""
 
     @classmethod
     def from_train_config(cls, cfg, **changes) -> "RolloutSettings":
@@ -159,7 +166,7 @@ def prompt_schemas(agent, prompts: Sequence[str]) -> list | None:
 
 def generate_for_agents(agents: Sequence, prompt_ids: list[list[list[int]]], k: int, greedy: bool = False,
                         batch_size: int = 0, batch_adapters: bool = True, schemas: list | None = None,
-                        share_prefix: bool = False) -> list:
+                        share_prefix: bool = False, scope=None) -> list:
     """Completions per agent: ``prompt_ids[i]`` are agent i's prompts; results in agent order.
 
     ``schemas``: optional, ``schemas[i]`` = agent i's per-prompt schemas or None (structured generation).
@@ -172,6 +179,10 @@ def generate_for_agents(agents: Sequence, prompt_ids: list[list[list[int]]], k: 
     overlaps across GPUs (the CUDA kernels release the GIL); otherwise (CPU,
     one GPU) they run one after another. ``share_prefix`` prefills each prompt
     once for its K samples (``comarl/generation/shared_prefix.py``).
+
+    ``scope`` (sharded agents gathered one at a time, ``RolloutSettings.lockstep``): each call runs inside
+    ``scope(its agents)``, one after another, and a call with no prompt still enters it (the rank joins
+    the all-gather of the others and generates nothing).
     """
     units = adapter_groups(agents, greedy) if batch_adapters else [[i] for i in range(len(agents))]
     devices = [str(getattr(agents[u[0]], "device", "cpu")) for u in units]
@@ -179,6 +190,10 @@ def generate_for_agents(agents: Sequence, prompt_ids: list[list[list[int]]], k: 
     schemas = schemas or [None] * len(agents)
 
     def call(u: list[int]) -> None:
+        if not any(prompt_ids[i] for i in u):  # nothing to generate here (a sharded rank joining the others)
+            for i in u:
+                out[i] = Completions([], [], [], [], k)
+            return
         if len(u) == 1:
             extra = {"schemas": schemas[u[0]]} if schemas[u[0]] is not None else {}  # (test doubles lack it)
             out[u[0]] = generate(agents[u[0]], prompt_ids[u[0]], k, greedy=greedy, batch_size=batch_size,
@@ -193,13 +208,14 @@ def generate_for_agents(agents: Sequence, prompt_ids: list[list[list[int]]], k: 
     def run(group: list[int]) -> None:
         for g in group:
             dev = torch.device(devices[g])
-            if dev.type == "cuda" and torch.cuda.is_available():
-                with torch.cuda.device(dev):
+            with scope([agents[i] for i in units[g]]) if scope is not None else contextlib.nullcontext():
+                if dev.type == "cuda" and torch.cuda.is_available():
+                    with torch.cuda.device(dev):
+                        call(units[g])
+                else:
                     call(units[g])
-            else:
-                call(units[g])
 
-    if overlap_generation(devices):
+    if scope is None and overlap_generation(devices):  # gathers are collectives: one call at a time
         from concurrent.futures import ThreadPoolExecutor
 
         groups = device_groups(devices)
@@ -230,10 +246,14 @@ def _greedy_turn(agents: Sequence, env: Environment, chains: list[_GreedyChain],
     Returns the chains still running.
     """
     n = len(agents)
+    if not chains:  # a sharded rank whose greedy chains ended: it still joins the others' gathers
+        _join_generation(agents, 1, s, greedy=True)
+        return []
     prompts = [agent.encode_prompts([c.state.prompts[i] for c in chains]) for i, agent in enumerate(agents)]
     schemas = [prompt_schemas(agent, [c.state.prompts[i] for c in chains]) for i, agent in enumerate(agents)]
     texts = [c.texts for c in generate_for_agents(agents, prompts, 1, greedy=True, batch_size=s.generation_batch_size,
-                                                 batch_adapters=s.batch_adapters, schemas=schemas)]
+                                                 batch_adapters=s.batch_adapters, schemas=schemas,
+                                                 scope=_scope(s))]
     joint = [tuple(texts[i][g] for i in range(n)) for g in range(len(chains))]
     trans = env.step_batch([c.state for c in chains], joint)
     if len(trans) != len(chains):
@@ -302,7 +322,8 @@ def _sample_level(agents, level: list[_Node], k: int, s: RolloutSettings, acc: _
     prompt_ids = [agent.encode_prompts([node.state.prompts[i] for node in level]) for i, agent in enumerate(agents)]
     schemas = [prompt_schemas(agent, [node.state.prompts[i] for node in level]) for i, agent in enumerate(agents)]
     comps = generate_for_agents(agents, prompt_ids, k, batch_size=s.generation_batch_size,
-                                batch_adapters=s.batch_adapters, share_prefix=s.share_prefix, schemas=schemas)
+                                batch_adapters=s.batch_adapters, share_prefix=s.share_prefix, schemas=schemas,
+                                scope=_scope(s))
     for store, p_ids, comp in zip(acc.samples, prompt_ids, comps):
         acc.num_completions += len(comp.ids)
         store["prompt_ids"] += [p for p in p_ids for _ in range(k)]
@@ -312,6 +333,29 @@ def _sample_level(agents, level: list[_Node], k: int, s: RolloutSettings, acc: _
         store["forced"] += comp.forced if comp.forced is not None else [[False] * len(c) for c in comp.ids]
         store["structured"] |= comp.forced is not None
     return [c.texts for c in comps]
+
+
+def _scope(s: RolloutSettings):
+    return s.lockstep.scope if s.lockstep is not None else None
+
+
+def _join_generation(agents: Sequence, k: int, s: RolloutSettings, greedy: bool = False) -> None:
+    """Nothing to generate on this rank: enter the same per-agent scopes as the ranks that do
+    (``s.lockstep``), so their gathers complete. A no-op without sharding."""
+    if s.lockstep is not None:
+        generate_for_agents(agents, [[] for _ in agents], k, greedy=greedy, batch_adapters=s.batch_adapters,
+                            scope=s.lockstep.scope)
+
+
+def join_rollout(agents: Sequence, s: RolloutSettings) -> None:
+    """What a sharded rank with no items runs while the others run :func:`collect_rollout` (``s.lockstep``):
+    the same turn checks and per-agent gathers, generating nothing."""
+    for _ in range(s.num_turns):
+        if not s.lockstep.any(False):
+            return
+        if s.greedy_baseline:
+            _join_generation(agents, 1, s, greedy=True)
+        _join_generation(agents, s.num_generations, s)
 
 
 def _score_level(level: list[_Node], items, texts: list[list[str]], joints: torch.Tensor, env: Environment,
@@ -375,13 +419,18 @@ def collect_rollout(agents: Sequence, env: Environment, items: Sequence[dict], s
     level = [_Node(b, env.reset(item), 0) for b, item in enumerate(items)]
     joints = joint_actions(s.joint_mode, k, n)
     chains: list[_GreedyChain] = []  # greedy continuations still running (greedy_baseline only)
+    lockstep = s.lockstep  # sharded, one agent gathered at a time: every rank runs the same turns (join_rollout)
     for turn in range(s.num_turns):
         if s.greedy_baseline:
             chains += [_GreedyChain(node, node.state) for node in level]
             acc.num_completions += n * len(chains)
-            chains = _greedy_turn(agents, env, chains, turn, s) if chains else []
+        if lockstep is not None and not lockstep.any(bool(level) or bool(chains)):
+            break
+        if s.greedy_baseline:
+            chains = _greedy_turn(agents, env, chains, turn, s) if chains or lockstep is not None else []
         if not level:
-            if chains:
+            _join_generation(agents, k, s)
+            if chains or lockstep is not None:
                 continue
             break
         texts = _sample_level(agents, level, k, s, acc)

@@ -22,6 +22,10 @@ with the gathered final weights and the reduced metrics):
 * ``hsdp1`` / ``hsdp2``: ``one`` with ``fsdp_shard_size`` 1 (mesh (2, 1)) / 2 (mesh (1, 2)).
 * ``bf16``: ``one`` under ``mixed_precision=bf16`` (FSDP's MixedPrecisionPolicy), 1 step.
 * ``gc``: ``one`` with ``gradient_checkpointing`` (the same numbers as without it).
+* ``agent``: ``fsdp_gather=agent`` (one agent gathered per generate call): the two agents of ``two``,
+  MAReMax (greedy runs), 2 turns where odd items end after the first (rank 1 holds odd items in step 1:
+  it joins rank 0's second turn with nothing to generate), an evaluation at step 3 over 5 items
+  (rank 0 runs 2 batches, rank 1 one).
 
 Sampling is made independent of the split of items over ranks as in
 tests/dist_worker.py (each prompt generated alone, the RNG seeded from (agent,
@@ -33,6 +37,8 @@ are broadcast).
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import signal
 import contextlib
 import os
 import sys
@@ -74,6 +80,17 @@ def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
     kw = dict(num_generations=2, batch_size=batch_size, max_steps=3, shuffle=False, micro_batch_size=3,
               progress_bar=False, report_to=[], seed=0, sharding="fsdp", batch_adapters=False,
               output_dir=str(out / name / "run"))
+    if name == "agent":  # one agent gathered at a time, 2 turns that end early for odd items, ReMax greedy runs
+        agents = [agent(0, False, r), agent(1, True, r)]
+        prompts = [lambda it: f"Say {it['x']} in few words.", lambda it: f"Say {it['x']} at length."]
+        env = FunctionEnv(prompts, reward, max_turns=2,
+                          transition_fn=lambda st, resp: None if st.item["x"] % 2 else (f"Again {st.item['x']}.",
+                                                                                        f"More {st.item['x']}."))
+        kw.update(fsdp_gather="agent", algorithm="maremax", num_turns=2, eval_steps=3)
+        trainer = Trainer(agents, env, [{"x": x} for x in range(5)], TrainConfig(**kw),
+                          eval_dataset=[{"x": x} for x in range(5)])
+        _finish(trainer, name, out)
+        return
     if name in ("two", "resume"):
         agents = [agent(0, False, r), agent(1, True, r)]
         prompts = [lambda it: f"Say {it['x']} in few words.", lambda it: f"Say {it['x']} at length."]
@@ -92,9 +109,15 @@ def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
             kw.update(gradient_checkpointing=True)
     score = reward if len(agents) == 2 else nan_on_item_4
     trainer = Trainer(agents, FunctionEnv(prompts, score), [{"x": x} for x in range(5)], TrainConfig(**kw))
-    history = trainer.train()
     if name == "two":
+        trainer.train()
         trainer.save(out / name / "final")
+    _finish(trainer, name, out)
+
+
+def _finish(trainer, name: str, out: Path) -> None:
+    """Train (unless done) and write the gathered weights and the history."""
+    history = trainer.history or trainer.train()
     weights = [full_state_dict(a.model, keep=True) for a in trainer.agents]
     (out / name).mkdir(parents=True, exist_ok=True)
     torch.save({"weights": weights, "history": history, "world_size": dist.world_size(),
@@ -119,6 +142,7 @@ def main() -> None:
     ap.add_argument("--from", dest="resume_from", default=None)
     args = ap.parse_args()
     torch.set_num_threads(1)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     with seeded_sampling():
         for name in args.scenarios:
             run(name, Path(args.out), args.batch_size, args.resume_from)

@@ -28,10 +28,10 @@ def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fsdp")
     with open(tmp / "multi.log", "w") as log:
         multi = _launch(TORCHRUN + [fsdp_worker.__file__, str(tmp / "multi"), "--batch-size", "2",
-                                    "two", "resume", "one", "hsdp1", "hsdp2", "bf16", "gc"], log)
+                                    "two", "resume", "one", "hsdp1", "hsdp2", "bf16", "gc", "agent"], log)
         try:
             with fsdp_worker.seeded_sampling():  # meanwhile, the single-process side here
-                for name in ("two", "one"):
+                for name in ("two", "one", "agent"):
                     fsdp_worker.run(name, tmp / "single", 4, None)
         finally:
             _wait(multi, tmp / "multi.log", "torchrun with 2 sharded ranks", timeout=LONG - 60)
@@ -81,6 +81,22 @@ def test_hsdp_meshes_match_one_process(runs, name):
     r0, r1, one = _load(runs, "multi", name, 0), _load(runs, "multi", name, 1), _load(runs, "single", "one")
     assert _max_diff(r0["weights"], r1["weights"]) == 0.0
     assert _max_diff(r0["weights"], one["weights"]) < 5e-5
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(LONG)
+def test_gathering_one_agent_at_a_time_matches_one_process(runs):
+    """fsdp_gather=agent: multi-turn branches ending on one rank only, ReMax greedy runs, a rank with no
+    item (step 2) and unequal evaluation batches keep the ranks in step, with the one-process numbers."""
+    r0, r1, one = (_load(runs, "multi", "agent", 0), _load(runs, "multi", "agent", 1),
+                   _load(runs, "single", "agent"))
+    assert r0["sharded"] and _max_diff(r0["weights"], r1["weights"]) == 0.0
+    assert _max_diff(r0["weights"], one["weights"]) < 5e-5
+    for m0, m1 in zip(r0["history"], one["history"], strict=True):
+        for k in [k for k in m1 if k.endswith(("/grad_norm", "/loss")) or k == "reward/mean"]:
+            assert m0[k] == pytest.approx(m1[k], rel=1e-4, abs=1e-6), k
+    assert r0["history"][2]["eval/reward/mean"] == pytest.approx(one["history"][2]["eval/reward/mean"], rel=1e-5)
+    assert r0["history"][0]["reward/turn1"] == pytest.approx(one["history"][0]["reward/turn1"], rel=1e-5)
 
 
 @pytest.mark.slow
@@ -169,6 +185,7 @@ def test_blocks_are_the_decoder_layers_and_a_model_without_them_is_refused():
     ({"sharding": "fsdp", "mixed_precision": "fp16"}, "train.mixed_precision: fp16 is not supported"),
     ({"sharding": "fsdp", "reference_device": "cpu"}, "train.reference_device"),
     ({"fsdp_shard_size": -1}, "train.fsdp_shard_size: must be >= 0"),
+    ({"fsdp_gather": "block"}, "train.fsdp_gather: must be team or agent, got 'block'"),
 ])
 def test_sharding_config_errors_name_the_key(changes, message):
     with pytest.raises(ConfigError, match=message):

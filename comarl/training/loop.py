@@ -31,7 +31,7 @@ from ..envs.base import Environment
 from ..logprobs import completion_logprobs, forced_mask
 from ..losses import clipped_policy_loss, entropy_bonus, kl_estimate, kl_penalty, sequence_kl, token_weights
 from ..reference import build_reference
-from ..rollout import RolloutSettings, check_tree_size, collect_rollout
+from ..rollout import RolloutSettings, check_tree_size, collect_rollout, join_rollout
 from ..runtime import check_mixed_precision
 from . import checkpoint as ckpt
 from . import distributed as dist
@@ -45,7 +45,7 @@ from .micro_batches import micro_batch_spans
 from .optim import build_optimizer, build_scheduler, rebuild_scheduler
 from .placement import agent_device_names, check_shared_devices, place_references
 from .precision import autocast, backward, setup_memory_savers
-from .sharding import full_state_dict, idle_backward, lockstep_count, shard_agents, to_float
+from .sharding import AgentAtATime, full_state_dict, idle_backward, lockstep_count, shard_agents, to_float
 
 
 def seed_everything(seed: int) -> None:
@@ -181,7 +181,8 @@ class Trainer:
         self.state = TrainState()
         self.history: list[dict[str, float]] = []
         self._order: tuple[int, list[int]] | None = None  # (epoch, item order), see epoch_order
-        self.settings = RolloutSettings.from_train_config(cfg, greedy_baseline=self.algorithm.greedy_baseline)
+        self.settings = RolloutSettings.from_train_config(cfg, greedy_baseline=self.algorithm.greedy_baseline,
+                                                          lockstep=self._lockstep())
         self.rounds = Rounds(self, rounds_kind) if rounds_kind else None  # madpo_iter, marlhf_iter
         if cfg.resume:
             self.resume(cfg.resume)
@@ -241,8 +242,12 @@ class Trainer:
         n_chunks = cfg.gradient_accumulation_steps
         size = math.ceil(len(items) / n_chunks) if items else 0
         chunks = [items[i:i + size] for i in range(0, len(items), size)] if size else []
-        with self._whole():  # sharded agents: gathered once for the rollout (training/sharding.py)
+        lockstep = self.settings.lockstep  # one agent gathered at a time: ranks with fewer chunks join the rest
+        n_rollouts = lockstep.max(len(chunks)) if lockstep is not None else len(chunks)  # (a collective: first)
+        with self._whole(rollout=True):  # sharded agents: gathered for the rollout (training/sharding.py)
             rollouts = [collect_rollout(self.agents, self.env, c, self.settings) for c in chunks]
+            for _ in range(n_rollouts - len(chunks)):
+                join_rollout(self.agents, self.settings)
         t_roll = time.perf_counter() - t0
         metrics = _mean_dicts([r.metrics for r in rollouts])
         metrics["reward/mean"] = metrics.get("reward/turn0", float("nan"))
@@ -264,12 +269,19 @@ class Trainer:
             self._last_examples = rollouts[0].examples
         return metrics
 
-    def _whole(self, models=None):
+    def _whole(self, models=None, rollout: bool = False):
         """Context in which sharded ``models`` (default: every agent's) are whole on every rank; a no-op without
-        sharding (training/sharding.py)."""
-        if self.sharding is None:
+        sharding (training/sharding.py). ``rollout``: around a rollout, where ``train.fsdp_gather: agent``
+        gathers one agent per generate call instead (``AgentAtATime``)."""
+        if self.sharding is None or (rollout and self.settings.lockstep is not None):
             return contextlib.nullcontext()
         return self.sharding.gathered(models if models is not None else [a.model for a in self.agents])
+
+    def _lockstep(self):
+        """``RolloutSettings.lockstep``: an ``AgentAtATime`` under ``sharding: fsdp`` with ``fsdp_gather: agent``."""
+        if self.sharding is None or self.config.fsdp_gather != "agent":
+            return None
+        return AgentAtATime(self.sharding)
 
     def _build_references(self) -> list:
         """Frozen starting policy per agent (one per distinct model object), for the KL term."""
@@ -533,9 +545,9 @@ class Trainer:
         from ..evaluation import evaluate_agents
 
         items = list(items) if items is not None else self.eval_items
-        with self._whole():
-            return evaluate_agents(self.agents, self.env, items,
-                                   num_generations or self.config.eval_num_generations, self.config, shard=True)
+        with self._whole(rollout=True):
+            return evaluate_agents(self.agents, self.env, items, num_generations or self.config.eval_num_generations,
+                                   self.config, shard=True, lockstep=self.settings.lockstep)
 
     # ----------------------------------------------------------------- files
     def save_checkpoint(self) -> Path | None:

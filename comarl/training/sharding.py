@@ -168,6 +168,30 @@ class Sharding:
                 u.set_reshard_after_forward(after, recurse=False)
 
 
+class AgentAtATime:
+    """``RolloutSettings.lockstep`` for ``train.fsdp_gather: agent``: generation gathers one agent (one
+    shared LoRA base) per call instead of the whole team per step, and the ranks keep in step.
+
+    Every rank must enter the same scopes in the same order, so a rank with nothing left to generate
+    still enters them (``rollout.join_rollout``, ``_join_generation``) and the turn loop ends only when
+    :meth:`any` says that no rank has work left.
+    """
+
+    def __init__(self, sharding: Sharding):
+        self.sharding = sharding
+
+    def scope(self, agents):
+        return self.sharding.gathered([a.model for a in agents])
+
+    @staticmethod
+    def any(flag: bool) -> bool:
+        return dist.all_reduce_max(int(bool(flag))) > 0
+
+    @staticmethod
+    def max(n: int) -> int:
+        return lockstep_count(n)
+
+
 def shard_agents(agents, references, cfg) -> Sharding | None:
     """Shard every distinct agent model and reference copy (``train.sharding``); None when not sharding.
 
