@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 from ..config_io import ConfigError
+from ..envs.base import rollout_modules
 from ..preference.pairs import comparator_pairs, joint_returns, replay_weights
 from ..rollout import RolloutSettings, collect_rollout
 from . import checkpoint as ckpt
@@ -203,7 +204,8 @@ class Rounds:
             t.env = self._reward_env()
         comparator = self.comparator_agents(r)
         rollouts, others = [], []
-        with t._whole([a.model for a in t.agents]):  # sharded agents: whole for the round's sampling
+        # sharded agents (and any module the env's own reward runs): whole for the round's sampling
+        with t._whole([a.model for a in t.agents] + rollout_modules(self.base_env)):
             for _ in range(pref.round_batches):
                 items = t.next_batch()
                 rollouts.append(collect_rollout(t.agents, self.base_env, items, self.settings))
@@ -215,8 +217,8 @@ class Rounds:
         else:
             batches = [_comparison_pairs(ro, co, cfg, rng, step, r) for ro, co in zip(rollouts, others)]
         if self.kind == "rm":  # one reward model on every rank: all ranks' pairs, in a single process's order
-            pairs = _all_ranks_pairs([[(items[g], p) for g, p in batch]
-                                      for batch, items in zip(batches, map(_node_items, rollouts))])
+            pairs = _all_ranks_pairs([[(node_item[g], p) for g, p in batch]
+                                      for batch, node_item in zip(batches, map(_node_items, rollouts))])
         else:  # madpo_iter's DPO step trains each rank on its own pairs (losses normalised over ranks)
             pairs = [p for batch in batches for _, p in batch]
         if comparator is not None and comparator is not t.agents:

@@ -31,6 +31,11 @@ same number of them:
   (:func:`lockstep_count`); a rank with fewer runs :func:`idle_backward`
   (a one-token forward with a zero loss), which joins the collectives and
   adds nothing to the gradients.
+
+More modules (a reward model) join the run's mesh and policy with
+:meth:`Sharding.add`; :func:`run_sharding` gives the run's ``Sharding`` before
+the trainer exists (MARLHF's ``env.reward_model`` is sharded, then fitted,
+before the agents are built), and the mesh is built once, so both share it.
 """
 from __future__ import annotations
 
