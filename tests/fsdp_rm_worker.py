@@ -9,9 +9,10 @@ model's gathered final weights, the reduced metrics, whether the reward model's
 parameters were DTensors):
 
 * ``iter``: ``marlhf_iter`` with ``rl_algorithm: magrpo``, a full and a LoRA agent, ``sharding=fsdp``,
-  2 rounds x 2 steps, the reward model continued across rounds on a decay-replayed pool, a checkpoint
-  after every step. Round 0 holds out 1 of its pairs and fits 3 in batches of 2, so in the second batch
-  rank 1 has no pair (its zero-loss forward/backward joins the collectives).
+  2 rounds x 2 steps, the policy of one round back as the comparator (its snapshot gathered from the
+  shards), the reward model continued across rounds on a decay-replayed pool, a checkpoint after every step.
+  Round 1 fits 5 pairs (2 of its pool of 7 held out) in batches of 2, so in the last batch rank 1 has no
+  pair (its zero-loss forward/backward joins the collectives).
 * ``iter_resume``: resume ``iter`` in its folder ``--from``/iter/run (default: OUT's) from checkpoint-3
   (inside round 1: the round's pairs come from its file, its reward model from the checkpoint's
   ``reward_model/dcp``) and run step 4 (rewriting checkpoint-4).
@@ -71,7 +72,8 @@ def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
     if scenario in ("iter", "iter_resume"):
         rm = RewardModelSettings(model="tiny", epochs=2, batch_size=2, lr=1e-4, held_out=0.25)
         kw.update(algorithm="marlhf_iter", save_steps=1, save_total_limit=4, preference=PreferenceSettings(
-            rounds=2, steps_per_round=2, replay="decay", reward_model=rm, reward_model_refit="continue"))
+            rounds=2, steps_per_round=2, replay="decay", reward_model=rm, reward_model_refit="continue",
+            comparator="checkpoint"))
         if name == "iter_resume":  # in iter's own folder, which holds the rounds' pair files
             run_dir = Path(resume_from or out) / "iter" / "run"
             kw.update(output_dir=str(run_dir), resume=str(run_dir / "checkpoint-3"))
