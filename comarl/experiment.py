@@ -47,11 +47,13 @@ def _reward_model_env(env, cfg: ExperimentConfig):
 
     from .preference.marlhf import reward_model_env
     from .training import distributed as dist
+    from .training.parallel_fit import ParallelFit
     from .training.sharding import run_sharding
 
-    dist.init_from_env(cfg.train.dist_backend)
-    sharding = run_sharding(cfg.train, torch.device(cfg.env.reward_model.device).type)
-    env, report = reward_model_env(env, cfg.env.reward_model, cfg.train.seed, sharding)
+    parallel = None
+    if dist.init_from_env(cfg.train.dist_backend):
+        parallel = ParallelFit(run_sharding(cfg.train, torch.device(cfg.env.reward_model.device).type))
+    env, report = reward_model_env(env, cfg.env.reward_model, cfg.train.seed, parallel)
     if not dist.is_main():
         return env
     print(f"reward model: held-out pairwise accuracy {report['rm/accuracy']:.3f} "

@@ -88,6 +88,8 @@ def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
         trainer = Trainer(agents, _reward_model_env(env, cfg), [{"x": x} for x in range(8)], cfg.train)
         history = trainer.train()
         rm_model = trainer.env.reward_model.model
+        if trainer.sharding is not None:  # the reward model, sharded before the trainer, is on the agents' mesh
+            assert trainer.env.reward_model.parallel.sharding.mesh is trainer.sharding.mesh
     else:
         raise SystemExit(f"unknown scenario {name}")
     rm_sharded = is_sharded(rm_model)

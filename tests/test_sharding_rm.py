@@ -176,3 +176,31 @@ def test_environments_name_the_reward_model_for_the_rollout_gather():
     assert rollout_modules(base) == []
     wrapped = CentralizedEnv(ProcessedRewardEnv(RewardModelEnv(base, rm), scale=2.0))
     assert rollout_modules(wrapped) == [rm.model]
+
+
+def test_data_parallel_fit_in_one_process_is_the_plain_fit():
+    """ParallelFit's collectives are identities in one process: the same losses and weights, bit for bit."""
+    from comarl.preference import JointRewardModel
+    from comarl.preference.marlhf import load_classifier
+    from comarl.training.parallel_fit import ParallelFit
+
+    pairs = [json.loads(line) for line in fsdp_rm_pairs().splitlines()]
+    fitted = []
+    for parallel in (None, ParallelFit()):
+        torch.manual_seed(0)
+        rm = JointRewardModel(*load_classifier("tiny", "cpu"))
+        if parallel is not None:
+            rm.data_parallel(parallel)
+        losses = rm.fit(pairs[:5], epochs=1, batch_size=2, lr=1e-3, weights=[1.0, 2.0, 1.0, 0.5, 1.0])
+        fitted.append((losses, rm.model.state_dict(), rm.accuracy(pairs[5:])))
+    (l0, w0, a0), (l1, w1, a1) = fitted
+    assert l0 == l1 and a0 == a1 and all(torch.equal(w0[k], w1[k]) for k in w0)
+
+
+def fsdp_rm_pairs() -> str:
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        fsdp_rm_worker.write_pairs(Path(d) / "pairs.jsonl", n=8)
+        return (Path(d) / "pairs.jsonl").read_text()

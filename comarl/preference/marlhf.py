@@ -6,10 +6,11 @@ the Bradley-Terry loss, measures the pairwise accuracy on the held-out tail of
 the pairs, and returns the environment with the model's score as the reward
 (``RewardModelEnv``). The on-policy algorithm is ``train.algorithm`` as usual.
 
-Under torchrun the fit is data parallel (every rank reads the whole file and
-trains on its share of each batch) and, given the run's ``Sharding``
-(``train.sharding: fsdp``; ``experiment.py`` builds it before the trainer), the
-model is sharded before it is fitted, so no rank ever trains it whole.
+Under torchrun ``experiment.py`` passes ``parallel``
+(``training.parallel_fit.ParallelFit``): the fit is data parallel (every rank
+reads the whole file and trains on its share of each batch) and, with the run's
+sharding (``train.sharding: fsdp``, built before the trainer), the model is
+sharded before it is fitted, so no rank ever trains it whole.
 """
 from __future__ import annotations
 
@@ -80,17 +81,16 @@ def load_classifier(spec: str, device: str):
     return model.to(device), tok
 
 
-def reward_model_env(env, settings: RewardModelSettings, seed: int = 0, sharding=None):
+def reward_model_env(env, settings: RewardModelSettings, seed: int = 0, parallel=None):
     """``(RewardModelEnv(env, fitted model), {"rm/accuracy", "rm/train_pairs", "rm/held_out_pairs"})``.
 
-    The classifier's new weights (its head; all of a "tiny" one) are drawn from ``seed``. When
-    ``torch.distributed`` is initialised every rank must call this (the fit is data parallel); ``sharding``
-    (``training.sharding.Sharding``, or None) shards the model on the run's mesh first.
+    The classifier's new weights (its head; all of a "tiny" one) are drawn from ``seed``. ``parallel``
+    (``JointRewardModel.data_parallel``'s argument; None = this process alone): every rank calls this, the
+    fit is data parallel over them (and the model sharded first when ``parallel`` shards).
     """
     import torch
 
     from ..critics.joint_input import resolve_joint_input
-    from ..training import distributed as dist
 
     settings.validate()
     path = Path(settings.pairs)
@@ -108,8 +108,8 @@ def reward_model_env(env, settings: RewardModelSettings, seed: int = 0, sharding
         model, tok = load_classifier(settings.model, settings.device)
     rm = JointRewardModel(model, tok, resolve_joint_input(settings.joint_input), settings.freeze_backbone,
                           settings.max_length)
-    if dist.is_distributed():
-        rm.data_parallel(sharding)
+    if parallel is not None:
+        rm.data_parallel(parallel)
     rm.fit(train, settings.epochs, settings.batch_size, settings.lr, seed)
     report = {"rm/accuracy": rm.accuracy(held) if held else float("nan"), "rm/train_pairs": float(len(train)),
               "rm/held_out_pairs": float(len(held))}

@@ -16,12 +16,14 @@ Under torchrun, :meth:`JointRewardModel.data_parallel` makes ``fit`` and
 ``accuracy`` collectives: every rank holds the same pairs and takes its share
 of each batch (pairs r, r+W, ...), the loss is normalised by the whole batch's
 weight and the gradients are summed over ranks, so W ranks train the model a
-single process would. With ``train.sharding: fsdp`` the model is sharded first
-(FSDP2, per decoder block and at the root, on the agents' mesh); a rank with no
-pair in a batch then runs a zero-loss forward/backward to join the collectives,
-and a sharded model scores (``accuracy``, :class:`RewardModelEnv`) only whole:
-inside ``Sharding.gathered``, which the trainer enters for the rollout with the
-environment's :meth:`RewardModelEnv.rollout_modules`.
+single process would. The ranks are the business of the component passed in
+(``training/parallel_fit.py``: this module sits below the training loop). With
+``train.sharding: fsdp`` the model is sharded first (FSDP2, per decoder block
+and at the root, on the agents' mesh); a rank with no pair in a batch then runs
+a zero-loss forward/backward to join the collectives, and a sharded model
+scores (``accuracy``, :class:`RewardModelEnv`) only whole, which the trainer
+arranges for the rollout through the environment's
+:meth:`RewardModelEnv.rollout_modules`.
 """
 from __future__ import annotations
 
@@ -36,7 +38,6 @@ import torch
 from ..critics.joint_input import role_marker_template
 from ..envs.base import AgentRewards, EnvState, Environment, Transition, rollout_modules
 from ..losses import bradley_terry_loss
-from ..training import distributed as dist
 
 
 class JointRewardModel:
@@ -57,8 +58,7 @@ class JointRewardModel:
                              f"got num_labels={getattr(model.config, 'num_labels', None)}")
         self.model, self.tokenizer, self.joint_input = model, tokenizer, joint_input
         self.max_length = max_length
-        self.parallel = False  # fit/accuracy split over the ranks (data_parallel)
-        self.sharding = None  # the Sharding the model is sharded with (train.sharding=fsdp), else None
+        self.parallel = None  # the ranks' collectives once data_parallel (training.parallel_fit.ParallelFit)
         head = getattr(model, "score", None) or getattr(model, "classifier", None)
         if freeze_backbone:
             if head is None:
@@ -69,20 +69,19 @@ class JointRewardModel:
     def parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
 
-    def data_parallel(self, sharding=None) -> "JointRewardModel":
-        """Train and measure over all ranks from now on; every rank calls it, and later ``fit``/``accuracy``,
-        with the same pairs. Rank 0's trainable weights are copied to every rank; with ``sharding`` (the
-        run's ``training.sharding.Sharding``) the model is then sharded on its mesh. Build no optimiser
-        before this: FSDP swaps the parameters (``fit`` builds its own)."""
-        dist.broadcast_parameters(self.model)
-        if sharding is not None:
-            sharding.add(self.model, "the reward model")
-        self.parallel, self.sharding = dist.is_distributed(), sharding
+    def data_parallel(self, parallel) -> "JointRewardModel":
+        """Train and measure over all ranks from now on, through ``parallel``
+        (``comarl.training.parallel_fit.ParallelFit``: it copies rank 0's weights to every rank and, with the
+        run's sharding, shards the model). Every rank calls this, and later ``fit``/``accuracy`` with the same
+        pairs. Build no optimiser before: FSDP swaps the parameters (``fit`` builds its own)."""
+        parallel.prepare(self.model)
+        self.parallel = parallel
         return self
 
-    def _whole(self):
-        """Context in which a sharded model is whole on every rank (a collective); nothing otherwise."""
-        return self.sharding.gathered([self.model]) if self.sharding is not None else contextlib.nullcontext()
+    @property
+    def sharded(self) -> bool:
+        """Whether the model is sharded over the ranks (FSDP2): it scores only when gathered."""
+        return self.parallel is not None and self.parallel.sharding is not None
 
     def scores(self, prompts: Sequence[Sequence[str]], responses: Sequence[Sequence[str]]) -> torch.Tensor:
         """[B] scores of B joint responses (gradient flows when enabled), float32 on the model's device."""
@@ -122,19 +121,21 @@ class JointRewardModel:
     def accuracy(self, pairs: Sequence[Mapping], batch_size: int = 16) -> float:
         """Fraction of ``pairs`` whose chosen joint response scores strictly higher (data parallel: each rank
         scores its share, the counts are summed)."""
-        if self.parallel:
-            _check_same_pairs(pairs, "accuracy")
-        mine = dist.shard(list(pairs)) if self.parallel else pairs
+        par = self.parallel
+        if par is not None:
+            _check_same_pairs(par, pairs, "accuracy")
+        mine = par.share(list(pairs)) if par is not None else pairs
         was = self.model.training
         self.model.eval()
         try:
-            with self._whole():  # sharded: whole, so ranks may score different numbers of batches
+            # sharded: whole, so ranks may score different numbers of batches
+            with par.whole(self.model) if par is not None else contextlib.nullcontext():
                 right = sum(int((self.pair_loss(mine[a:a + batch_size])[1] > 0).sum())
                             for a in range(0, len(mine), batch_size))
         finally:
             self.model.train(was)
-        if self.parallel:
-            right = dist.all_reduce_sum(right)
+        if par is not None:
+            right = par.total(right)
         return right / max(len(pairs), 1)
 
     def fit(self, pairs: Sequence[Mapping], epochs: int = 1, batch_size: int = 8, lr: float = 1e-4,
@@ -149,8 +150,9 @@ class JointRewardModel:
         """
         if not pairs:
             raise ValueError("reward model: no preference pairs to train on")
-        if self.parallel:
-            _check_same_pairs(pairs, "fit")
+        par = self.parallel
+        if par is not None:
+            _check_same_pairs(par, pairs, "fit")
         opt = torch.optim.AdamW(self.parameters(), lr=lr)
         rng, order, losses = random.Random(seed), list(range(len(pairs))), []
         w = torch.tensor(list(weights), dtype=torch.float32) if weights is not None else torch.ones(len(pairs))
@@ -159,22 +161,18 @@ class JointRewardModel:
             rng.shuffle(order)
             for a in range(0, len(order), batch_size):
                 idx = order[a:a + batch_size]
-                mine = dist.shard(idx) if self.parallel else idx
+                mine = par.share(idx) if par is not None else idx
                 opt.zero_grad(set_to_none=True)
                 if mine:
                     loss = self.share_loss(pairs, idx, mine, w if weights is not None else None)
                     loss.backward()
-                elif self.sharding is not None:  # no pair here: join FSDP's collectives with a zero gradient
-                    from ..training.sharding import idle_backward
-
+                else:  # no pair on this rank: a sharded model still joins the batch's collectives
                     loss = torch.zeros(())
-                    idle_backward(self.model, self.model.config.pad_token_id or 0)
-                else:
-                    loss = torch.zeros(())
-                if self.parallel and self.sharding is None:
-                    dist.all_reduce_grads(self.model)
+                    par.idle(self.model)
+                if par is not None:
+                    par.after_backward(self.model)  # gradients summed over ranks (unless FSDP did)
                 opt.step()
-                losses.append(float(dist.all_reduce_sum(float(loss.detach())) if self.parallel else loss.detach()))
+                losses.append(par.total(float(loss.detach())) if par is not None else float(loss.detach()))
         self.model.eval()
         return losses
 
@@ -202,7 +200,7 @@ class RewardModelEnv:
 
     def step_batch(self, states: Sequence[EnvState], responses: Sequence[Sequence[str]]) -> list[Transition]:
         trs = self.env.step_batch(states, responses)
-        if self.reward_model.sharding is not None and _is_sharded(self.reward_model.model):
+        if self.reward_model.sharded and _is_sharded(self.reward_model.model):
             raise RuntimeError("the reward model is sharded (train.sharding=fsdp): score with it inside "
                                "Sharding.gathered() (the trainer gathers the env's rollout_modules())")
         with torch.no_grad():
@@ -215,14 +213,15 @@ class RewardModelEnv:
 
 
 def _is_sharded(model) -> bool:
+    """Whether the parameters are FSDP shards (DTensors) right now, i.e. the model is not gathered."""
     from torch.distributed.tensor import DTensor
 
     return isinstance(next(model.parameters()), DTensor)
 
 
-def _check_same_pairs(pairs: Sequence[Mapping], what: str) -> None:
+def _check_same_pairs(parallel, pairs: Sequence[Mapping], what: str) -> None:
     """Data parallel ``fit``/``accuracy`` split one list of pairs: refuse ranks that hold different ones."""
     crc = zlib.crc32(json.dumps([[p["prompts"], p["chosen"], p["rejected"]] for p in pairs]).encode())
-    if dist.all_reduce_sum(crc) != crc * dist.world_size() or dist.all_reduce_max(crc) != crc:
+    if not parallel.same_everywhere(crc):
         raise ValueError(f"reward model {what}: the ranks hold different preference pairs; data parallel "
                          f"training needs the same pairs on every rank (each takes its share)")

@@ -41,6 +41,7 @@ from . import checkpoint as ckpt
 from . import distributed as dist
 from .dpo import dpo_step, step_pairs, text_pairs_to_ids
 from .logging import MetricsLogger
+from .parallel_fit import ParallelFit
 from .placement import place_references
 from .sharding import full_state_dict
 
@@ -172,7 +173,7 @@ class Rounds:
         a round."""
         pref, inside = self.trainer.config.preference, not self.ends_round(self.trainer.state.step)
         out = {}
-        if self.reward_model is not None and self.reward_model.sharding is None:  # sharded: checkpoint_modules
+        if self.reward_model is not None and not self.reward_model.sharded:  # sharded: checkpoint_modules
             out["reward_model.pt"] = self.reward_model.model.state_dict()
         if self.kind == "dpo" and inside and pref.reference == "current" and not pref.reference_free:
             for i, ref in self._distinct_references():
@@ -183,7 +184,7 @@ class Rounds:
         """Sharded modules a checkpoint writes with DCP (``<name>/dcp``): a sharded reward model (no optimiser:
         each fit builds its own)."""
         rm = self.reward_model
-        return {"reward_model": (rm.model, None)} if rm is not None and rm.sharding is not None else {}
+        return {"reward_model": (rm.model, None)} if rm is not None and rm.sharded else {}
 
     def _distinct_references(self):
         seen = set()
@@ -300,8 +301,8 @@ class Rounds:
                 model, tok = load_classifier(s.model, s.device)
                 self.reward_model = self._data_parallel(JointRewardModel(
                     model, tok, resolve_joint_input(s.joint_input), s.freeze_backbone, s.max_length))
-                if old is not None and old.sharding is not None:
-                    old.sharding.drop(old.model)
+                if old is not None and old.parallel is not None:
+                    old.parallel.drop(old.model)
             cut = len(self.pool) - int(round(len(self.pool) * s.held_out))
             train, held = self.pool[:cut], self.pool[cut:]
             if train:
@@ -321,7 +322,7 @@ class Rounds:
 
     def _data_parallel(self, rm):
         """Under torchrun: ``rm`` trains over all ranks, sharded on the trainer's mesh when the agents are."""
-        return rm.data_parallel(self.trainer.sharding) if dist.is_distributed() else rm
+        return rm.data_parallel(ParallelFit(self.trainer.sharding)) if dist.is_distributed() else rm
 
     def _load_reward_model_from_checkpoint(self):
         """The checkpoint's reward model: ``reward_model.pt`` (an unsharded run's, loaded before sharding) or
