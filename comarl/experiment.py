@@ -37,12 +37,25 @@ def build_env(cfg: ExperimentConfig):
 
 
 def _reward_model_env(env, cfg: ExperimentConfig):
+    """MARLHF's fitted reward model around ``env``. Under torchrun the process group (and, with
+    ``train.sharding: fsdp``, the run's mesh) exists from here on: the fit is data parallel, the model sharded
+    before it; the trainer later finds both as they are."""
     import json
     from pathlib import Path
 
-    from .preference.marlhf import reward_model_env
+    import torch
 
-    env, report = reward_model_env(env, cfg.env.reward_model, cfg.train.seed)
+    from .preference.marlhf import reward_model_env
+    from .training import distributed as dist
+    from .training.parallel_fit import ParallelFit
+    from .training.sharding import run_sharding
+
+    parallel = None
+    if dist.init_from_env(cfg.train.dist_backend):
+        parallel = ParallelFit(run_sharding(cfg.train, torch.device(cfg.env.reward_model.device).type))
+    env, report = reward_model_env(env, cfg.env.reward_model, cfg.train.seed, parallel)
+    if not dist.is_main():
+        return env
     print(f"reward model: held-out pairwise accuracy {report['rm/accuracy']:.3f} "
           f"({int(report['rm/held_out_pairs'])} pairs; trained on {int(report['rm/train_pairs'])})")
     if cfg.train.output_dir:

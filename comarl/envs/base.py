@@ -86,6 +86,9 @@ class Environment(Protocol):
     responses)`` scores ``len(states)`` joint actions, where ``responses[j]`` is
     the tuple of N response strings (agent order) for ``states[j]``.
     ``max_turns`` bounds an episode; after that turn every branch is done.
+    An environment that runs torch modules in ``step_batch`` (a reward model)
+    lists them in an optional ``rollout_modules()``: a sharded trainer makes
+    them whole for the rollout (see :func:`rollout_modules`).
     """
 
     num_agents: int
@@ -93,6 +96,11 @@ class Environment(Protocol):
     def reset(self, item: Mapping[str, Any]) -> EnvState: ...
 
     def step_batch(self, states: Sequence[EnvState], responses: Sequence[Sequence[str]]) -> list[Transition]: ...
+
+
+def rollout_modules(env) -> list:
+    """The torch modules ``env`` runs while scoring (its optional ``rollout_modules()``; wrappers forward it)."""
+    return list(env.rollout_modules()) if hasattr(env, "rollout_modules") else []
 
 
 Formatter = Callable[[Mapping[str, Any]], str]

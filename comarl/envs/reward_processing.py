@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Sequence
 
-from .base import AgentRewards, EnvState, Environment, EvalRecord, Reward, Transition
+from .base import AgentRewards, EnvState, Environment, EvalRecord, Reward, Transition, rollout_modules
 
 
 def process_reward(reward: Reward, scale: float, shift: float) -> Reward:
@@ -65,6 +65,9 @@ class ProcessedRewardEnv:
 
     def reset(self, item) -> EnvState:
         return self.env.reset(item)
+
+    def rollout_modules(self) -> list:
+        return rollout_modules(self.env)
 
     def step_batch(self, states: Sequence[EnvState], responses: Sequence[Sequence[str]]) -> list[Transition]:
         out = []

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from ..envs.base import EnvState, Environment, Transition
+from ..envs.base import EnvState, Environment, Transition, rollout_modules
 
 
 class ParseError(ValueError):
@@ -84,6 +84,9 @@ class CentralizedEnv:
 
     def reset(self, item: Mapping[str, Any]) -> EnvState:
         return self._wrap(self.env.reset(item), None, None)
+
+    def rollout_modules(self) -> list:
+        return rollout_modules(self.env)
 
     def step_batch(self, states: Sequence[EnvState], responses: Sequence[Sequence[str]]) -> list[Transition]:
         out: list[Transition | None] = [None] * len(states)

@@ -5,6 +5,12 @@ classifier and a pairs JSONL file; :func:`reward_model_env` fits the model with
 the Bradley-Terry loss, measures the pairwise accuracy on the held-out tail of
 the pairs, and returns the environment with the model's score as the reward
 (``RewardModelEnv``). The on-policy algorithm is ``train.algorithm`` as usual.
+
+Under torchrun ``experiment.py`` passes ``parallel``
+(``training.parallel_fit.ParallelFit``): the fit is data parallel (every rank
+reads the whole file and trains on its share of each batch) and, with the run's
+sharding (``train.sharding: fsdp``, built before the trainer), the model is
+sharded before it is fitted, so no rank ever trains it whole.
 """
 from __future__ import annotations
 
@@ -75,8 +81,15 @@ def load_classifier(spec: str, device: str):
     return model.to(device), tok
 
 
-def reward_model_env(env, settings: RewardModelSettings, seed: int = 0):
-    """``(RewardModelEnv(env, fitted model), {"rm/accuracy", "rm/train_pairs", "rm/held_out_pairs"})``."""
+def reward_model_env(env, settings: RewardModelSettings, seed: int = 0, parallel=None):
+    """``(RewardModelEnv(env, fitted model), {"rm/accuracy", "rm/train_pairs", "rm/held_out_pairs"})``.
+
+    The classifier's new weights (its head; all of a "tiny" one) are drawn from ``seed``. ``parallel``
+    (``JointRewardModel.data_parallel``'s argument; None = this process alone): every rank calls this, the
+    fit is data parallel over them (and the model sharded first when ``parallel`` shards).
+    """
+    import torch
+
     from ..critics.joint_input import resolve_joint_input
 
     settings.validate()
@@ -90,9 +103,13 @@ def reward_model_env(env, settings: RewardModelSettings, seed: int = 0):
                 raise ConfigError(f"env.reward_model.pairs ({path}) pair {n}: {key!r} needs {env.num_agents} entries")
     cut = len(pairs) - int(round(len(pairs) * settings.held_out))
     train, held = pairs[:cut], pairs[cut:]
-    model, tok = load_classifier(settings.model, settings.device)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model, tok = load_classifier(settings.model, settings.device)
     rm = JointRewardModel(model, tok, resolve_joint_input(settings.joint_input), settings.freeze_backbone,
                           settings.max_length)
+    if parallel is not None:
+        rm.data_parallel(parallel)
     rm.fit(train, settings.epochs, settings.batch_size, settings.lr, seed)
     report = {"rm/accuracy": rm.accuracy(held) if held else float("nan"), "rm/train_pairs": float(len(train)),
               "rm/held_out_pairs": float(len(held))}

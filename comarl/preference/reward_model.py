@@ -11,16 +11,32 @@ reward is still logged as ``env/env_reward``.
 
 A pair is a dict ``{"prompts": [N], "chosen": [N], "rejected": [N]}`` (the
 format ``train.preference.pairs_out`` writes).
+
+Under torchrun, :meth:`JointRewardModel.data_parallel` makes ``fit`` and
+``accuracy`` collectives: every rank holds the same pairs and takes its share
+of each batch (pairs r, r+W, ...), the loss is normalised by the whole batch's
+weight and the gradients are summed over ranks, so W ranks train the model a
+single process would. The ranks are the business of the component passed in
+(``training/parallel_fit.py``: this module sits below the training loop). With
+``train.sharding: fsdp`` the model is sharded first (FSDP2, per decoder block
+and at the root, on the agents' mesh); a rank with no pair in a batch then runs
+a zero-loss forward/backward to join the collectives, and a sharded model
+scores (``accuracy``, :class:`RewardModelEnv`) only whole, which the trainer
+arranges for the rollout through the environment's
+:meth:`RewardModelEnv.rollout_modules`.
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import random
+import zlib
 from typing import Callable, Mapping, Sequence
 
 import torch
 
 from ..critics.joint_input import role_marker_template
-from ..envs.base import AgentRewards, EnvState, Environment, Transition
+from ..envs.base import AgentRewards, EnvState, Environment, Transition, rollout_modules
 from ..losses import bradley_terry_loss
 
 
@@ -42,6 +58,7 @@ class JointRewardModel:
                              f"got num_labels={getattr(model.config, 'num_labels', None)}")
         self.model, self.tokenizer, self.joint_input = model, tokenizer, joint_input
         self.max_length = max_length
+        self.parallel = None  # the ranks' collectives once data_parallel (training.parallel_fit.ParallelFit)
         head = getattr(model, "score", None) or getattr(model, "classifier", None)
         if freeze_backbone:
             if head is None:
@@ -51,6 +68,20 @@ class JointRewardModel:
 
     def parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
+
+    def data_parallel(self, parallel) -> "JointRewardModel":
+        """Train and measure over all ranks from now on, through ``parallel``
+        (``comarl.training.parallel_fit.ParallelFit``: it copies rank 0's weights to every rank and, with the
+        run's sharding, shards the model). Every rank calls this, and later ``fit``/``accuracy`` with the same
+        pairs. Build no optimiser before: FSDP swaps the parameters (``fit`` builds its own)."""
+        parallel.prepare(self.model)
+        self.parallel = parallel
+        return self
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the model is sharded over the ranks (FSDP2): it scores only when gathered."""
+        return self.parallel is not None and self.parallel.sharding is not None
 
     def scores(self, prompts: Sequence[Sequence[str]], responses: Sequence[Sequence[str]]) -> torch.Tensor:
         """[B] scores of B joint responses (gradient flows when enabled), float32 on the model's device."""
@@ -76,37 +107,72 @@ class JointRewardModel:
         sw, sl = s[:len(pairs)], s[len(pairs):]
         return bradley_terry_loss(sw, sl, weights), (sw - sl).detach()
 
+    def share_loss(self, pairs: Sequence[Mapping], batch: list[int], mine: list[int],
+                   weights: torch.Tensor | None = None) -> torch.Tensor:
+        """One rank's part of the Bradley-Terry loss of the pairs ``batch`` (indices into ``pairs``), from its
+        share ``mine`` (a non-empty subset): ``L(mine) * w(mine) / w(batch)`` with L the weighted mean
+        (``weights`` [P], None = 1 each), so the parts of disjoint shares sum to ``L(batch)``."""
+        loss, _ = self.pair_loss([pairs[i] for i in mine], weights[mine] if weights is not None else None)
+        if weights is None:
+            return loss * (len(mine) / len(batch))
+        return loss * (weights[mine].sum() / weights[batch].sum())
+
     @torch.no_grad()
     def accuracy(self, pairs: Sequence[Mapping], batch_size: int = 16) -> float:
-        """Fraction of ``pairs`` whose chosen joint response scores strictly higher."""
+        """Fraction of ``pairs`` whose chosen joint response scores strictly higher (data parallel: each rank
+        scores its share, the counts are summed)."""
+        par = self.parallel
+        if par is not None:
+            _check_same_pairs(par, pairs, "accuracy")
+        mine = par.share(list(pairs)) if par is not None else pairs
         was = self.model.training
         self.model.eval()
         try:
-            right = sum(int((self.pair_loss(pairs[a:a + batch_size])[1] > 0).sum())
-                        for a in range(0, len(pairs), batch_size))
+            # sharded: whole, so ranks may score different numbers of batches
+            with par.whole(self.model) if par is not None else contextlib.nullcontext():
+                right = sum(int((self.pair_loss(mine[a:a + batch_size])[1] > 0).sum())
+                            for a in range(0, len(mine), batch_size))
         finally:
             self.model.train(was)
+        if par is not None:
+            right = par.total(right)
         return right / max(len(pairs), 1)
 
     def fit(self, pairs: Sequence[Mapping], epochs: int = 1, batch_size: int = 8, lr: float = 1e-4,
             seed: int = 0, weights: Sequence[float] | None = None) -> list[float]:
         """Train on ``pairs`` (AdamW, shuffled each epoch; ``weights`` [P]: each pair's weight in the
-        Bradley-Terry loss, e.g. replay decay) -> the loss of every batch."""
+        Bradley-Terry loss, e.g. replay decay) -> the loss of every batch.
+
+        Data parallel (:meth:`data_parallel`): rank r computes the loss of pairs r, r+W, ... of each batch
+        normalised by the whole batch's weight, ``bradley_terry_loss(mine) * w(mine) / w(batch)``, and the
+        gradients are summed over ranks (FSDP's reduce-scatter, else an all-reduce): the single-process
+        gradient of the batch. Every rank runs one forward/backward per batch (a zero-loss one without a pair).
+        """
         if not pairs:
             raise ValueError("reward model: no preference pairs to train on")
+        par = self.parallel
+        if par is not None:
+            _check_same_pairs(par, pairs, "fit")
         opt = torch.optim.AdamW(self.parameters(), lr=lr)
         rng, order, losses = random.Random(seed), list(range(len(pairs))), []
-        w = torch.tensor(list(weights), dtype=torch.float32) if weights is not None else None
+        w = torch.tensor(list(weights), dtype=torch.float32) if weights is not None else torch.ones(len(pairs))
         self.model.train()
         for _ in range(epochs):
             rng.shuffle(order)
             for a in range(0, len(order), batch_size):
                 idx = order[a:a + batch_size]
-                loss, _ = self.pair_loss([pairs[i] for i in idx], w[idx] if w is not None else None)
+                mine = par.share(idx) if par is not None else idx
                 opt.zero_grad(set_to_none=True)
-                loss.backward()
+                if mine:
+                    loss = self.share_loss(pairs, idx, mine, w if weights is not None else None)
+                    loss.backward()
+                else:  # no pair on this rank: a sharded model still joins the batch's collectives
+                    loss = torch.zeros(())
+                    par.idle(self.model)
+                if par is not None:
+                    par.after_backward(self.model)  # gradients summed over ranks (unless FSDP did)
                 opt.step()
-                losses.append(float(loss.detach()))
+                losses.append(par.total(float(loss.detach())) if par is not None else float(loss.detach()))
         self.model.eval()
         return losses
 
@@ -122,6 +188,10 @@ class RewardModelEnv:
         self.num_agents = env.num_agents
         self.max_turns = getattr(env, "max_turns", 1)
 
+    def rollout_modules(self) -> list[torch.nn.Module]:
+        """The reward model (and the wrapped env's modules): a sharded trainer gathers them for the rollout."""
+        return [self.reward_model.model] + rollout_modules(self.env)
+
     def reset(self, item) -> EnvState:
         return self.env.reset(item)
 
@@ -130,6 +200,9 @@ class RewardModelEnv:
 
     def step_batch(self, states: Sequence[EnvState], responses: Sequence[Sequence[str]]) -> list[Transition]:
         trs = self.env.step_batch(states, responses)
+        if self.reward_model.sharded and _is_sharded(self.reward_model.model):
+            raise RuntimeError("the reward model is sharded (train.sharding=fsdp): score with it inside "
+                               "Sharding.gathered() (the trainer gathers the env's rollout_modules())")
         with torch.no_grad():
             scores = self.reward_model.scores([s.prompts for s in states], responses).cpu().tolist()
         out = []
@@ -137,3 +210,18 @@ class RewardModelEnv:
             own = sum(tr.reward.values) / len(tr.reward.values) if isinstance(tr.reward, AgentRewards) else tr.reward
             out.append(Transition(float(score), tr.done, tr.next_state, {**tr.metrics, "env_reward": float(own)}))
         return out
+
+
+def _is_sharded(model) -> bool:
+    """Whether the parameters are FSDP shards (DTensors) right now, i.e. the model is not gathered."""
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(next(model.parameters()), DTensor)
+
+
+def _check_same_pairs(parallel, pairs: Sequence[Mapping], what: str) -> None:
+    """Data parallel ``fit``/``accuracy`` split one list of pairs: refuse ranks that hold different ones."""
+    crc = zlib.crc32(json.dumps([[p["prompts"], p["chosen"], p["rejected"]] for p in pairs]).encode())
+    if not parallel.same_everywhere(crc):
+        raise ValueError(f"reward model {what}: the ranks hold different preference pairs; data parallel "
+                         f"training needs the same pairs on every rank (each takes its share)")

@@ -107,6 +107,15 @@ def all_reduce_max(value: float | int) -> float:
     return t.item()
 
 
+def gather_objects(obj) -> list:
+    """``[obj of rank 0, obj of rank 1, ...]`` on every rank (picklable objects; ``[obj]`` when single-process)."""
+    if not is_distributed():
+        return [obj]
+    out = [None] * world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def all_reduce_grads(model: torch.nn.Module, bucket_mb: float = 64.0) -> None:
     """Sum gradients of the trainable parameters over ranks (losses are already globally normalised).
 

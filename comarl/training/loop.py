@@ -27,7 +27,7 @@ from ..algorithms.base import loop_algorithms
 from ..config import TrainConfig
 from ..config_io import ConfigError, to_dict
 from ..critics import build_critic
-from ..envs.base import Environment
+from ..envs.base import Environment, rollout_modules
 from ..logprobs import completion_logprobs, forced_mask
 from ..losses import clipped_policy_loss, entropy_bonus, kl_estimate, kl_penalty, sequence_kl, token_weights
 from ..reference import build_reference
@@ -149,8 +149,7 @@ class Trainer:
         check_mixed_precision(cfg.mixed_precision, [str(a.device) for a in self.agents])
         if cfg.sharding == "fsdp":  # what FSDP sharding does not cover yet (docs/distributed.md)
             uncovered = {"a critic": self.critic is not None,
-                         "a DPO update": self.algorithm.update in ("dpo", "dpo_rounds", "dpo_offline"),
-                         "reward-model rounds": rounds_kind == "rm"}
+                         "a DPO update": self.algorithm.update in ("dpo", "dpo_rounds", "dpo_offline")}
             for what, hit in uncovered.items():
                 if hit:
                     raise ConfigError(f"train.sharding: fsdp does not cover {what} yet; {cfg.algorithm} is not "
@@ -270,12 +269,16 @@ class Trainer:
         return metrics
 
     def _whole(self, models=None, rollout: bool = False):
-        """Context in which sharded ``models`` (default: every agent's) are whole on every rank; a no-op without
-        sharding (training/sharding.py). ``rollout``: around a rollout, where ``train.fsdp_gather: agent``
-        gathers one agent per generate call instead (``AgentAtATime``)."""
-        if self.sharding is None or (rollout and self.settings.lockstep is not None):
+        """Context in which sharded ``models`` (default: every agent's and the environment's rollout modules,
+        e.g. a reward model) are whole on every rank; a no-op without sharding (training/sharding.py).
+        ``rollout``: around a rollout, where ``train.fsdp_gather: agent`` gathers one agent per generate call
+        instead (``AgentAtATime``); the environment's modules stay gathered for the whole rollout."""
+        if self.sharding is None:
             return contextlib.nullcontext()
-        return self.sharding.gathered(models if models is not None else [a.model for a in self.agents])
+        if models is None:
+            one_at_a_time = rollout and self.settings.lockstep is not None
+            models = ([] if one_at_a_time else [a.model for a in self.agents]) + rollout_modules(self.env)
+        return self.sharding.gathered(models)
 
     def _lockstep(self):
         """``RolloutSettings.lockstep``: an ``AgentAtATime`` under ``sharding: fsdp`` with ``fsdp_gather: agent``."""
@@ -572,6 +575,7 @@ class Trainer:
         extra = {"critic.pt": self.critic.state_dict()} if self.critic is not None else {}
         if self.rounds is not None:  # the reward model / reference a resume inside a round needs
             extra.update(self.rounds.checkpoint_extra())
+            modules.update(self.rounds.checkpoint_modules())
         return modules, extra
 
     def resume(self, where: str) -> None:

@@ -34,20 +34,47 @@ from pathlib import Path
 import torch
 
 from ..config_io import ConfigError
+from ..envs.base import rollout_modules
 from ..preference.pairs import comparator_pairs, joint_returns, replay_weights
 from ..rollout import RolloutSettings, collect_rollout
 from . import checkpoint as ckpt
 from . import distributed as dist
 from .dpo import dpo_step, step_pairs, text_pairs_to_ids
 from .logging import MetricsLogger
+from .parallel_fit import ParallelFit
 from .placement import place_references
+from .sharding import full_state_dict
 
 
-def _text_pairs(rollouts, chunk_pairs, step: int, r: int) -> list[dict]:
-    return [{"step": step, "round": r, "prompts": ro.tree.prompts[p.group],
-             "chosen": [ro.agents[i].texts[s] for i, s in enumerate(p.chosen_samples)],
-             "rejected": [ro.agents[i].texts[s] for i, s in enumerate(p.rejected_samples)], "gap": p.gap}
-            for ro, pairs in zip(rollouts, chunk_pairs) for p in pairs]
+def _text_pairs(ro, pairs, step: int, r: int) -> list[tuple[int, dict]]:
+    """``(node, pair)`` of one rollout's pairs, in node order."""
+    return [(p.group, {"step": step, "round": r, "prompts": ro.tree.prompts[p.group],
+                       "chosen": [ro.agents[i].texts[s] for i, s in enumerate(p.chosen_samples)],
+                       "rejected": [ro.agents[i].texts[s] for i, s in enumerate(p.rejected_samples)], "gap": p.gap})
+            for p in pairs]
+
+
+def _node_items(ro) -> list[int]:
+    """[G] the item (index in the rollout's items) of every node: the roots in item order, children inherit."""
+    item = [-1] * len(ro.tree.prompts)
+    roots = [g for g in range(len(item)) if int(ro.agents[0].turns[g]) == 0]
+    for b, g in enumerate(roots):
+        item[g] = b
+    for g in range(len(item)):  # breadth-first: a parent comes before its children
+        for c in ro.tree.child[g].tolist():
+            if c >= 0:
+                item[c] = item[g]
+    return item
+
+
+def _all_ranks_pairs(batches: list[list[tuple[int, dict]]]) -> list[dict]:
+    """Every rank's ``(item, pair)`` of each round batch -> all the round's pairs, on every rank, in the order
+    one process sampling the whole batches makes: batch, item (global, rank r's item j is j*W + r as
+    ``dist.shard`` splits), then the node order within the item."""
+    w, r = dist.world_size(), dist.rank()
+    mine = [(b, j * w + r, n, p) for b, batch in enumerate(batches) for n, (j, p) in enumerate(batch)]
+    every = [x for part in dist.gather_objects(mine) for x in part]
+    return [x[3] for x in sorted(every, key=lambda x: x[:3])]
 
 
 def _joint_texts(rollout, g: int, j: int, k: int) -> list[str]:
@@ -59,19 +86,22 @@ def comparison_pairs(policy, comparator, cfg, rng: random.Random, step: int, r: 
     """Text pairs of the policy's rollouts against the comparator's on the same items: at every root node,
     joint candidate j of one side meets candidate j of the other (``preference.comparator_pairs``);
     ``chosen_by`` says which side won. Returns are the trees' joint returns (later turns included)."""
+    return [p for ro, co in zip(policy, comparator) for _, p in _comparison_pairs(ro, co, cfg, rng, step, r)]
+
+
+def _comparison_pairs(ro, co, cfg, rng: random.Random, step: int, r: int) -> list[tuple[int, dict]]:
+    """``(root node, pair)`` of one policy rollout against the comparator's (:func:`comparison_pairs`)."""
     pref, k = cfg.preference, cfg.num_generations
+    rp = joint_returns(ro.tree.rewards, ro.tree.child, cfg.discount)
+    rc = joint_returns(co.tree.rewards, co.tree.child, cfg.discount)
     out = []
-    for ro, co in zip(policy, comparator):
-        rp = joint_returns(ro.tree.rewards, ro.tree.child, cfg.discount)
-        rc = joint_returns(co.tree.rewards, co.tree.child, cfg.discount)
-        roots = [g for g in range(len(ro.tree.prompts)) if int(ro.agents[0].turns[g]) == 0]
-        for g in roots:
-            for j, policy_wins, gap in comparator_pairs(rp[g].tolist(), rc[g].tolist(), pref.pair_selection,
-                                                        pref.pairs_per_item, rng):
-                mine, theirs = _joint_texts(ro, g, j, k), _joint_texts(co, g, j, k)
-                out.append({"step": step, "round": r, "prompts": ro.tree.prompts[g],
+    for g in [g for g in range(len(ro.tree.prompts)) if int(ro.agents[0].turns[g]) == 0]:
+        for j, policy_wins, gap in comparator_pairs(rp[g].tolist(), rc[g].tolist(), pref.pair_selection,
+                                                    pref.pairs_per_item, rng):
+            mine, theirs = _joint_texts(ro, g, j, k), _joint_texts(co, g, j, k)
+            out.append((g, {"step": step, "round": r, "prompts": ro.tree.prompts[g],
                             "chosen": mine if policy_wins else theirs, "rejected": theirs if policy_wins else mine,
-                            "gap": gap, "chosen_by": "policy" if policy_wins else "comparator"})
+                            "gap": gap, "chosen_by": "policy" if policy_wins else "comparator"}))
     return out
 
 
@@ -143,12 +173,18 @@ class Rounds:
         a round."""
         pref, inside = self.trainer.config.preference, not self.ends_round(self.trainer.state.step)
         out = {}
-        if self.reward_model is not None:
+        if self.reward_model is not None and not self.reward_model.sharded:  # sharded: checkpoint_modules
             out["reward_model.pt"] = self.reward_model.model.state_dict()
         if self.kind == "dpo" and inside and pref.reference == "current" and not pref.reference_free:
             for i, ref in self._distinct_references():
                 out[f"reference{i}.pt"] = ref.model.state_dict()
         return out
+
+    def checkpoint_modules(self) -> dict:
+        """Sharded modules a checkpoint writes with DCP (``<name>/dcp``): a sharded reward model (no optimiser:
+        each fit builds its own)."""
+        rm = self.reward_model
+        return {"reward_model": (rm.model, None)} if rm is not None and rm.sharded else {}
 
     def _distinct_references(self):
         seen = set()
@@ -163,22 +199,29 @@ class Rounds:
         pref = cfg.preference
         if self.kind == "dpo" and pref.reference == "current" and not pref.reference_free:
             t.references = place_references(t._build_references(), cfg.reference_device, t.agents)
-        if self.kind == "rm" and self.reward_model is None and self._has_extra("reward_model.pt"):
+        if self.kind == "rm" and self.reward_model is None and self._has_reward_model():
             # resumed at a round boundary: last round's model, to continue or to keep when this round has no pair
             self.reward_model = self._load_reward_model_from_checkpoint()
             t.env = self._reward_env()
         comparator = self.comparator_agents(r)
         rollouts, others = [], []
-        for _ in range(pref.round_batches):
-            items = t.next_batch()
-            rollouts.append(collect_rollout(t.agents, self.base_env, items, self.settings))
-            if comparator is not None:
-                others.append(collect_rollout(comparator, self.base_env, items, self.settings))
-        rng = random.Random(cfg.seed * 7919 + r)
+        # sharded agents (and any module the env's own reward runs): whole for the round's sampling
+        with t._whole([a.model for a in t.agents] + rollout_modules(self.base_env)):
+            for _ in range(pref.round_batches):
+                items = t.next_batch()
+                rollouts.append(collect_rollout(t.agents, self.base_env, items, self.settings))
+                if comparator is not None:
+                    others.append(collect_rollout(comparator, self.base_env, items, self.settings))
+        rng, step = random.Random(cfg.seed * 7919 + r), t.state.step
         if comparator is None:
-            pairs = _text_pairs(rollouts, step_pairs(rollouts, cfg, rng), t.state.step, r)
+            batches = [_text_pairs(ro, ps, step, r) for ro, ps in zip(rollouts, step_pairs(rollouts, cfg, rng))]
         else:
-            pairs = comparison_pairs(rollouts, others, cfg, rng, t.state.step, r)
+            batches = [_comparison_pairs(ro, co, cfg, rng, step, r) for ro, co in zip(rollouts, others)]
+        if self.kind == "rm":  # one reward model on every rank: all ranks' pairs, in a single process's order
+            pairs = _all_ranks_pairs([[(node_item[g], p) for g, p in batch]
+                                      for batch, node_item in zip(batches, map(_node_items, rollouts))])
+        else:  # madpo_iter's DPO step trains each rank on its own pairs (losses normalised over ranks)
+            pairs = [p for batch in batches for _, p in batch]
         if comparator is not None and comparator is not t.agents:
             self._drop_comparator(comparator)
         folder = self.out / f"round-{r}"
@@ -209,7 +252,7 @@ class Rounds:
         pairs = read_pairs(path)
         self.metrics["pref/pairs"] = float(len(pairs))
         self._build_pool(r, pairs)
-        if self.kind == "rm" and self._has_extra("reward_model.pt"):
+        if self.kind == "rm" and self._has_reward_model():
             self.reward_model = self._load_reward_model_from_checkpoint()
             t.env = self._reward_env()
         if self.kind == "dpo" and pref.reference == "current" and not pref.reference_free:
@@ -254,9 +297,12 @@ class Rounds:
         with torch.random.fork_rng(devices=[]):  # the policy's sampling stream is not touched
             torch.manual_seed(t.config.seed * 1009 + r)
             if self.reward_model is None or pref.reward_model_refit == "fresh":
+                old = self.reward_model
                 model, tok = load_classifier(s.model, s.device)
-                self.reward_model = JointRewardModel(model, tok, resolve_joint_input(s.joint_input),
-                                                     s.freeze_backbone, s.max_length)
+                self.reward_model = self._data_parallel(JointRewardModel(
+                    model, tok, resolve_joint_input(s.joint_input), s.freeze_backbone, s.max_length))
+                if old is not None and old.parallel is not None:
+                    old.parallel.drop(old.model)
             cut = len(self.pool) - int(round(len(self.pool) * s.held_out))
             train, held = self.pool[:cut], self.pool[cut:]
             if train:
@@ -274,21 +320,34 @@ class Rounds:
 
         return RewardModelEnv(self.base_env, self.reward_model)
 
+    def _data_parallel(self, rm):
+        """Under torchrun: ``rm`` trains over all ranks, sharded on the trainer's mesh when the agents are."""
+        return rm.data_parallel(ParallelFit(self.trainer.sharding)) if dist.is_distributed() else rm
+
     def _load_reward_model_from_checkpoint(self):
+        """The checkpoint's reward model: ``reward_model.pt`` (an unsharded run's, loaded before sharding) or
+        ``reward_model/dcp`` (a sharded run's, resharded onto this run's ranks or loaded whole)."""
         from ..critics.joint_input import resolve_joint_input
         from ..preference.marlhf import load_classifier
         from ..preference.reward_model import JointRewardModel
 
-        s = self.trainer.config.preference.reward_model
+        s, where = self.trainer.config.preference.reward_model, Path(self.trainer._resumed_from)
         with torch.random.fork_rng(devices=[]):
             model, tok = load_classifier(s.model, s.device)
-        model.load_state_dict(self._load_extra("reward_model.pt"))
-        model.eval()
-        return JointRewardModel(model, tok, resolve_joint_input(s.joint_input), s.freeze_backbone, s.max_length)
+        if (where / "reward_model.pt").exists():
+            model.load_state_dict(self._load_extra("reward_model.pt"))
+        rm = self._data_parallel(JointRewardModel(model, tok, resolve_joint_input(s.joint_input),
+                                                  s.freeze_backbone, s.max_length))
+        if (where / "reward_model" / "dcp").is_dir():
+            ckpt.load_sharded_module(where / "reward_model", rm.model)
+        rm.model.eval()
+        return rm
 
-    def _has_extra(self, name: str) -> bool:
+    def _has_reward_model(self) -> bool:
+        """Whether the checkpoint resumed from holds a reward model (either form)."""
         where = self.trainer._resumed_from
-        return where is not None and (Path(where) / name).exists()
+        return where is not None and ((Path(where) / "reward_model.pt").exists()
+                                      or (Path(where) / "reward_model" / "dcp").is_dir())
 
     def _load_extra(self, name: str):
         where = self.trainer._resumed_from
@@ -323,9 +382,11 @@ class Rounds:
         # the policy of comparator_rounds_back rounds earlier: snapshots taken at each round's start
         k = pref.comparator_rounds_back
         snap = self.out / f"round-{r}" / "policy"
+        for i, agent in enumerate(t.agents):  # sharded agents: gathered tensor by tensor onto rank 0 (collective)
+            full = full_state_dict(agent.model, keep=dist.is_main()) if t.sharding is not None else None
+            if dist.is_main():
+                ckpt.save_agent_weights(agent, snap / f"agent{i}", state_dict=full)
         if dist.is_main():
-            for i, agent in enumerate(t.agents):
-                ckpt.save_agent_weights(agent, snap / f"agent{i}")
             for old in range(0, r - k + 1):  # never needed again (round r+1 compares with r+1-k)
                 if old != max(0, r - k):
                     shutil.rmtree(self.out / f"round-{old}" / "policy", ignore_errors=True)

@@ -31,6 +31,11 @@ same number of them:
   (:func:`lockstep_count`); a rank with fewer runs :func:`idle_backward`
   (a one-token forward with a zero loss), which joins the collectives and
   adds nothing to the gradients.
+
+More modules (a reward model) join the run's mesh and policy with
+:meth:`Sharding.add`; :func:`run_sharding` gives the run's ``Sharding`` before
+the trainer exists (MARLHF's ``env.reward_model`` is sharded, then fitted,
+before the agents are built), and the mesh is built once, so both share it.
 """
 from __future__ import annotations
 
@@ -53,13 +58,20 @@ def mesh_shape(world_size: int, shard_size: int) -> tuple[int, ...]:
     return (world_size // shard_size, shard_size)
 
 
+_MESHES: dict[tuple, object] = {}
+
+
 def build_mesh(shard_size: int, device_type: str):
-    """The device mesh of all ranks (see :func:`mesh_shape`)."""
+    """The device mesh of all ranks (see :func:`mesh_shape`); built once per process group and shape, so a
+    reward model sharded before the trainer exists (``env.reward_model``) lives on the agents' mesh."""
     from torch.distributed.device_mesh import init_device_mesh
 
     shape = mesh_shape(dist.world_size(), shard_size)
-    names = ("shard",) if len(shape) == 1 else ("replicate", "shard")
-    return init_device_mesh(device_type, shape, mesh_dim_names=names)
+    key = (id(torch.distributed.group.WORLD), shape, device_type)
+    if key not in _MESHES:
+        names = ("shard",) if len(shape) == 1 else ("replicate", "shard")
+        _MESHES[key] = init_device_mesh(device_type, shape, mesh_dim_names=names)
+    return _MESHES[key]
 
 
 def mixed_precision_policy(mode: str):
@@ -141,6 +153,10 @@ class Sharding:
         self.roots.append(module)
         return module
 
+    def drop(self, module: torch.nn.Module) -> None:
+        """Forget a module added before (a reward model replaced by a fresh one), so it can be freed."""
+        self.roots = [r for r in self.roots if r is not module]
+
     @contextlib.contextmanager
     def gathered(self, models: Iterable):
         """Run the block with the whole of ``models`` (agent models, LoRA views, reference copies) on every rank.
@@ -192,17 +208,23 @@ class AgentAtATime:
         return lockstep_count(n)
 
 
+def run_sharding(cfg, device_type: str) -> Sharding | None:
+    """The run's :class:`Sharding` with no module yet: mesh and mixed-precision policy of ``cfg``
+    (``train.*``); None when not sharding or not distributed (call ``dist.init_from_env`` first)."""
+    if cfg.sharding == "none" or not dist.is_distributed():
+        return None
+    return Sharding(build_mesh(cfg.fsdp_shard_size, device_type), [], mixed_precision_policy(cfg.mixed_precision))
+
+
 def shard_agents(agents, references, cfg) -> Sharding | None:
     """Shard every distinct agent model and reference copy (``train.sharding``); None when not sharding.
 
     A single process has nothing to shard with: models stay whole (a sharded
     checkpoint still loads into them).
     """
-    if cfg.sharding == "none" or not dist.is_distributed():
+    sharding = run_sharding(cfg, agents[0].device.type)
+    if sharding is None:
         return None
-    device_type = agents[0].device.type
-    mesh = build_mesh(cfg.fsdp_shard_size, device_type)
-    mp = mixed_precision_policy(cfg.mixed_precision)
     roots: dict[int, tuple[torch.nn.Module, str]] = {}
     for a in agents:
         roots.setdefault(id(root_module(a.model)), (root_module(a.model), a.name))
@@ -210,8 +232,8 @@ def shard_agents(agents, references, cfg) -> Sharding | None:
         if ref is not None and getattr(ref, "model", None) is not None:
             roots.setdefault(id(ref.model), (ref.model, f"{a.name}'s reference"))
     for module, where in roots.values():
-        shard_module(shard_target(module), mesh, mp, where)
-    return Sharding(mesh, [m for m, _ in roots.values()], mp)
+        sharding.add(module, where)
+    return sharding
 
 
 def lockstep_count(n: int) -> int:
