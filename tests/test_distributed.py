@@ -137,10 +137,11 @@ def test_single_process_helpers_are_identity():
 
 def test_resume_position_with_another_world_size():
     # saved: 2 ranks x batch 4 = 8 items per step, 3 steps into the epoch -> 24 items seen
-    assert dist.resume_position(3, 2, 4, 4) == 1  # 4 ranks (16/step): batch 1 re-reads items 16..23
-    assert dist.resume_position(3, 2, 1, 4) == 6  # 1 rank (4/step): batch 6 starts at item 24 exactly
-    assert dist.resume_position(3, 2, 3, 4) == 2  # 3 ranks (12/step): 24 // 12
-    assert dist.resume_position(0, 2, 3, 4) == 0
+    assert dist.resume_position(3, 8, 16) == 1  # 4 ranks (16/step): batch 1 re-reads items 16..23
+    assert dist.resume_position(3, 8, 4) == 6  # 1 rank (4/step): batch 6 starts at item 24 exactly
+    assert dist.resume_position(3, 8, 12) == 2  # 3 ranks (12/step): 24 // 12
+    assert dist.resume_position(0, 8, 12) == 0
+    assert dist.resume_position(3, 8, 8) == 3  # 2 ranks x 4 -> 1 rank x 8: the same global batch
     # steps left: 3 epochs of 5 steps, at epoch 1 batch 2 -> (3-1)*5-2 = 8
     assert dist.steps_left(1, 2, 5, 3) == 8
     assert dist.steps_left(3, 0, 5, 3) == 0
@@ -173,15 +174,15 @@ def test_trainer_resumes_a_checkpoint_written_by_more_ranks(tmp_path):
     def make(**kw):
         agents = [AgentConfig(model="tiny", max_new_tokens=4, model_kwargs={"hidden_size": 32, "num_layers": 1})]
         env = FunctionEnv([lambda it: f"item {it['x']}"], lambda r, it: float(len(r[0]) % 3))
-        cfg = TrainConfig(num_generations=2, batch_size=2, epochs=2, shuffle=False, progress_bar=False,
-                          report_to=[], output_dir=str(tmp_path), lr_scheduler="linear", **kw)
+        cfg = TrainConfig(num_generations=2, batch_size=kw.pop("batch_size_override", 2), epochs=2, shuffle=False,
+                          progress_bar=False, report_to=[], output_dir=str(tmp_path), lr_scheduler="linear", **kw)
         return Trainer(agents, env, [{"x": x} for x in range(10)], cfg)
 
     t = make(max_steps=1)
     t.train()  # checkpoint-1, written as world size 1
     state_file = tmp_path / "checkpoint-1" / "trainer_state.json"
     state = json.loads(state_file.read_text())
-    state["world_size"] = 2  # pretend 2 ranks wrote it: 1 step x 4 items
+    state["world_size"], state["global_batch"] = 2, 4  # pretend 2 ranks wrote it: 1 step x 4 items
     state_file.write_text(json.dumps(state))
     r = make(resume="latest")
     assert r.state.step == 1 and r.state.epoch == 0
@@ -189,3 +190,7 @@ def test_trainer_resumes_a_checkpoint_written_by_more_ranks(tmp_path):
     # epochs run to the end in the new batch size: 2 epochs x 5 steps = 10 batches, 2 done -> 8 left
     assert r.total_steps == 1 + 8
     assert [b["x"] for b in r.next_batch()] == [4, 5]
+    # 1 rank x batch 4 after 2 ranks x batch 2: the same global batch, so the same position and schedule
+    same = make(resume="latest", batch_size_override=4)
+    assert same.state.batch_in_epoch == 1 and same.total_steps == 2 * 3
+    assert [b["x"] for b in same.next_batch()] == [4, 5, 6, 7]

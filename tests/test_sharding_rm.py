@@ -97,12 +97,12 @@ def test_sharded_checkpoint_inside_a_round_resumes_exactly(runs):
     assert _max_diff(resumed["weights"], full["weights"]) == 0.0  # 2 -> 2 ranks: bit-exact
     assert _max_diff(resumed["rm"], full["rm"]) == 0.0
     assert resumed["history"][0]["agent0/grad_norm"] == full["history"][3]["agent0/grad_norm"]
-    # 2 ranks -> 1 process: the DCP reward model loaded whole (step 4 does not refit it). The agents are not
-    # compared: a resume on another number of ranks keeps the per-rank batch size (distributed.resume_position),
-    # so 1 process x batch 4 resumes at another data position than 2 ranks x batch 2 had reached.
+    # 2 ranks -> 1 process: the DCP reward model loaded whole (step 4 does not refit it); 1 process x batch 4
+    # continues at the data position 2 ranks x batch 2 had reached (the same global batch)
     on_one = _load(runs, "single", "iter_resume")
     assert not on_one["rm_sharded"] and [m["round"] for m in on_one["history"]] == [1]
     assert _max_diff(on_one["rm"], full["rm"]) == 0.0
+    assert _max_diff(on_one["weights"], full["weights"]) < 5e-5
 
 
 @pytest.mark.slow

@@ -210,16 +210,16 @@ def combine_metrics(per_rank: list[tuple[dict[str, float], float]],
     return out
 
 
-def resume_position(batch_in_epoch: int, saved_world_size: int, world_size_now: int, batch_size: int) -> int:
-    """Batch index within the epoch to resume at when the number of ranks changed.
+def resume_position(batch_in_epoch: int, saved_global_batch: int, global_batch_now: int) -> int:
+    """Batch index within the epoch to resume at when the global batch (ranks x per-rank batch) changed.
 
     The epoch's item order does not depend on the world size, so the saved run
-    had consumed ``seen = batch_in_epoch * W_old * B`` items of it; the new run
-    (global batch ``W_new * B``) resumes at batch ``floor(seen / (W_new * B))``,
-    re-using at most ``W_new * B - 1`` items rather than skipping any.
+    had consumed ``seen = batch_in_epoch * saved_global_batch`` items of it; the new run
+    resumes at batch ``floor(seen / global_batch_now)``, re-using at most
+    ``global_batch_now - 1`` items rather than skipping any.
     """
-    seen = batch_in_epoch * saved_world_size * batch_size
-    return seen // (world_size_now * batch_size)
+    seen = batch_in_epoch * saved_global_batch
+    return seen // global_batch_now
 
 
 def sampling_seed(seed: int, rank_: int, step: int = 0) -> int:

@@ -556,7 +556,7 @@ class Trainer:
     def save_checkpoint(self) -> Path | None:
         st = self.state
         state = {"epoch": st.epoch, "batch_in_epoch": st.batch_in_epoch, "counters": st.counters,
-                 "world_size": dist.world_size(), "run_id": self.run_id}
+                 "world_size": dist.world_size(), "global_batch": self.global_batch, "run_id": self.run_id}
         modules, extra = self._checkpoint_extras()
         if self.sharding is not None:  # every rank writes its shards
             path = ckpt.save_sharded_checkpoint(self.config.output_dir, st.step, self.agents, self.optimizers,
@@ -591,10 +591,12 @@ class Trainer:
         self.state = TrainState(step=saved["step"], epoch=saved["epoch"], batch_in_epoch=saved["batch_in_epoch"],
                                 counters=dict(saved["counters"]))
         cfg = self.config
-        if saved.get("world_size", 1) != dist.world_size():
-            # another number of ranks: same item order, new global batch; continue after the items already seen
+        # checkpoints before global_batch was saved: the per-rank batch is assumed unchanged
+        saved_global = saved.get("global_batch", saved.get("world_size", 1) * cfg.batch_size)
+        if saved_global != self.global_batch:
+            # another global batch (ranks x batch_size): same item order; continue after the items already seen
             self.state.batch_in_epoch = min(self.steps_per_epoch, dist.resume_position(
-                saved["batch_in_epoch"], saved.get("world_size", 1), dist.world_size(), cfg.batch_size))
+                saved["batch_in_epoch"], saved_global, self.global_batch))
             if not cfg.max_steps and self.rounds is None:  # run the rest of the epochs in the new batch size
                 self.total_steps = self.state.step + dist.steps_left(
                     self.state.epoch, self.state.batch_in_epoch, self.steps_per_epoch, cfg.epochs)
