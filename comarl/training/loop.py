@@ -26,7 +26,7 @@ from ..agents import Agent, AgentConfig, build_agents
 from ..algorithms.base import loop_algorithms
 from ..config import TrainConfig
 from ..config_io import ConfigError, to_dict
-from ..critics import build_critic
+from ..critics import build_critic, shard_critic
 from ..envs.base import Environment
 from ..logprobs import completion_logprobs, forced_mask
 from ..losses import clipped_policy_loss, entropy_bonus, kl_estimate, kl_penalty, sequence_kl, token_weights
@@ -148,8 +148,7 @@ class Trainer:
                               f"GAE is computed before the KL-in-reward would change the rewards")
         check_mixed_precision(cfg.mixed_precision, [str(a.device) for a in self.agents])
         if cfg.sharding == "fsdp":  # what FSDP sharding does not cover yet (docs/distributed.md)
-            uncovered = {"a critic": self.critic is not None,
-                         "a DPO update": self.algorithm.update in ("dpo", "dpo_rounds", "dpo_offline"),
+            uncovered = {"a DPO update": self.algorithm.update in ("dpo", "dpo_rounds", "dpo_offline"),
                          "reward-model rounds": rounds_kind == "rm"}
             for what, hit in uncovered.items():
                 if hit:
@@ -176,6 +175,8 @@ class Trainer:
         self.references = place_references(self.references, cfg.reference_device, self.agents)
         # FSDP2: references are copied whole first, then agents and references sharded, then optimisers built
         self.sharding = shard_agents(self.agents, self.references, cfg)
+        if self.sharding is not None and self.critic is not None:  # on the same mesh; its optimisers rebuilt
+            shard_critic(self.critic, self.sharding)
         self.optimizers = [build_optimizer(a.model, a.config, f"agents.{i}") for i, a in enumerate(self.agents)]
         self.schedulers = [build_scheduler(o, cfg.lr_scheduler, cfg.warmup_steps, total_opt) for o in self.optimizers]
         self.state = TrainState()
@@ -241,13 +242,20 @@ class Trainer:
         n_chunks = cfg.gradient_accumulation_steps
         size = math.ceil(len(items) / n_chunks) if items else 0
         chunks = [items[i:i + size] for i in range(0, len(items), size)] if size else []
-        with self._whole():  # sharded agents: gathered once for the rollout (training/sharding.py)
+        # sharded agents: gathered once for the rollout (training/sharding.py); value heads on the agents' models
+        # value in the same block, a separate critic in its own (whole agents and whole critic never together)
+        critic = self.critic
+        heads = critic is not None and critic.on_agents
+        with self._whole([a.model for a in self.agents] + (critic.modules() if heads else [])):
             rollouts = [collect_rollout(self.agents, self.env, c, self.settings) for c in chunks]
-        t_roll = time.perf_counter() - t0
+            t_roll = time.perf_counter() - t0
+            values = critic.prepare(rollouts, dist.all_reduce_sum) if heads else {}  # values, GAE (comarl/critics)
+        if critic is not None and not heads:
+            with self._whole(critic.modules()):
+                values = critic.prepare(rollouts, dist.all_reduce_sum)
         metrics = _mean_dicts([r.metrics for r in rollouts])
         metrics["reward/mean"] = metrics.get("reward/turn0", float("nan"))
-        if self.critic is not None:  # values and GAE advantages of every agent (comarl/critics)
-            metrics.update(self.critic.prepare(rollouts))
+        metrics.update(values)
         self.state.counters["completions"] += sum(r.num_completions for r in rollouts)
         trained_tokens = 0
         for i in range(len(self.agents)):
@@ -342,7 +350,8 @@ class Trainer:
         for it in range(cfg.num_iterations):
             with dropout_disabled(model, cfg.disable_dropout):
                 if self.critic is not None:  # first, so a value head's backbone gradients join this agent's step
-                    out.update(self.critic.update(i, it, dist.all_reduce_sum, dist.all_reduce_grads))
+                    out.update(self.critic.update(i, it, dist.all_reduce_sum, dist.all_reduce_grads,
+                                                  dist.all_reduce_max))
                 total, clip, kl, bad = self._backward_pass(i, batch, adv, old, ref_lp, first=it == 0)
             if it == 0 and ref is not None:
                 out[f"{name}/kl"] = kl
@@ -557,7 +566,12 @@ class Trainer:
         """What a checkpoint holds beyond the agents: ``({name: (module, optimizer)}`` written with DCP (sharded
         runs), ``{file: object}`` written with ``torch.save``): the critic, the rounds' reward model / reference."""
         modules: dict = {}
-        extra = {"critic.pt": self.critic.state_dict()} if self.critic is not None else {}
+        extra: dict = {}
+        if self.critic is not None:  # sharded: per column critic<c>/dcp (backbone, head, optimiser); else critic.pt
+            if self.sharding is not None:
+                modules.update(self.critic.checkpoint_modules())
+            else:
+                extra["critic.pt"] = self.critic.state_dict()
         if self.rounds is not None:  # the reward model / reference a resume inside a round needs
             extra.update(self.rounds.checkpoint_extra())
         return modules, extra
@@ -569,7 +583,7 @@ class Trainer:
             raise ConfigError(f"train.resume=latest: no checkpoint in {self.config.output_dir}")
         saved = ckpt.load_checkpoint(path, self.agents, self.optimizers, self.schedulers)
         if self.critic is not None:
-            self.critic.load_state_dict(ckpt.load_extra(path, "critic.pt"))
+            self._load_critic(path)
         self.run_id = saved.get("run_id") or self.run_id  # checkpoints older than run ids: a new id
         self._resumed_from = str(path)
         self.state = TrainState(step=saved["step"], epoch=saved["epoch"], batch_in_epoch=saved["batch_in_epoch"],
@@ -591,6 +605,20 @@ class Trainer:
             if cfg.output_dir:  # rows the interrupted run logged after this checkpoint
                 run_dir.truncate_logs(cfg.output_dir, self.state.step)
             print(f"resumed from {path.name} (step {self.state.step} of {self.total_steps})", flush=True)
+
+    def _load_critic(self, path: Path) -> None:
+        """The critic of a checkpoint: ``critic<c>/dcp`` per column (written sharded; DCP reshards it to this
+        run, sharded or whole) or ``critic.pt``."""
+        written = sorted(p.name for p in path.glob("critic*") if (p / "dcp").is_dir())
+        if not written:
+            self.critic.load_state_dict(ckpt.load_extra(path, "critic.pt"))
+            return
+        modules = self.critic.checkpoint_modules()
+        if written != sorted(modules):
+            raise ValueError(f"train.resume: {path} holds critics {written}, this run has {sorted(modules)} "
+                             f"(iac vs maac?)")
+        for name, (module, optimizer) in modules.items():
+            ckpt.load_sharded_module(path / name, module, optimizer)
 
     def save(self, path: str | Path) -> Path:
         """Write each agent's final model (or adapter) and tokenizer to ``path/agent<i>``.
