@@ -19,6 +19,7 @@ weights, reduced metrics, whether the critic's parameters were DTensors):
 * ``dp_maac``: ``maac`` under plain data parallelism (``sharding=none``): the
   skip must be agreed over ranks there too.
 * ``resume``: resume ``iac`` from ``--from``/iac/run/checkpoint-2 (default: OUT's) and run step 3.
+* ``bf16``: ``maac`` under ``mixed_precision=bf16`` (FSDP's MixedPrecisionPolicy on the critic too), 1 step.
 
 Sampling as in tests/fsdp_worker.py (independent of the split of items over ranks).
 """
@@ -60,6 +61,8 @@ def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
             kw.update(resume=str(Path(resume_from or out) / "iac" / "run" / "checkpoint-2"))
     else:
         kw.update(algorithm="maac", max_grad_norm=0.1, sharding="none" if name == "dp_maac" else "fsdp")
+        if name == "bf16":
+            kw.update(mixed_precision="bf16", max_steps=1)
     cfg = TrainConfig(**kw)
     cfg.critic = critic_settings(name, r)
     prompts = [lambda it: f"Say {it['x']} in few words.", lambda it: f"Say {it['x']} at length."]

@@ -2,7 +2,7 @@
 
 The runs are in tests/fsdp_critic_worker.py (see its docstring for the
 scenarios). One 2-rank launch trains iac and maac sharded, maac under plain
-data parallelism, and resumes iac 2 -> 2 ranks, while this process runs the
+data parallelism and under bf16, and resumes iac 2 -> 2 ranks, while this process runs the
 single-process side; then this process resumes the 2-rank iac checkpoint
 (2 ranks -> 1 process). The last tests drive ``Critic.update`` in one process
 with stand-in collectives.
@@ -31,7 +31,7 @@ def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fsdp_critic")
     with open(tmp / "multi.log", "w") as log:
         multi = _launch(TORCHRUN + [fsdp_critic_worker.__file__, str(tmp / "multi"), "--batch-size", "2",
-                                    "iac", "resume", "maac", "dp_maac"], log)
+                                    "iac", "resume", "maac", "dp_maac", "bf16"], log)
         try:
             with fsdp_critic_worker.seeded_sampling():  # meanwhile, the single-process side here
                 for name in ("iac", "maac"):
@@ -113,6 +113,16 @@ def test_sharded_critic_checkpoint_resumes_exactly_on_two_ranks_and_on_one(runs)
     assert _max_diff(on_one["critic"], full["critic"]) < 5e-5
     assert on_one["history"][0]["agent0/value_loss"] == pytest.approx(full["history"][2]["agent0/value_loss"],
                                                                       rel=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(LONG)
+def test_bf16_mixed_precision_policy_covers_the_sharded_critic(runs):
+    r0, r1, fp32 = _load(runs, "multi", "bf16", 0), _load(runs, "multi", "bf16", 1), _load(runs, "multi", "maac")
+    assert all(r0["critic_dtensor"]) and _max_diff(r0["critic"], r1["critic"]) == 0.0
+    assert all(w.dtype == torch.float32 for w in r0["critic"][0].values())  # float32 master weights
+    loss = r0["history"][0]["critic/value_loss"]  # computed in bf16: near the float32 run's first step
+    assert loss == pytest.approx(fp32["history"][0]["critic/value_loss"], rel=0.05)
 
 
 # ------------------------------------------------------------------ single process, stand-in collectives
