@@ -2,6 +2,7 @@
 
     python benchmarks/fsdp_memory.py                        # launches itself: 2 gloo ranks on the CPU
     python benchmarks/fsdp_memory.py --hidden 512 --layers 8 --lora
+    python benchmarks/fsdp_memory.py --critic               # maac: + a central critic of the agent's size
 
 Each configuration (``train.sharding: none`` and ``fsdp``) trains one agent
 (a random Qwen2 model, ``--hidden`` x ``--layers``) for one MAGRPO step under
@@ -11,6 +12,8 @@ bytes it holds: parameters (a DTensor counts its local shard; frozen LoRA base
 included), gradients and optimiser state tensors. These are tensor sizes, not
 RSS, so they do not depend on machine load. Prints one JSON line per
 configuration and the ratio sharded / unsharded of the largest rank.
+``--critic`` trains ``maac`` instead, with a separate central critic of the
+same shape, and counts the critic's bytes (after its own AdamW step) too.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ def measure(args) -> None:
     import torch
 
     from comarl import AgentConfig, FunctionEnv, TrainConfig, Trainer
+    from comarl.critics import CriticSettings
     from comarl.lora import LoraSettings
     from comarl.training import distributed as dist
     from comarl.training.sharding import local_bytes, root_module
@@ -40,27 +44,39 @@ def measure(args) -> None:
     env = FunctionEnv([lambda it: f"Say {it['x']}."], lambda responses, item: float(len(responses[0]) % 3))
     cfg = TrainConfig(num_generations=2, batch_size=1, max_steps=1, progress_bar=False, report_to=[],
                       sharding=args.sharding)
+    if args.critic:  # maac: one central critic model of the agent's shape (+ a value head)
+        cfg.algorithm = "maac"
+        cfg.critic = CriticSettings(model=AgentConfig(model="tiny", chat_template=False, model_kwargs={
+            "hidden_size": args.hidden, "num_layers": args.layers}))
     trainer = Trainer([agent], env, [{"x": x} for x in range(4)], cfg)
-    model, opt = trainer.agents[0].model, trainer.optimizers[0]
     seen: dict[str, int] = {}
-    real_step = opt.step
 
-    def step(*a, **k):
-        out = real_step(*a, **k)
-        trainable = [p for p in model.parameters() if p.requires_grad]
-        states = [v for s in opt.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0]
-        seen.update(params=local_bytes(root_module(model).parameters()),
-                    grads=local_bytes(p.grad for p in trainable), optim=local_bytes(states))
-        return out
+    def count_after_step(prefix, params, module, opt):
+        """``params``: what the rank holds (a LoRA agent's frozen base included); ``module``: what trains."""
+        real_step = opt.step
 
-    opt.step = step
+        def step(*a, **k):
+            out = real_step(*a, **k)
+            trainable = [p for p in module.parameters() if p.requires_grad]
+            states = [v for s in opt.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0]
+            seen.update({prefix + "params": local_bytes(params()), prefix + "grads": local_bytes(
+                p.grad for p in trainable), prefix + "optim": local_bytes(states)})
+            return out
+
+        opt.step = step
+
+    model = trainer.agents[0].model
+    count_after_step("", lambda: root_module(model).parameters(), model, trainer.optimizers[0])
+    if args.critic:
+        critic = trainer.critic.models[0].trained_module()  # its backbone and value head
+        count_after_step("critic_", critic.parameters, critic, trainer.critic.optimizers[0])
     trainer.train()
     per_rank = [None] * dist.world_size()
     torch.distributed.all_gather_object(per_rank, seen)
     if dist.is_main():
         totals = [sum(r.values()) for r in per_rank]
-        print("RESULT " + json.dumps({"sharding": args.sharding, "lora": args.lora, "hidden": args.hidden,
-                                      "layers": args.layers, "world_size": dist.world_size(),
+        print("RESULT " + json.dumps({"sharding": args.sharding, "lora": args.lora, "critic": args.critic,
+                                      "hidden": args.hidden, "layers": args.layers, "world_size": dist.world_size(),
                                       "per_rank_mb": [{k: round(v / 2 ** 20, 3) for k, v in r.items()}
                                                       for r in per_rank],
                                       "max_rank_total_mb": round(max(totals) / 2 ** 20, 3)}), flush=True)
@@ -71,6 +87,7 @@ def main() -> int:
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--lora", action="store_true")
+    ap.add_argument("--critic", action="store_true", help="maac with a central critic of the agent's shape")
     ap.add_argument("--sharding", default=None, help="internal: the configuration this launch measures")
     args = ap.parse_args()
     if args.sharding is not None:
@@ -82,6 +99,7 @@ def main() -> int:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", __file__,
                "--sharding", sharding, "--hidden", str(args.hidden), "--layers", str(args.layers)]
         cmd += ["--lora"] if args.lora else []
+        cmd += ["--critic"] if args.critic else []
         out = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
         lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
         if out.returncode or not lines:

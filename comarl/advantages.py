@@ -148,3 +148,20 @@ def whiten(x: torch.Tensor, eps: float = EPS) -> torch.Tensor:
     if x.numel() < 2:
         return x
     return (x - x.mean()) / x.std(unbiased=False).clamp(min=eps)
+
+
+def whiten_across(x: torch.Tensor, all_reduce_sum, eps: float = EPS) -> torch.Tensor:
+    """:func:`whiten` over the union of every rank's ``x`` (data parallelism: each rank holds part of the batch),
+    so 2 ranks whiten exactly as one process over the whole batch.
+
+    ``all_reduce_sum``: number -> its sum over ranks (the identity in one
+    process). Collective: every rank calls it, an empty ``x`` included.
+    Two passes (mean, then the sum of squared deviations), as :func:`whiten`.
+    Shape: any -> same.
+    """
+    n = all_reduce_sum(x.numel())
+    if n < 2:
+        return x
+    mean = all_reduce_sum(float(x.to(torch.float64).sum())) / n
+    var = all_reduce_sum(float(((x.to(torch.float64) - mean) ** 2).sum())) / n
+    return (x - mean) / max(var ** 0.5, eps)

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from comarl.advantages import gae, gae_tree, whiten
+from comarl.advantages import gae, gae_tree, whiten, whiten_across
 from comarl.losses import explained_variance, value_loss
 
 # one 3-turn branch: r = [1, 0, 2], V = [0.5, 1.0, 1.5], gamma = 0.9
@@ -89,6 +89,27 @@ def test_explained_variance_and_whiten():
     w = whiten(torch.tensor([1.0, 3.0]))
     assert w.tolist() == pytest.approx([-1.0, 1.0])
     assert whiten(torch.tensor([5.0])).tolist() == [5.0]
+
+
+def _other_rank(partials):
+    """A fake all_reduce_sum for one of two ranks: adds the other rank's contributions, in call order."""
+    it = iter(partials)
+    return lambda value: value + next(it)
+
+
+def test_whiten_across_ranks_is_whiten_of_the_whole_batch():
+    """Rank 0 holds [1, 3], rank 1 [5, 7]: n 4, mean 16 / 4 = 4, population variance (9 + 1 + 1 + 9) / 4 = 5.
+    Each rank adds (its count, its sum, its squared deviations from 4): rank 0 (2, 4, 10), rank 1 (2, 12, 10)."""
+    s5 = 5 ** 0.5
+    r0 = whiten_across(torch.tensor([1.0, 3.0], dtype=torch.float64), _other_rank([2, 12, 10]))
+    r1 = whiten_across(torch.tensor([5.0, 7.0], dtype=torch.float64), _other_rank([2, 4, 10]))
+    assert r0.tolist() == pytest.approx([-3 / s5, -1 / s5]) and r1.tolist() == pytest.approx([1 / s5, 3 / s5])
+    # a rank without samples joins the three sums and gets nothing back
+    assert whiten_across(torch.zeros(0, dtype=torch.float64), _other_rank([4, 16, 20])).numel() == 0
+    # one process: the same as whiten; under 2 samples in all: unchanged
+    x = torch.tensor([1.0, 3.0, 5.0, 7.0], dtype=torch.float64)
+    assert whiten_across(x, lambda v: v).tolist() == pytest.approx(whiten(x).tolist())
+    assert whiten_across(torch.tensor([5.0]), _other_rank([0])).tolist() == [5.0]
 
 
 def test_entropy_bonus_by_hand():

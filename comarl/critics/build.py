@@ -78,7 +78,30 @@ def build_critic(kind: str, settings: CriticSettings, agents: list, gamma: float
         inputs = JointInputs(settings.critic_type, resolve_joint_input(settings.joint_input))
     else:
         raise ValueError(f"critic kind must be 'independent' or 'central', got {kind!r}")
-    optimizers = [torch.optim.AdamW(vm.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
-                  for vm in models]
-    return Critic(models, optimizers, inputs, settings, [a.name for a in agents], gamma, micro_batch_size,
-                  max_grad_norm)
+    return Critic(models, critic_optimizers(models, settings), inputs, settings, [a.name for a in agents], gamma,
+                  micro_batch_size, max_grad_norm)
+
+
+def critic_optimizers(models: list[ValueModel], settings: CriticSettings) -> list[torch.optim.Optimizer]:
+    """One AdamW per column over what it trains (``ValueModel.parameters``)."""
+    return [torch.optim.AdamW(vm.parameters(), lr=settings.lr, weight_decay=settings.weight_decay) for vm in models]
+
+
+def shard_critic(critic: Critic, sharding) -> None:
+    """Put the critic on the agents' FSDP mesh (``train.sharding: fsdp``); every rank calls it, after
+    ``shard_agents``.
+
+    A separate critic's backbone is sharded by transformer block and at its
+    root, each value head as one unit (a value head on an agent's model: the
+    head only, the backbone is the agent's, sharded already). FSDP swaps the
+    parameters for DTensors, so the optimisers are rebuilt over them (those of
+    ``build_critic`` had no state yet).
+    """
+    for c, vm in enumerate(critic.models):
+        where = critic.names[c] + "'s critic"
+        if vm.owns_backbone:
+            sharding.add(vm.backbone, where)
+        if vm.head is not None:
+            sharding.add(vm.head, where + " value head", by_block=False)
+    critic.optimizers = critic_optimizers(critic.models, critic.settings)
+    critic.sharded = True

@@ -11,6 +11,13 @@ each of agent ``agent``'s policy passes: independent critics update agent
 With a value head on the agent's own model the value loss also reaches the
 agent's backbone (or LoRA adapter): those gradients stay in the agent's
 ``.grad`` and are applied by the agent's own optimizer step that follows.
+
+Data parallelism: advantages are whitened over all ranks' samples, and a
+non-finite value loss on any rank makes every rank skip the critic's step.
+Under FSDP sharding (``critics.build.shard_critic``) ``prepare`` runs with
+the models gathered (the loop's job), and ``update`` runs the same number of
+micro-batch forwards and backwards on every rank (FSDP's collectives): a
+rank out of inputs runs a zero-loss forward/backward of one token.
 """
 from __future__ import annotations
 
@@ -19,7 +26,7 @@ from typing import Callable
 
 import torch
 
-from ..advantages import gae_tree, whiten
+from ..advantages import gae_tree, whiten_across
 from ..losses import explained_variance, value_loss
 from .settings import CriticSettings
 from .value_model import ValueModel
@@ -62,13 +69,25 @@ class Critic:
         self.names = ["critic"] if inputs.central else self.agent_names  # metric prefix per column
         self.gamma, self.micro, self.max_grad_norm = gamma, micro_batch_size, max_grad_norm
         self._targets: list[_Targets | None] = [None] * len(models)
+        self.sharded = False  # set by ``shard_critic`` (FSDP mesh): ``update`` then runs in lockstep over ranks
 
     @property
     def central(self) -> bool:
         return self.inputs.central
 
+    @property
+    def on_agents(self) -> bool:
+        """Value heads on the agents' own models (their backbones are the agents')."""
+        return any(not vm.owns_backbone for vm in self.models)
+
     def modules(self) -> list[torch.nn.Module]:
         return [m for vm in self.models for m in vm.modules()]
+
+    def checkpoint_modules(self) -> dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]]:
+        """``{"critic<c>": (what column c's optimiser trains, as one module; that optimiser)}``: what a sharded
+        checkpoint writes with DCP per column (``ValueModel.trained_module``)."""
+        return {f"critic{c}": (vm.trained_module(), opt) for c, (vm, opt) in enumerate(zip(self.models,
+                                                                                           self.optimizers))}
 
     # ----------------------------------------------------------------- values and advantages
     def _values(self, vm: ValueModel, ids: list[list[int]]) -> torch.Tensor:
@@ -99,8 +118,11 @@ class Critic:
             columns.append((units, unit_ids, v))
         return values, boot, columns
 
-    def prepare(self, rollouts: list) -> dict[str, float]:
-        """Values, GAE advantages (into each ``AgentSamples.critic_advantages``) and value targets."""
+    def prepare(self, rollouts: list, all_reduce_sum: Callable = lambda x: x) -> dict[str, float]:
+        """Values, GAE advantages (into each ``AgentSamples.critic_advantages``) and value targets.
+
+        ``rollouts`` may be empty (a rank without items); ``all_reduce_sum`` (sum over ranks) whitens the
+        advantages over every rank's samples, so every rank must call this."""
         st, inputs = self.settings, self.inputs
         cols = range(inputs.columns)
         ids: list[list] = [[] for _ in cols]
@@ -122,15 +144,19 @@ class Critic:
                 per_sample = adv[:, :, inputs.column(i)] @ onehot / onehot.sum(0).clamp(min=1)  # [G, K]
                 raw_adv.setdefault(i, []).append(per_sample)
         metrics: dict[str, float] = {}
+        empty = torch.zeros(0, dtype=torch.float64)
         for c in cols:
-            o, t = torch.cat(old[c]), torch.cat(tgt[c])
+            o, t = torch.cat(old[c] or [empty]), torch.cat(tgt[c] or [empty])
             self._targets[c] = _Targets(ids[c], o.float(), t.float())
-            metrics[f"{self.names[c]}/value_mean"] = float(o.mean()) if len(o) else 0.0
-            metrics[f"{self.names[c]}/explained_var"] = explained_variance(o, t)
-        for i, parts in raw_adv.items():
-            flat = torch.cat([p.reshape(-1) for p in parts])
-            metrics[f"{self.agent_names[i]}/advantage_mean"] = float(flat.mean())
-            norm = whiten(flat) if st.normalize_advantages else flat
+            if len(o):  # a rank without items reports nothing (the metrics are averaged over ranks)
+                metrics[f"{self.names[c]}/value_mean"] = float(o.mean())
+                metrics[f"{self.names[c]}/explained_var"] = explained_variance(o, t)
+        for i in range(len(self.agent_names)):  # every agent on every rank: the whitening is collective
+            parts = raw_adv.get(i, [])
+            flat = torch.cat([p.reshape(-1) for p in parts] or [empty])
+            if len(flat):
+                metrics[f"{self.agent_names[i]}/advantage_mean"] = float(flat.mean())
+            norm = whiten_across(flat, all_reduce_sum) if st.normalize_advantages else flat
             start = 0
             for r, p in zip(rollouts, parts):
                 r.agents[i].critic_advantages = norm[start:start + p.numel()].reshape(p.shape).float()
@@ -139,37 +165,58 @@ class Critic:
 
     # ----------------------------------------------------------------- update
     def update(self, agent: int, iteration: int, all_reduce_sum: Callable = lambda x: x,
-               all_reduce_grads: Callable = lambda m: None) -> dict[str, float]:
-        """One optimizer step of the critic attached to ``agent`` on this step's targets (see module doc)."""
+               all_reduce_grads: Callable = lambda m: None, all_reduce_max: Callable = lambda x: x
+               ) -> dict[str, float]:
+        """One optimizer step of the critic attached to ``agent`` on this step's targets (see module doc).
+
+        Every rank calls it: the value loss is normalised by the global count, a
+        non-finite loss on any rank skips the step on all, and (sharded) every
+        rank runs the largest number of micro-batches of any rank."""
         if self.central and agent != 0:
             return {}
         c = self.inputs.column(agent)
         vm, opt, data, st = self.models[c], self.optimizers[c], self._targets[c], self.settings
         if data is None:
             raise RuntimeError("Critic.update before Critic.prepare: no value targets for this step")
-        n_total = all_reduce_sum(len(data.ids))
+        n = len(data.ids)
+        n_total = all_reduce_sum(n)
+        spans = [(a, min(a + self.micro, n)) for a in range(0, n, self.micro)]
+        count = int(all_reduce_max(len(spans))) if self.sharded else len(spans)
         total, finite = 0.0, True
-        for a in range(0, len(data.ids), self.micro):
-            b = min(a + self.micro, len(data.ids))
+        for m in range(count):
+            if m >= len(spans) or not finite:
+                if not self.sharded:
+                    break
+                self._idle_backward(vm)  # out of inputs (or past a non-finite loss): join FSDP's collectives
+                continue
+            a, b = spans[m]
             new = vm.values(data.ids[a:b])
             loss = value_loss(new, data.old[a:b].to(new.device), data.targets[a:b].to(new.device), st.value_clip)
             loss = loss * (b - a) / max(n_total, 1)
             if not torch.isfinite(loss):
                 finite = False
-                break
+                if self.sharded:  # this forward's collectives need a backward: one that adds zero
+                    (new.sum() * 0.0).backward()
+                continue
             (st.value_loss_coef * loss).backward()
             total += float(loss.detach())
+        finite = all_reduce_sum(int(not finite)) == 0  # every rank steps, or every rank skips
         params = vm.parameters()
-        for m in vm.modules():
-            all_reduce_grads(m)
-        grads = [p.grad for p in params if p.grad is not None]
-        if finite and grads:
-            if self.max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
-            opt.step()
+        if finite:
+            for m in vm.modules():
+                all_reduce_grads(m)  # leaves FSDP's (already reduced) DTensor gradients alone
+            if any(p.grad is not None for p in params):
+                if self.max_grad_norm > 0:  # sharded: a norm over all shards
+                    torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+                opt.step()
         opt.zero_grad(set_to_none=True)
         out = {f"{self.names[c]}/value_loss": all_reduce_sum(total)} if iteration == 0 else {}
         return out
+
+    @staticmethod
+    def _idle_backward(vm: ValueModel) -> None:
+        """A one-token forward/backward through the value model with a zero loss: adds nothing to any gradient."""
+        (vm.values([[vm.pad_id]]).sum() * 0.0).backward()
 
     # ----------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:

@@ -70,6 +70,18 @@ class ValueModel:
     def modules(self) -> list[nn.Module]:
         return [m for m in ((self.backbone if self.owns_backbone else None), self.head) if m is not None]
 
+    def trained_module(self) -> nn.Module:
+        """What the critic's optimiser trains as one module (``backbone.*`` if owned, ``head.*``): the state a
+        sharded checkpoint writes (a value head on an agent: the head only; the agent is saved as an agent)."""
+        parts = {"backbone": self.backbone} if self.owns_backbone else {}
+        if self.head is not None:
+            parts["head"] = self.head
+        return nn.ModuleDict(parts)
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+
     def encode(self, prompts: list[str], responses: list[str] | None = None) -> list[list[int]]:
         """Token ids of each critic input: the prompt, then (Q critic) the response's tokens."""
         self.last_inputs = [p if responses is None else p + r for p, r in zip(prompts, responses or prompts)]
@@ -85,7 +97,7 @@ class ValueModel:
         """Values of token sequences -> [S] float32 on the critic's device (gradient flows when enabled).
 
         Left-padded so that every sequence's last token sits in the last position."""
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        pad = self.pad_id
         width = max(len(x) for x in ids)
         inp = torch.full((len(ids), width), pad, dtype=torch.long)
         mask = torch.zeros((len(ids), width), dtype=torch.long)

@@ -26,7 +26,7 @@ from ..agents import Agent, AgentConfig, build_agents
 from ..algorithms.base import loop_algorithms
 from ..config import TrainConfig
 from ..config_io import ConfigError, to_dict
-from ..critics import build_critic
+from ..critics import build_critic, shard_critic
 from ..envs.base import Environment, rollout_modules
 from ..logprobs import completion_logprobs, forced_mask
 from ..losses import clipped_policy_loss, entropy_bonus, kl_estimate, kl_penalty, sequence_kl, token_weights
@@ -148,8 +148,7 @@ class Trainer:
                               f"GAE is computed before the KL-in-reward would change the rewards")
         check_mixed_precision(cfg.mixed_precision, [str(a.device) for a in self.agents])
         if cfg.sharding == "fsdp":  # what FSDP sharding does not cover yet (docs/distributed.md)
-            uncovered = {"a critic": self.critic is not None,
-                         "a DPO update": self.algorithm.update in ("dpo", "dpo_rounds", "dpo_offline")}
+            uncovered = {"a DPO update": self.algorithm.update in ("dpo", "dpo_rounds", "dpo_offline")}
             for what, hit in uncovered.items():
                 if hit:
                     raise ConfigError(f"train.sharding: fsdp does not cover {what} yet; {cfg.algorithm} is not "
@@ -175,6 +174,8 @@ class Trainer:
         self.references = place_references(self.references, cfg.reference_device, self.agents)
         # FSDP2: references are copied whole first, then agents and references sharded, then optimisers built
         self.sharding = shard_agents(self.agents, self.references, cfg)
+        if self.sharding is not None and self.critic is not None:  # on the same mesh; its optimisers rebuilt
+            shard_critic(self.critic, self.sharding)
         self.optimizers = [build_optimizer(a.model, a.config, f"agents.{i}") for i, a in enumerate(self.agents)]
         self.schedulers = [build_scheduler(o, cfg.lr_scheduler, cfg.warmup_steps, total_opt) for o in self.optimizers]
         self.state = TrainState()
@@ -243,15 +244,22 @@ class Trainer:
         chunks = [items[i:i + size] for i in range(0, len(items), size)] if size else []
         lockstep = self.settings.lockstep  # one agent gathered at a time: ranks with fewer chunks join the rest
         n_rollouts = lockstep.max(len(chunks)) if lockstep is not None else len(chunks)  # (a collective: first)
-        with self._whole(rollout=True):  # sharded agents: gathered for the rollout (training/sharding.py)
+        # sharded agents: gathered for the rollout (training/sharding.py); value heads on the agents' models value
+        # in the same block, a separate critic in its own (whole agents and whole critic never together)
+        critic = self.critic
+        heads_now = critic is not None and critic.on_agents and lockstep is None
+        with self._whole(rollout=True, also=critic.modules() if heads_now else []):
             rollouts = [collect_rollout(self.agents, self.env, c, self.settings) for c in chunks]
             for _ in range(n_rollouts - len(chunks)):
                 join_rollout(self.agents, self.settings)
-        t_roll = time.perf_counter() - t0
+            t_roll = time.perf_counter() - t0
+            values = critic.prepare(rollouts, dist.all_reduce_sum) if heads_now else {}  # values, GAE (critics/)
+        if critic is not None and not heads_now:  # fsdp_gather=agent with value heads: the team gathered here
+            with self._whole(critic.modules() + ([a.model for a in self.agents] if critic.on_agents else [])):
+                values = critic.prepare(rollouts, dist.all_reduce_sum)
         metrics = _mean_dicts([r.metrics for r in rollouts])
         metrics["reward/mean"] = metrics.get("reward/turn0", float("nan"))
-        if self.critic is not None:  # values and GAE advantages of every agent (comarl/critics)
-            metrics.update(self.critic.prepare(rollouts))
+        metrics.update(values)
         self.state.counters["completions"] += sum(r.num_completions for r in rollouts)
         trained_tokens = 0
         for i in range(len(self.agents)):
@@ -268,16 +276,18 @@ class Trainer:
             self._last_examples = rollouts[0].examples
         return metrics
 
-    def _whole(self, models=None, rollout: bool = False):
+    def _whole(self, models=None, rollout: bool = False, also=()):
         """Context in which sharded ``models`` (default: every agent's and the environment's rollout modules,
-        e.g. a reward model) are whole on every rank; a no-op without sharding (training/sharding.py).
-        ``rollout``: around a rollout, where ``train.fsdp_gather: agent`` gathers one agent per generate call
-        instead (``AgentAtATime``); the environment's modules stay gathered for the whole rollout."""
+        e.g. a reward model, plus ``also``) are whole on every rank; a no-op without sharding
+        (training/sharding.py). ``rollout``: around a rollout, where ``train.fsdp_gather: agent`` gathers one
+        agent per generate call instead (``AgentAtATime``); the environment's modules stay gathered for the
+        whole rollout."""
         if self.sharding is None:
             return contextlib.nullcontext()
         if models is None:
             one_at_a_time = rollout and self.settings.lockstep is not None
             models = ([] if one_at_a_time else [a.model for a in self.agents]) + rollout_modules(self.env)
+            models += list(also)
         return self.sharding.gathered(models)
 
     def _lockstep(self):
@@ -357,7 +367,8 @@ class Trainer:
         for it in range(cfg.num_iterations):
             with dropout_disabled(model, cfg.disable_dropout):
                 if self.critic is not None:  # first, so a value head's backbone gradients join this agent's step
-                    out.update(self.critic.update(i, it, dist.all_reduce_sum, dist.all_reduce_grads))
+                    out.update(self.critic.update(i, it, dist.all_reduce_sum, dist.all_reduce_grads,
+                                                  dist.all_reduce_max))
                 total, clip, kl, bad = self._backward_pass(i, batch, adv, old, ref_lp, first=it == 0)
             if it == 0 and ref is not None:
                 out[f"{name}/kl"] = kl
@@ -572,7 +583,12 @@ class Trainer:
         """What a checkpoint holds beyond the agents: ``({name: (module, optimizer)}`` written with DCP (sharded
         runs), ``{file: object}`` written with ``torch.save``): the critic, the rounds' reward model / reference."""
         modules: dict = {}
-        extra = {"critic.pt": self.critic.state_dict()} if self.critic is not None else {}
+        extra: dict = {}
+        if self.critic is not None:  # sharded: per column critic<c>/dcp (backbone, head, optimiser); else critic.pt
+            if self.sharding is not None:
+                modules.update(self.critic.checkpoint_modules())
+            else:
+                extra["critic.pt"] = self.critic.state_dict()
         if self.rounds is not None:  # the reward model / reference a resume inside a round needs
             extra.update(self.rounds.checkpoint_extra())
             modules.update(self.rounds.checkpoint_modules())
@@ -585,7 +601,7 @@ class Trainer:
             raise ConfigError(f"train.resume=latest: no checkpoint in {self.config.output_dir}")
         saved = ckpt.load_checkpoint(path, self.agents, self.optimizers, self.schedulers)
         if self.critic is not None:
-            self.critic.load_state_dict(ckpt.load_extra(path, "critic.pt"))
+            self._load_critic(path)
         self.run_id = saved.get("run_id") or self.run_id  # checkpoints older than run ids: a new id
         self._resumed_from = str(path)
         self.state = TrainState(step=saved["step"], epoch=saved["epoch"], batch_in_epoch=saved["batch_in_epoch"],
@@ -609,6 +625,20 @@ class Trainer:
             if cfg.output_dir:  # rows the interrupted run logged after this checkpoint
                 run_dir.truncate_logs(cfg.output_dir, self.state.step)
             print(f"resumed from {path.name} (step {self.state.step} of {self.total_steps})", flush=True)
+
+    def _load_critic(self, path: Path) -> None:
+        """The critic of a checkpoint: ``critic<c>/dcp`` per column (written sharded; DCP reshards it to this
+        run, sharded or whole) or ``critic.pt``."""
+        written = sorted(p.name for p in path.glob("critic*") if (p / "dcp").is_dir())
+        if not written:
+            self.critic.load_state_dict(ckpt.load_extra(path, "critic.pt"))
+            return
+        modules = self.critic.checkpoint_modules()
+        if written != sorted(modules):
+            raise ValueError(f"train.resume: {path} holds critics {written}, this run has {sorted(modules)} "
+                             f"(iac vs maac?)")
+        for name, (module, optimizer) in modules.items():
+            ckpt.load_sharded_module(path / name, module, optimizer)
 
     def save(self, path: str | Path) -> Path:
         """Write each agent's final model (or adapter) and tokenizer to ``path/agent<i>``.
