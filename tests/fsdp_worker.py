@@ -21,6 +21,8 @@ with the gathered final weights and the reduced metrics):
 * ``resume``: resume ``two`` from ``--from``/two/run/checkpoint-2 (default: OUT's) and run step 3.
 * ``hsdp1`` / ``hsdp2``: ``one`` with ``fsdp_shard_size`` 1 (mesh (2, 1)) / 2 (mesh (1, 2)).
 * ``bf16``: ``one`` under ``mixed_precision=bf16`` (FSDP's MixedPrecisionPolicy), 1 step.
+* ``plain`` / ``from_plain``: ``two`` without sharding (a checkpoint of whole models), then resumed sharded
+  from its checkpoint-2.
 * ``gc``: ``one`` with ``gradient_checkpointing`` (the same numbers as without it).
 * ``agent``: ``fsdp_gather=agent`` (one agent gathered per generate call): the two agents of ``two``,
   MAReMax (greedy runs), 2 turns where odd items end after the first (rank 1 holds odd items in step 1:
@@ -91,12 +93,16 @@ def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
                           eval_dataset=[{"x": x} for x in range(5)])
         _finish(trainer, name, out)
         return
-    if name in ("two", "resume"):
+    if name in ("two", "resume", "plain", "from_plain"):
         agents = [agent(0, False, r), agent(1, True, r)]
         prompts = [lambda it: f"Say {it['x']} in few words.", lambda it: f"Say {it['x']} at length."]
         kw.update(save_steps=2, kl_beta=0.05, num_iterations=2)
         if name == "resume":
             kw.update(resume=str(Path(resume_from or out) / "two" / "run" / "checkpoint-2"))
+        if name == "plain":  # data parallel, unsharded checkpoints
+            kw.update(sharding="none")
+        if name == "from_plain":
+            kw.update(resume=str(out / "plain" / "run" / "checkpoint-2"))
     else:
         agents = [agent(0, False, r)]
         prompts = [lambda it: f"Say {it['x']} in few words."]

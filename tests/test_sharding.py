@@ -28,7 +28,8 @@ def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fsdp")
     with open(tmp / "multi.log", "w") as log:
         multi = _launch(TORCHRUN + [fsdp_worker.__file__, str(tmp / "multi"), "--batch-size", "2",
-                                    "two", "resume", "one", "hsdp1", "hsdp2", "bf16", "gc", "agent"], log)
+                                    "two", "resume", "one", "hsdp1", "hsdp2", "bf16", "gc", "agent",
+                                    "plain", "from_plain"], log)
         try:
             with fsdp_worker.seeded_sampling():  # meanwhile, the single-process side here
                 for name in ("two", "one", "agent"):
@@ -134,6 +135,19 @@ def test_sharded_checkpoint_resumes_exactly_on_two_ranks_and_on_one(runs):
     on_one = _load(runs, "single", "resume")  # 2 ranks -> 1 process: DCP reshards into whole models
     assert not on_one["sharded"]
     assert _max_diff(on_one["weights"], full["weights"]) < 5e-5
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(LONG)
+def test_checkpoint_written_without_sharding_resumes_sharded(runs):
+    """Whole weights and AdamW state (full agent and LoRA adapter) are split into shards on load: step 3 as
+    in the unbroken data-parallel run."""
+    plain, resumed = _load(runs, "multi", "plain"), _load(runs, "multi", "from_plain")
+    assert not plain["sharded"] and resumed["sharded"]
+    assert not (runs / "multi" / "plain" / "run" / "checkpoint-2" / "agent0" / "dcp").exists()
+    assert _max_diff(resumed["weights"], plain["weights"]) < 5e-5
+    assert resumed["history"][0]["agent0/grad_norm"] == pytest.approx(plain["history"][2]["agent0/grad_norm"],
+                                                                      rel=1e-4)
 
 
 @pytest.mark.slow

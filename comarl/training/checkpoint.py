@@ -11,7 +11,8 @@ Under ``train.sharding=fsdp`` every rank writes its shards with
 ``agent<i>/dcp/`` holds the model (or LoRA adapter) and optimiser state by
 parameter name, ``agent<i>/scheduler.pt`` and the tokenizer sit beside it.
 DCP reshards on load, so such a checkpoint resumes on any number of ranks,
-sharded or not (a single process loads it into whole models).
+sharded or not (a single process loads it into whole models). A checkpoint
+written without sharding also resumes sharded (:func:`load_whole_into_sharded`).
 """
 from __future__ import annotations
 
@@ -222,15 +223,54 @@ def load_checkpoint(path: str | Path, agents, optimizers, schedulers) -> dict:
         if (folder / "dcp").is_dir():  # written sharded: DCP reshards to this run
             load_sharded_agent(folder, agent.model, optimizers[i], schedulers[i])
             continue
-        if is_sharded(agent.model):
-            raise ValueError(f"train.resume: {path} was written without sharding; resume it with "
-                             f"train.sharding=none (or from a checkpoint of a sharded run)")
-        load_agent_weights(agent, folder)
         opt = torch.load(folder / "optimizer.pt", weights_only=False)
-        optimizers[i].load_state_dict(opt["optimizer"])
+        if is_sharded(agent.model):  # written whole (no sharding) and resumed sharded: shard as we load
+            load_whole_into_sharded(agent, folder, optimizers[i], opt["optimizer"])
+        else:
+            load_agent_weights(agent, folder)
+            optimizers[i].load_state_dict(opt["optimizer"])
         schedulers[i].load_state_dict(opt["scheduler"])
     set_rng_state(torch.load(path / "rng.pt", weights_only=False))
     return json.loads((path / "trainer_state.json").read_text())
+
+
+def load_whole_into_sharded(agent, folder: Path, optimizer, optimizer_state: dict) -> None:
+    """A checkpoint written without sharding into a sharded agent: every rank reads the whole weights and
+    AdamW state and keeps its own shards (``set_model_state_dict(full_state_dict=True)``; each optimiser state
+    tensor is split like its parameter)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    module, keep = _state_module(agent.model)
+    live = [k for k in module.state_dict() if keep(k)]
+    adapter = getattr(agent.model, "adapter", None)
+    if adapter is not None:  # a LoRA view: peft's saved keys are the live ones without the adapter's name
+        from peft.utils import load_peft_weights
+
+        saved = load_peft_weights(str(folder), device="cpu")
+        names = {k: k.replace(f".{adapter}.", ".") for k in live}
+    else:
+        from safetensors.torch import load_file
+
+        files = sorted(folder.glob("*.safetensors"))
+        if not files:
+            raise FileNotFoundError(f"train.resume: no safetensors weights in {folder}")
+        saved = {}
+        for f in files:
+            saved.update(load_file(str(f)))
+        names = {k: k for k in live}
+    missing = [k for k, n in names.items() if n not in saved and not _tied(module, k)]
+    if missing:
+        raise RuntimeError(f"train.resume: {folder} does not match {agent.name}'s model: missing {missing[:3]}")
+    full = {k: saved[n] for k, n in names.items() if n in saved}
+    set_model_state_dict(module, full, options=StateDictOptions(full_state_dict=True, strict=False))
+    params = [q for g in optimizer.param_groups for q in g["params"]]
+    for idx, st in optimizer_state["state"].items():
+        p = params[int(idx)]
+        for key, v in st.items():
+            if isinstance(p, DTensor) and torch.is_tensor(v) and tuple(v.shape) == tuple(p.shape):
+                st[key] = distribute_tensor(v.to(p.device), p.device_mesh, p.placements)
+    optimizer.load_state_dict(optimizer_state)
 
 
 def load_extra(path: str | Path, name: str):
