@@ -149,7 +149,6 @@ class Trainer:
         check_mixed_precision(cfg.mixed_precision, [str(a.device) for a in self.agents])
         if cfg.sharding == "fsdp":  # what FSDP sharding does not cover yet (docs/distributed.md)
             uncovered = {"a critic": self.critic is not None,
-                         "a DPO update": self.algorithm.update in ("dpo", "dpo_rounds", "dpo_offline"),
                          "reward-model rounds": rounds_kind == "rm"}
             for what, hit in uncovered.items():
                 if hit:
@@ -560,6 +559,7 @@ class Trainer:
         extra = {"critic.pt": self.critic.state_dict()} if self.critic is not None else {}
         if self.rounds is not None:  # the reward model / reference a resume inside a round needs
             extra.update(self.rounds.checkpoint_extra())
+            modules.update(self.rounds.checkpoint_modules())
         return modules, extra
 
     def resume(self, where: str) -> None:
