@@ -13,6 +13,8 @@ Scenarios (each writes ``OUT/<name>/rank<r>.pt``: gathered final weights, metric
   2 rounds of 2 steps; a checkpoint at step 3 (inside round 1, so it holds the round's references).
 * ``iter_resume``: resume ``iter`` from its checkpoint-3 in the same folder (the rounds' pairs live
   there; ``--from``: another OUT's ``iter``) and run step 4.
+* ``iter_ckpt``: ``madpo_iter`` (one full agent) against the policy of the round before (``comparator: checkpoint``: its
+  snapshot gathered from the shards; in round 0 the starting policy), ``reference: initial``, 1 round of 1 step.
 * ``offline``: ``madpo_offline`` (a full and a LoRA agent) on ``OUT/pairs.jsonl`` (the test writes it),
   3 steps of ``batch_size`` pairs per rank; the run's last checkpoint is sharded.
 * ``central``: ``madpo`` with the centralised actor (one agent writing both roles), 2 steps.
@@ -80,6 +82,10 @@ def run(name: str, out: Path, batch_size: int, resume_from: Path | None = None) 
                   preference=PreferenceSettings(reference="current", rounds=2, steps_per_round=2, replay="all"))
         if name == "iter_resume":
             kw.update(resume=str(folder / "checkpoint-3"))
+    elif name == "iter_ckpt":
+        agents, env = [agent(0, False, r)], FunctionEnv(PROMPTS[:1], reward)
+        kw.update(algorithm="madpo_iter", max_steps=0, preference=PreferenceSettings(
+            reference="initial", comparator="checkpoint", rounds=1, steps_per_round=1))
     elif name == "offline":
         kw.update(algorithm="madpo_offline", shuffle=True,
                   preference=PreferenceSettings(pairs_in=str(out / "pairs.jsonl")))

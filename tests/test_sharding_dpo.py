@@ -16,7 +16,7 @@ from test_distributed import _launch, _wait
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 LONG = 900  # the first test pays for the fixture's runs (~1 min idle; minutes on a loaded 2-core machine)
-SCENARIOS = ["madpo", "iter", "offline", "central"]
+SCENARIOS = ["madpo", "iter", "iter_ckpt", "offline", "central"]
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_two_sharded_ranks_match_one_process(runs, name):
     for m0, m1 in zip(r0["history"], one["history"], strict=True):
         for k in keys:  # a margin near 0 is float noise in absolute terms (measured 7e-6 at -4.6e-4)
             assert m0[k] == pytest.approx(m1[k], rel=1e-4, abs=1e-4 if k == "pref/margin" else 1e-6), k
-    if name != "central":
+    if name in ("madpo", "iter", "offline"):
         assert all(m["agent1/grad_norm"] > 0 for m in r0["history"])  # the second agent learnt every step
 
 
@@ -96,6 +96,18 @@ def test_madpo_iter_resumes_inside_a_round_on_two_ranks_and_on_one(runs):
     on_one = _load(runs, "single", "iter_resume")
     assert not on_one["sharded"]
     assert _max_diff(on_one["weights"], full["weights"]) < 5e-5
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(LONG)
+def test_comparator_snapshot_is_gathered_whole_from_the_shards(runs):
+    from safetensors.torch import load_file
+
+    multi, single = (load_file(runs / side / "iter_ckpt" / "run" / "round-0" / "policy" / "agent0" /
+                               "model.safetensors") for side in ("multi", "single"))
+    assert set(single) <= set(multi)  # (the gathered dict also names the tied lm_head)
+    assert all(torch.equal(multi[k], v) for k, v in single.items())  # rank 0's starting weights, whole
+    assert _load(runs, "multi", "iter_ckpt")["history"][0]["pref/pairs"] > 0
 
 
 @pytest.mark.slow
