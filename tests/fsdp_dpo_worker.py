@@ -17,13 +17,16 @@ Scenarios (each writes ``OUT/<name>/rank<r>.pt``: gathered final weights, metric
   snapshot gathered from the shards; in round 0 the starting policy), ``reference: initial``, 1 round of 1 step.
 * ``offline``: ``madpo_offline`` (a full and a LoRA agent) on ``OUT/pairs.jsonl`` (the test writes it),
   3 steps of ``batch_size`` pairs per rank; the run's last checkpoint is sharded.
-* ``central``: ``madpo`` with the centralised actor (one agent writing both roles), 2 steps.
+* ``central``: ``madpo`` with the centralised actor (one agent writing both roles), 2 steps; step 2's DPO loss
+  is made NaN (:func:`nan_loss_on_call`): rank 0 (item 4's pair) backpropagates it, rank 1 (no item) runs idle
+  passes, and both skip the step together.
 
 Sampling is independent of the split of items over ranks (``fsdp_worker.seeded_sampling``).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -33,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
+import comarl.training.dpo as dpo  # noqa: E402
 from comarl import FunctionEnv, TrainConfig, Trainer  # noqa: E402
 from comarl.preference import CentralizedEnv, ParseError, PreferenceSettings  # noqa: E402
 from comarl.training import distributed as dist  # noqa: E402
@@ -53,6 +57,23 @@ def first_chars(completion, n):
 def char_reward(responses, item):
     """Depends on the roles' characters (the centralised actor's responses are one character each)."""
     return (sum(map(ord, "".join(responses))) + item["x"]) % 11 / 11.0
+
+
+@contextlib.contextmanager
+def nan_loss_on_call(k: int):
+    """The DPO losses of the k-th call (0-based, one call per step and pass on every rank) made NaN."""
+    real, calls = dpo.joint_dpo_loss, [0]
+
+    def loss(*args):
+        losses, z = real(*args)
+        calls[0] += 1
+        return (losses * float("nan"), z) if calls[0] == k + 1 else (losses, z)
+
+    dpo.joint_dpo_loss = loss
+    try:
+        yield
+    finally:
+        dpo.joint_dpo_loss = real
 
 
 def write_pairs(path: Path, n: int = 5) -> None:
@@ -96,7 +117,8 @@ def run(name: str, out: Path, batch_size: int, resume_from: Path | None = None) 
     else:
         raise SystemExit(f"unknown scenario {name}")
     trainer = Trainer(agents, env, [{"x": x} for x in range(5)], TrainConfig(**kw))
-    history = trainer.train()
+    with nan_loss_on_call(1) if name == "central" else contextlib.nullcontext():
+        history = trainer.train()
     weights = [full_state_dict(a.model, keep=True) for a in trainer.agents]
     (out / name).mkdir(parents=True, exist_ok=True)
     torch.save({"weights": weights, "history": history, "world_size": dist.world_size(),
