@@ -204,13 +204,3 @@ def test_blocks_are_the_decoder_layers_and_a_model_without_them_is_refused():
 def test_sharding_config_errors_name_the_key(changes, message):
     with pytest.raises(ConfigError, match=message):
         TrainConfig(**changes).validate(2)
-
-
-def test_sharding_refuses_algorithms_it_does_not_cover():
-    from comarl import AgentConfig, FunctionEnv, Trainer
-
-    env = FunctionEnv([lambda it: "a"], lambda responses, item: 0.0)
-    cfg = TrainConfig(algorithm="madpo", sharding="fsdp", num_generations=2, batch_size=1, max_steps=1,
-                      progress_bar=False, report_to=[])
-    with pytest.raises(ConfigError, match="train.sharding: fsdp does not cover a DPO update yet; madpo is not"):
-        Trainer([AgentConfig(model="tiny", model_kwargs={"hidden_size": 32, "num_layers": 1})], env, [{}], cfg)

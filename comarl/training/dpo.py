@@ -11,6 +11,13 @@ forward per agent.
 
 Structured generation: tokens a schema forced (``AgentSamples.forced``) are left
 out of the sequence log-probs, of the policy and of the reference alike.
+
+FSDP sharding (``train.sharding: fsdp``): the reference and no-grad policy
+log-probs (a count that differs per rank) run with the models gathered whole;
+the backward runs the same number of micro-batches on every rank (an idle
+backward for a rank out of samples), each copy of a prompt encoded (no
+``share_prefix``), and a non-finite surrogate still backpropagates so that
+every rank joins FSDP's collectives before all of them skip the step.
 """
 from __future__ import annotations
 
@@ -26,6 +33,7 @@ from ..preference.pairs import JointPair, tree_pairs
 from . import distributed as dist
 from .dropout import dropout_disabled
 from .precision import autocast, backward
+from .sharding import idle_backward, lockstep_count
 
 
 def step_pairs(rollouts, cfg, rng: random.Random) -> list[list[JointPair]]:
@@ -83,18 +91,25 @@ def dpo_update(trainer, rollouts, rng: random.Random) -> dict[str, float]:
     return out
 
 
+def check_text_pairs(pairs, n_agents: int) -> None:
+    """A ValueError naming the first pair without one prompt, chosen and rejected text per agent."""
+    for n, p in enumerate(pairs):
+        for key in ("prompts", "chosen", "rejected"):
+            if len(p.get(key, ())) != n_agents:
+                raise ValueError(f"preference pair {n}: {key!r} needs {n_agents} entries (one per agent)")
+
+
 def text_pairs_to_ids(agents, pairs) -> list[tuple]:
     """Pairs of texts ``{"prompts": [N], "chosen": [N], "rejected": [N]}`` -> per agent
     (prompts, completions, chosen [P], rejected [P]) as :func:`dpo_step` takes them.
 
     Prompts go through each agent's prompt rendering; a response is re-tokenised and ends with EOS
     (what the agent would have generated had it stopped there)."""
+    check_text_pairs(pairs, len(agents))
+    if not pairs:  # a rank whose share of the pairs is empty still runs dpo_step's collectives for every agent
+        return [([], [], [], []) for _ in agents]
     out = []
     for i, agent in enumerate(agents):
-        for n, p in enumerate(pairs):
-            for key in ("prompts", "chosen", "rejected"):
-                if len(p.get(key, ())) != len(agents):
-                    raise ValueError(f"preference pair {n}: {key!r} needs {len(agents)} entries (one per agent)")
         prompts = agent.encode_prompts([p["prompts"][i] for p in pairs])
         eos = [agent.tokenizer.eos_token_id] if agent.tokenizer.eos_token_id is not None else []
         texts = [p["chosen"][i] for p in pairs] + [p["rejected"][i] for p in pairs]
@@ -127,13 +142,15 @@ def dpo_step(trainer, data, weights: torch.Tensor) -> dict[str, float]:
         sel.append((prompts, comps, needed, [pos[s] for s in chosen], [pos[s] for s in rejected],
                     rest[0] if rest else None))
     data = sel
+    sharded = trainer.sharding is not None
     ref_seq = []
     for i, (prompts, comps, needed, _, _, forced) in enumerate(data):
         ref = trainer.references[i]
         if pref.reference_free or ref is None:
             ref_seq.append(torch.zeros(len(needed)))
-        else:
-            with autocast(cfg.mixed_precision, agents[i].device):
+        else:  # a frozen copy, or (LoRA) the agent's own base with the adapter off
+            whole = [ref.model] if getattr(ref, "model", None) is not None else [agents[i].model]
+            with trainer._whole(whole), autocast(cfg.mixed_precision, agents[i].device):
                 ref_seq.append(_sequence_logprobs(ref.logprobs, prompts, comps, needed, cfg.micro_batch_size,
                                                   forced))
     for it in range(cfg.num_iterations):
@@ -143,7 +160,7 @@ def dpo_step(trainer, data, weights: torch.Tensor) -> dict[str, float]:
             agent.model.train()
             fn = lambda p, c, a=agent: completion_logprobs(a.model, p, c, a.tokenizer.pad_token_id,
                                                            a.config.temperature, cfg.share_prefix)
-            with torch.no_grad(), autocast(cfg.mixed_precision, agent.device), \
+            with torch.no_grad(), trainer._whole([agent.model]), autocast(cfg.mixed_precision, agent.device), \
                     dropout_disabled(agent.model, cfg.disable_dropout):  # the same policy the backward pass sees
                 pol_seq.append(_sequence_logprobs(fn, prompts, comps, needed, cfg.micro_batch_size, forced))
         # the [P, N] problem: d loss / d (each agent's sequence log-prob), loss = sum over pairs / global pairs
@@ -158,25 +175,36 @@ def dpo_step(trainer, data, weights: torch.Tensor) -> dict[str, float]:
             losses, z = joint_dpo_loss(pc, pr, rc, rr, pref.beta)
         loss = (losses * weights.to(losses.dtype)).sum() / w_total
         coefs = torch.autograd.grad(loss, leaves, allow_unused=True) if n_pairs else [None] * len(leaves)
-        if it == 0:
+        if it == 0:  # over every rank's pairs
+            n_all = dist.all_reduce_sum(n_pairs)
+            z = z.detach()
             out.update({"pref/loss": dist.all_reduce_sum(float(loss.detach())),
-                        "pref/margin": float(z.detach().mean()) / pref.beta if n_pairs else 0.0,
-                        "pref/accuracy": float((z.detach() > 0).float().mean()) if n_pairs else 0.0})
+                        "pref/margin": dist.all_reduce_sum(float(z.sum())) / pref.beta / max(n_all, 1),
+                        "pref/accuracy": dist.all_reduce_sum(float((z > 0).sum())) / max(n_all, 1)})
         for i, (prompts, comps, needed, _, _, forced) in enumerate(data):
             agent = agents[i]
             bad = False
             coef = coefs[i] if coefs[i] is not None else torch.zeros(len(needed))
-            for a in range(0, len(needed), cfg.micro_batch_size):
-                idx = needed[a:a + cfg.micro_batch_size]
+            mb, pad = cfg.micro_batch_size, agent.tokenizer.pad_token_id
+            n_micro = -(-len(needed) // mb)
+            # sharded: every rank runs as many forwards/backwards (FSDP collectives), each copy of a prompt encoded
+            share = cfg.share_prefix and not sharded
+            for m in range(lockstep_count(n_micro) if sharded else n_micro):
+                if m >= n_micro or bad:  # sharded: out of samples (or already non-finite)
+                    idle_backward(agent.model, pad)
+                    continue
+                idx = needed[m * mb:(m + 1) * mb]
                 with autocast(cfg.mixed_precision, agent.device), dropout_disabled(agent.model, cfg.disable_dropout):
                     logp, mask = completion_logprobs(agent.model, [prompts[s] for s in idx], [comps[s] for s in idx],
-                                                     agent.tokenizer.pad_token_id, agent.config.temperature,
-                                                     cfg.share_prefix)
+                                                     pad, agent.config.temperature, share)
                 mask = _sampled(mask, forced, idx)
-                surrogate = (coef[a:a + len(idx)].to(logp.device, logp.dtype) * (logp * mask).sum(1)).sum()
+                surrogate = (coef[m * mb:m * mb + len(idx)].to(logp.device, logp.dtype) * (logp * mask).sum(1)).sum()
                 if not torch.isfinite(surrogate):
                     bad = True
-                    break
+                    if not sharded:
+                        break
+                    surrogate.backward()  # the other ranks' collectives need it; the step is dropped everywhere
+                    continue
                 backward(surrogate, trainer.scalers.get(id(agent.model)))
             grad_norm = trainer._optimizer_step(i, bad)
             if grad_norm is not None:

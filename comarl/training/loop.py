@@ -147,12 +147,6 @@ class Trainer:
             raise ConfigError(f"train.kl_mode: {cfg.algorithm} takes the KL in the loss (kl_mode=loss); the critic's "
                               f"GAE is computed before the KL-in-reward would change the rewards")
         check_mixed_precision(cfg.mixed_precision, [str(a.device) for a in self.agents])
-        if cfg.sharding == "fsdp":  # what FSDP sharding does not cover yet (docs/distributed.md)
-            uncovered = {"a DPO update": self.algorithm.update in ("dpo", "dpo_rounds", "dpo_offline")}
-            for what, hit in uncovered.items():
-                if hit:
-                    raise ConfigError(f"train.sharding: fsdp does not cover {what} yet; {cfg.algorithm} is not "
-                                      f"supported with it (use sharding: none)")
         self.scalers = setup_memory_savers(self.agents, cfg)
         if dist.world_size() > 1:  # ... but a different sampling stream per rank
             seed_everything(dist.sampling_seed(cfg.seed, dist.rank()))

@@ -8,7 +8,7 @@ Round r covers training steps ``[r*S, (r+1)*S)`` (S = ``steps_per_round``;
    (``train.preference.comparator``) the comparator samples the same items and candidate j of the policy
    meets candidate j of the comparator at each root node; else pairs are taken among the policy's own
    candidates at every node (``preference.tree_pairs``);
-3. the pairs go to ``<output_dir>/round-<r>/pairs.jsonl``; the pool is these plus the replayed earlier
+3. every rank's pairs go to ``<output_dir>/round-<r>/pairs.jsonl``; the pool is these plus the replayed earlier
    rounds' (``replay``, weights from ``replay_weights``);
 4. ``marlhf_iter``: the joint reward model is fitted (fresh or continued) on the pool and its score becomes
    the reward of the round's steps (``RewardModelEnv``).
@@ -39,7 +39,7 @@ from ..preference.pairs import comparator_pairs, joint_returns, replay_weights
 from ..rollout import RolloutSettings, collect_rollout
 from . import checkpoint as ckpt
 from . import distributed as dist
-from .dpo import dpo_step, step_pairs, text_pairs_to_ids
+from .dpo import check_text_pairs, dpo_step, step_pairs, text_pairs_to_ids
 from .logging import MetricsLogger
 from .parallel_fit import ParallelFit
 from .placement import place_references
@@ -67,12 +67,12 @@ def _node_items(ro) -> list[int]:
     return item
 
 
-def _all_ranks_pairs(batches: list[list[tuple[int, dict]]]) -> list[dict]:
-    """Every rank's ``(item, pair)`` of each round batch -> all the round's pairs, on every rank, in the order
-    one process sampling the whole batches makes: batch, item (global, rank r's item j is j*W + r as
-    ``dist.shard`` splits), then the node order within the item."""
+def _all_ranks_pairs(batches: list[tuple[int, list[tuple[int, dict]]]]) -> list[dict]:
+    """Every rank's ``(batch, [(item, pair)])`` of the round batches it sampled -> all the round's pairs, on
+    every rank, in the order one process sampling the whole batches makes: batch, item (global, rank r's item
+    j is j*W + r as ``dist.shard`` splits), then the node order within the item."""
     w, r = dist.world_size(), dist.rank()
-    mine = [(b, j * w + r, n, p) for b, batch in enumerate(batches) for n, (j, p) in enumerate(batch)]
+    mine = [(b, j * w + r, n, p) for b, batch in batches for n, (j, p) in enumerate(batch)]
     every = [x for part in dist.gather_objects(mine) for x in part]
     return [x[3] for x in sorted(every, key=lambda x: x[:3])]
 
@@ -109,6 +109,23 @@ def read_pairs(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def copy_weights_in_place(src: torch.nn.Module, dst: torch.nn.Module) -> None:
+    """``dst``'s weights := ``src``'s, tensor by tensor in place; FSDP shards copied shard to shard, with no
+    communication (both modules sharded alike on one mesh: the agent and its reference copy)."""
+    from torch.distributed.tensor import DTensor
+
+    theirs, mine = src.state_dict(), dst.state_dict()
+    if sorted(theirs) != sorted(mine):
+        raise ValueError(f"cannot copy {type(src).__name__}'s weights into {type(dst).__name__}: other tensor names")
+    with torch.no_grad():
+        for k, d in mine.items():
+            s = theirs[k]
+            if isinstance(d, DTensor) != isinstance(s, DTensor) or \
+                    (isinstance(d, DTensor) and (d.placements != s.placements or d.shape != s.shape)):
+                raise ValueError(f"cannot copy {k} shard to shard: the two modules are not sharded alike")
+            (d.to_local() if isinstance(d, DTensor) else d).copy_(s.to_local() if isinstance(s, DTensor) else s)
+
+
 class Rounds:
     """Round state of a ``madpo_iter`` (``kind="dpo"``) or ``marlhf_iter`` (``kind="rm"``) trainer."""
 
@@ -131,7 +148,8 @@ class Rounds:
         self.round: int | None = None  # the round whose pool is ready
         self.pool: list[dict] = []
         self.weights = torch.zeros(0)
-        self.data: list = []
+        self.data: list = []  # this rank's share of the pool, as dpo_step takes it
+        self.data_weights = torch.zeros(0)
         self.metrics: dict[str, float] = {}
         self.reward_model = None
         self._fixed_comparator = None
@@ -171,20 +189,30 @@ class Rounds:
         """What a checkpoint must hold to resume here: the reward model (used inside the round, continued
         next round, or kept by a next round without pairs); ``madpo_iter``'s reference=current copies inside
         a round."""
-        pref, inside = self.trainer.config.preference, not self.ends_round(self.trainer.state.step)
+        inside = not self.ends_round(self.trainer.state.step)
         out = {}
         if self.reward_model is not None and not self.reward_model.sharded:  # sharded: checkpoint_modules
             out["reward_model.pt"] = self.reward_model.model.state_dict()
-        if self.kind == "dpo" and inside and pref.reference == "current" and not pref.reference_free:
+        if self._saves_references(inside) and self.trainer.sharding is None:
             for i, ref in self._distinct_references():
                 out[f"reference{i}.pt"] = ref.model.state_dict()
         return out
 
     def checkpoint_modules(self) -> dict:
         """Sharded modules a checkpoint writes with DCP (``<name>/dcp``): a sharded reward model (no optimiser:
-        each fit builds its own)."""
+        each fit builds its own); ``madpo_iter``'s sharded reference=current copies inside a round
+        (``reference<i>``)."""
+        out = {}
         rm = self.reward_model
-        return {"reward_model": (rm.model, None)} if rm is not None and rm.sharded else {}
+        if rm is not None and rm.sharded:
+            out["reward_model"] = (rm.model, None)
+        if self._saves_references(not self.ends_round(self.trainer.state.step)) and self.trainer.sharding is not None:
+            out.update({f"reference{i}": (ref.model, None) for i, ref in self._distinct_references()})
+        return out
+
+    def _saves_references(self, inside: bool) -> bool:
+        pref = self.trainer.config.preference
+        return self.kind == "dpo" and inside and pref.reference == "current" and not pref.reference_free
 
     def _distinct_references(self):
         seen = set()
@@ -198,17 +226,24 @@ class Rounds:
         t, cfg = self.trainer, self.trainer.config
         pref = cfg.preference
         if self.kind == "dpo" and pref.reference == "current" and not pref.reference_free:
-            t.references = place_references(t._build_references(), cfg.reference_device, t.agents)
+            if t.sharding is not None:  # the sharded copy made at the start takes the policy's shards
+                for i, ref in self._distinct_references():
+                    copy_weights_in_place(t.agents[i].model, ref.model)
+            else:
+                t.references = place_references(t._build_references(), cfg.reference_device, t.agents)
         if self.kind == "rm" and self.reward_model is None and self._has_reward_model():
             # resumed at a round boundary: last round's model, to continue or to keep when this round has no pair
             self.reward_model = self._load_reward_model_from_checkpoint()
             t.env = self._reward_env()
         comparator = self.comparator_agents(r)
-        rollouts, others = [], []
+        rollouts, others, sampled = [], [], []
         # sharded agents (and any module the env's own reward runs): whole for the round's sampling
         with t._whole([a.model for a in t.agents] + rollout_modules(self.base_env)):
-            for _ in range(pref.round_batches):
+            for b in range(pref.round_batches):
                 items = t.next_batch()
+                if not items:  # this rank's share of the batch is empty (end of an epoch under torchrun)
+                    continue
+                sampled.append(b)
                 rollouts.append(collect_rollout(t.agents, self.base_env, items, self.settings))
                 if comparator is not None:
                     others.append(collect_rollout(comparator, self.base_env, items, self.settings))
@@ -217,11 +252,10 @@ class Rounds:
             batches = [_text_pairs(ro, ps, step, r) for ro, ps in zip(rollouts, step_pairs(rollouts, cfg, rng))]
         else:
             batches = [_comparison_pairs(ro, co, cfg, rng, step, r) for ro, co in zip(rollouts, others)]
-        if self.kind == "rm":  # one reward model on every rank: all ranks' pairs, in a single process's order
-            pairs = _all_ranks_pairs([[(node_item[g], p) for g, p in batch]
-                                      for batch, node_item in zip(batches, map(_node_items, rollouts))])
-        else:  # madpo_iter's DPO step trains each rank on its own pairs (losses normalised over ranks)
-            pairs = [p for batch in batches for _, p in batch]
+        # the round's file and pool hold every rank's pairs, in the order one process would make them
+        # (madpo_iter: each rank then trains on its share of the pool; marlhf_iter: one reward model on all)
+        pairs = _all_ranks_pairs([(b, [(node_item[g], p) for g, p in batch])
+                                  for b, batch, node_item in zip(sampled, batches, map(_node_items, rollouts))])
         if comparator is not None and comparator is not t.agents:
             self._drop_comparator(comparator)
         folder = self.out / f"round-{r}"
@@ -256,9 +290,17 @@ class Rounds:
             self.reward_model = self._load_reward_model_from_checkpoint()
             t.env = self._reward_env()
         if self.kind == "dpo" and pref.reference == "current" and not pref.reference_free:
-            t.references = t._build_references()
-            for i, ref in self._distinct_references():
-                ref.model.load_state_dict(self._load_extra(f"reference{i}.pt"))
+            if t.sharding is None:
+                t.references = t._build_references()
+            for i, ref in self._distinct_references():  # sharded: into the sharded copy made at the start
+                folder = Path(t._resumed_from or "") / f"reference{i}"
+                if (folder / "dcp").is_dir():  # written by a sharded run (resharded to this one)
+                    ckpt.load_sharded_module(folder, ref.model)
+                elif t.sharding is None:
+                    ref.model.load_state_dict(self._load_extra(f"reference{i}.pt"))
+                else:
+                    raise ConfigError(f"train.resume: resuming inside a round under sharding needs {folder}/dcp "
+                                      f"(a checkpoint of a sharded run)")
             t.references = place_references(t.references, t.config.reference_device, t.agents)
 
     def _build_pool(self, r: int, pairs: list[dict]) -> None:
@@ -269,13 +311,17 @@ class Rounds:
             pool += got
             weights += [w] * len(got)
         self.pool, self.weights = pool, torch.tensor(weights, dtype=torch.float32)
-        self.data = text_pairs_to_ids(self.trainer.agents, pool) if pool and self.kind == "dpo" else []
+        # madpo_iter: each rank trains on its share of the pool (data parallel; the loss is normalised globally)
+        mine = dist.shard(list(range(len(pool))))
+        self.data = text_pairs_to_ids(self.trainer.agents, [pool[k] for k in mine]) \
+            if pool and self.kind == "dpo" else []
+        self.data_weights = self.weights[mine]
         self.metrics["pref/pool"] = float(len(pool))
 
     # ----------------------------------------------------------- steps
     def dpo_step(self) -> dict[str, float]:
         """One ``madpo_iter`` step: DPO on the round's whole pool (nothing when it is empty)."""
-        out = dpo_step(self.trainer, self.data, self.weights) if self.pool else {}
+        out = dpo_step(self.trainer, self.data, self.data_weights) if self.pool else {}
         out.update(self.metrics)
         return out
 
@@ -382,11 +428,11 @@ class Rounds:
         # the policy of comparator_rounds_back rounds earlier: snapshots taken at each round's start
         k = pref.comparator_rounds_back
         snap = self.out / f"round-{r}" / "policy"
-        for i, agent in enumerate(t.agents):  # sharded agents: gathered tensor by tensor onto rank 0 (collective)
-            full = full_state_dict(agent.model, keep=dist.is_main()) if t.sharding is not None else None
-            if dist.is_main():
-                ckpt.save_agent_weights(agent, snap / f"agent{i}", state_dict=full)
+        full = [full_state_dict(a.model, keep=dist.is_main()) if t.sharding is not None else None
+                for a in t.agents]  # sharded: gathered onto rank 0 (collective)
         if dist.is_main():
+            for i, agent in enumerate(t.agents):
+                ckpt.save_agent_weights(agent, snap / f"agent{i}", state_dict=full[i])
             for old in range(0, r - k + 1):  # never needed again (round r+1 compares with r+1-k)
                 if old != max(0, r - k):
                     shutil.rmtree(self.out / f"round-{old}" / "policy", ignore_errors=True)
@@ -415,7 +461,8 @@ def _mean(xs: list[float]) -> float:
 
 def run_offline(trainer) -> list[dict]:
     """Offline MADPO (``madpo_offline``): DPO on the pairs of ``train.preference.pairs_in`` (JSONL, the format
-    ``pairs_out`` and the rounds write), ``batch_size`` pairs per step, reshuffled each epoch; no sampling."""
+    ``pairs_out`` and the rounds write), ``batch_size`` pairs per rank and step, reshuffled each epoch; no
+    sampling. Under torchrun each rank takes its share of the global batch (``batch_size`` x ranks)."""
     cfg, pref = trainer.config, trainer.config.preference
     if not pref.pairs_in:
         raise ConfigError("train.preference.pairs_in: madpo_offline trains on a pairs JSONL file; name it")
@@ -425,7 +472,8 @@ def run_offline(trainer) -> list[dict]:
     pairs = read_pairs(path)
     if not pairs:
         raise ConfigError(f"train.preference.pairs_in: {path} holds no pairs")
-    per_epoch = -(-len(pairs) // cfg.batch_size)
+    global_batch = cfg.batch_size * dist.world_size()
+    per_epoch = -(-len(pairs) // global_batch)
     total = cfg.max_steps or per_epoch * cfg.epochs
     logger = MetricsLogger(cfg.output_dir, cfg.report_to, enabled=dist.is_main())
     try:
@@ -433,12 +481,14 @@ def run_offline(trainer) -> list[dict]:
             epoch, b = divmod(trainer.state.step, per_epoch)
             g = torch.Generator().manual_seed(cfg.seed * 100_003 + epoch)
             order = torch.randperm(len(pairs), generator=g).tolist() if cfg.shuffle else list(range(len(pairs)))
-            batch = [pairs[i] for i in order[b * cfg.batch_size:(b + 1) * cfg.batch_size]]
+            batch = [pairs[i] for i in order[b * global_batch:(b + 1) * global_batch]]
+            mine = dist.shard(batch)
             try:
-                data = text_pairs_to_ids(trainer.agents, batch)
+                check_text_pairs(batch, len(trainer.agents))  # every rank checks the whole batch: all fail together
+                data = text_pairs_to_ids(trainer.agents, mine)
             except ValueError as e:
                 raise ConfigError(f"train.preference.pairs_in ({path}): {e}") from e
-            metrics = dpo_step(trainer, data, torch.ones(len(batch)))
+            metrics = dpo_step(trainer, data, torch.ones(len(mine)))
             trainer.state.step += 1
             metrics.update({"pref/pairs": float(len(batch)), "epoch": epoch})
             trainer.history.append(metrics)

@@ -1,0 +1,142 @@
+"""Worker for tests/test_sharding_dpo.py: the DPO family trained FSDP2-sharded, single-process or under torchrun.
+
+    python -m torch.distributed.run --standalone --nproc_per_node 2 \\
+        tests/fsdp_dpo_worker.py OUT --batch-size 2 SCENARIO...                    # 2 ranks x 2 = 4
+    python tests/fsdp_dpo_worker.py OUT --batch-size 4 SCENARIO...                 # 1 process, global batch 4
+
+Scenarios (each writes ``OUT/<name>/rank<r>.pt``: gathered final weights, metrics):
+
+* ``madpo``: a full agent (its frozen reference copy sharded too) and a LoRA agent (reference: the
+  adapter off), 2 passes per step, 3 steps on 5 items: step 3 has item 4 alone, so rank 1 has no
+  pair and runs idle backwards.
+* ``iter``: ``madpo_iter`` with two full agents, ``reference: current``, replay of every round,
+  2 rounds of 2 steps; a checkpoint at step 3 (inside round 1, so it holds the round's references).
+* ``iter_resume``: resume ``iter`` from its checkpoint-3 in the same folder (the rounds' pairs live
+  there; ``--from``: another OUT's ``iter``) and run step 4.
+* ``iter_ckpt``: ``madpo_iter`` (one full agent) against the policy of the round before (``comparator: checkpoint``: its
+  snapshot gathered from the shards; in round 0 the starting policy), ``reference: initial``, 1 round of 1 step.
+* ``offline``: ``madpo_offline`` (a full and a LoRA agent) on ``OUT/pairs.jsonl`` (the test writes it),
+  3 steps of ``batch_size`` pairs per rank; the run's last checkpoint is sharded.
+* ``central``: ``madpo`` with the centralised actor (one agent writing both roles), 2 steps; step 2's DPO loss
+  is made NaN (:func:`nan_loss_on_call`): rank 0 (item 4's pair) backpropagates it, rank 1 (no item) runs idle
+  passes, and both skip the step together.
+
+Sampling is independent of the split of items over ranks (``fsdp_worker.seeded_sampling``).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+
+import comarl.training.dpo as dpo  # noqa: E402
+from comarl import FunctionEnv, TrainConfig, Trainer  # noqa: E402
+from comarl.preference import CentralizedEnv, ParseError, PreferenceSettings  # noqa: E402
+from comarl.training import distributed as dist  # noqa: E402
+from comarl.training.sharding import full_state_dict  # noqa: E402
+from fsdp_worker import agent, reward, seeded_sampling  # noqa: E402
+
+PROMPTS = [lambda it: f"Say {it['x']} in few words.", lambda it: f"Say {it['x']} at length."]
+
+
+def first_chars(completion, n):
+    """Role i's response is the completion's i-th character (a parser random tiny models satisfy)."""
+    t = completion.strip()
+    if len(t) < n:
+        raise ParseError(f"{len(t)} characters for {n} roles")
+    return list(t[:n])
+
+
+def char_reward(responses, item):
+    """Depends on the roles' characters (the centralised actor's responses are one character each)."""
+    return (sum(map(ord, "".join(responses))) + item["x"]) % 11 / 11.0
+
+
+@contextlib.contextmanager
+def nan_loss_on_call(k: int):
+    """The DPO losses of the k-th call (0-based, one call per step and pass on every rank) made NaN."""
+    real, calls = dpo.joint_dpo_loss, [0]
+
+    def loss(*args):
+        losses, z = real(*args)
+        calls[0] += 1
+        return (losses * float("nan"), z) if calls[0] == k + 1 else (losses, z)
+
+    dpo.joint_dpo_loss = loss
+    try:
+        yield
+    finally:
+        dpo.joint_dpo_loss = real
+
+
+def write_pairs(path: Path, n: int = 5) -> None:
+    """``n`` two-agent text pairs of different lengths (what ``madpo_offline`` reads)."""
+    import json
+
+    rows = [{"prompts": [PROMPTS[0]({"x": k}), PROMPTS[1]({"x": k})],
+             "chosen": [f"{k} it is", "the number " * (k + 1)], "rejected": ["no" * (k + 1), f"{k}?"]}
+            for k in range(n)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def run(name: str, out: Path, batch_size: int, resume_from: Path | None = None) -> None:
+    r = int(os.environ.get("RANK", "0"))
+    kw = dict(num_generations=2, batch_size=batch_size, max_steps=3, shuffle=False, micro_batch_size=1,
+              progress_bar=False, report_to=[], seed=0, sharding="fsdp", batch_adapters=False,
+              output_dir=str(out / name / "run"))
+    agents = [agent(0, False, r), agent(1, True, r)]
+    env = FunctionEnv(PROMPTS, reward)
+    if name == "madpo":
+        kw.update(algorithm="madpo", num_iterations=2, max_grad_norm=0.5)
+    elif name in ("iter", "iter_resume"):
+        agents = [agent(0, False, r), agent(1, False, r)]
+        folder = Path(resume_from or out) / "iter" / "run"
+        kw.update(algorithm="madpo_iter", max_steps=0, save_steps=3, output_dir=str(folder),
+                  preference=PreferenceSettings(reference="current", rounds=2, steps_per_round=2, replay="all"))
+        if name == "iter_resume":
+            kw.update(resume=str(folder / "checkpoint-3"))
+    elif name == "iter_ckpt":
+        agents, env = [agent(0, False, r)], FunctionEnv(PROMPTS[:1], reward)
+        kw.update(algorithm="madpo_iter", max_steps=0, preference=PreferenceSettings(
+            reference="initial", comparator="checkpoint", rounds=1, steps_per_round=1))
+    elif name == "offline":
+        kw.update(algorithm="madpo_offline", shuffle=True,
+                  preference=PreferenceSettings(pairs_in=str(out / "pairs.jsonl")))
+    elif name == "central":
+        agents = [agent(0, False, r)]
+        env = CentralizedEnv(FunctionEnv(PROMPTS, char_reward), parser=first_chars, failure_reward=0.0)
+        kw.update(algorithm="madpo", max_steps=2)
+    else:
+        raise SystemExit(f"unknown scenario {name}")
+    trainer = Trainer(agents, env, [{"x": x} for x in range(5)], TrainConfig(**kw))
+    with nan_loss_on_call(1) if name == "central" else contextlib.nullcontext():
+        history = trainer.train()
+    weights = [full_state_dict(a.model, keep=True) for a in trainer.agents]
+    (out / name).mkdir(parents=True, exist_ok=True)
+    torch.save({"weights": weights, "history": history, "world_size": dist.world_size(),
+                "sharded": trainer.sharding is not None}, out / name / f"rank{dist.rank()}.pt")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("scenarios", nargs="+")
+    ap.add_argument("--batch-size", type=int, required=True)
+    ap.add_argument("--from", dest="resume_from", default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    with seeded_sampling():
+        for name in args.scenarios:
+            run(name, Path(args.out), args.batch_size, args.resume_from)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""The DPO family under FSDP2 sharding (madpo, madpo_iter, madpo_offline, the centralised actor): 2 gloo ranks ==
+1 process, and madpo_iter resumes exactly inside a round (2 -> 2 ranks) and on one process (2 -> 1).
+
+One 2-rank launch of tests/fsdp_dpo_worker.py runs every scenario (see its docstring) while this process
+runs the single-process side; then this process resumes the 2-rank madpo_iter checkpoint.
+"""
+import json
+import sys
+
+import pytest
+import torch
+
+import fsdp_dpo_worker
+from fsdp_worker import seeded_sampling
+from test_distributed import _launch, _wait
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+LONG = 900  # the first test pays for the fixture's runs (~1 min idle; minutes on a loaded 2-core machine)
+SCENARIOS = ["madpo", "iter", "iter_ckpt", "offline", "central"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fsdp_dpo")
+    for side in ("multi", "single"):
+        fsdp_dpo_worker.write_pairs(tmp / side / "pairs.jsonl")
+    with open(tmp / "multi.log", "w") as log:
+        multi = _launch(TORCHRUN + [fsdp_dpo_worker.__file__, str(tmp / "multi"), "--batch-size", "2",
+                                    *SCENARIOS, "iter_resume"], log)
+        try:
+            with seeded_sampling():
+                for name in SCENARIOS:
+                    fsdp_dpo_worker.run(name, tmp / "single", 4)
+        finally:
+            _wait(multi, tmp / "multi.log", "torchrun with 2 sharded ranks (DPO family)", timeout=LONG - 60)
+    with seeded_sampling():  # 2 ranks -> 1 process, inside round 1: the references come from DCP
+        fsdp_dpo_worker.run("iter_resume", tmp / "single", 4, resume_from=tmp / "multi")
+    return tmp
+
+
+def _load(runs, side, name, r=0):
+    return torch.load(runs / side / name / f"rank{r}.pt", weights_only=False)
+
+
+def _max_diff(a, b):
+    assert [sorted(x) for x in a] == [sorted(x) for x in b]
+    return max(float((a[i][k].float() - b[i][k].float()).abs().max()) for i in range(len(a)) for k in a[i])
+
+
+GLOBAL = ("pref/loss", "pref/margin", "pref/accuracy", "/grad_norm")  # metrics over every rank's pairs
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(LONG)
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_two_sharded_ranks_match_one_process(runs, name):
+    r0, r1, one = _load(runs, "multi", name, 0), _load(runs, "multi", name, 1), _load(runs, "single", name)
+    assert r0["sharded"] and r0["world_size"] == 2 and not one["sharded"]
+    assert _max_diff(r0["weights"], r1["weights"]) == 0.0  # the gathered weights agree on every rank
+    assert _max_diff(r0["weights"], one["weights"]) < 5e-5  # float noise only
+    keys = [k for k in one["history"][0] if k.endswith(GLOBAL)]
+    assert "pref/loss" in keys and "agent0/grad_norm" in keys
+    if name == "iter":
+        keys += ["pref/pool", "pref/pairs"]  # the round's pairs and pool are gathered from every rank
+    for m0, m1 in zip(r0["history"], one["history"], strict=True):
+        assert [k for k in keys if k in m0] == [k for k in keys if k in m1]  # a skipped step has no grad norm
+        for k in [k for k in keys if k in m1]:  # a margin near 0 is float noise in absolute terms (7e-6 at -4.6e-4)
+            assert m0[k] == pytest.approx(m1[k], rel=1e-4, abs=1e-4 if k == "pref/margin" else 1e-6, nan_ok=True), k
+    if name in ("madpo", "iter", "offline"):
+        assert all(m["agent1/grad_norm"] > 0 for m in r0["history"])  # the second agent learnt every step
+    if name == "central":  # step 2's NaN loss, on rank 0 only (rank 1 had no item): skipped on both, no hang
+        assert [m["count/nonfinite_skips"] for m in r0["history"]] == [0, 1]
+        assert [m["count/nonfinite_skips"] for m in one["history"]] == [0, 1]
+        assert "agent0/grad_norm" not in r0["history"][1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(LONG)
+def test_madpo_iter_rounds_refresh_the_sharded_reference(runs):
+    h = _load(runs, "multi", "iter")["history"]
+    assert len(h) == 4 and [m["round"] for m in h] == [0, 0, 1, 1]
+    # reference = the policy at each round's start: the round's first step sits at the reference (loss ln 2)
+    assert h[0]["pref/loss"] == pytest.approx(0.693147, abs=1e-5)
+    assert h[2]["pref/loss"] == pytest.approx(0.693147, abs=1e-5)
+    assert h[1]["pref/loss"] < 0.69 and h[3]["pref/loss"] < 0.69
+    multi, single = ((runs / side / "iter" / "run" / "round-0" / "pairs.jsonl").read_text().splitlines()
+                     for side in ("multi", "single"))
+    assert len(multi) == 4 and sorted(multi) == sorted(single)  # rank 0 wrote both ranks' pairs
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(LONG)
+def test_madpo_iter_resumes_inside_a_round_on_two_ranks_and_on_one(runs):
+    ckpt = runs / "multi" / "iter" / "run" / "checkpoint-3"
+    assert json.loads((ckpt / "trainer_state.json").read_text())["sharded"]
+    for i in (0, 1):  # round 1's references, sharded, through DCP
+        assert (ckpt / f"reference{i}" / "dcp" / ".metadata").exists() and not (ckpt / f"reference{i}.pt").exists()
+    full, resumed = _load(runs, "multi", "iter"), _load(runs, "multi", "iter_resume")
+    assert _max_diff(resumed["weights"], full["weights"]) == 0.0  # 2 -> 2 ranks: bit-exact
+    assert [m["agent0/grad_norm"] for m in resumed["history"]] == [full["history"][3]["agent0/grad_norm"]]
+    on_one = _load(runs, "single", "iter_resume")
+    assert not on_one["sharded"]
+    assert _max_diff(on_one["weights"], full["weights"]) < 5e-5
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(LONG)
+def test_comparator_snapshot_is_gathered_whole_from_the_shards(runs):
+    from safetensors.torch import load_file
+
+    multi, single = (load_file(runs / side / "iter_ckpt" / "run" / "round-0" / "policy" / "agent0" /
+                               "model.safetensors") for side in ("multi", "single"))
+    assert set(single) <= set(multi)  # (the gathered dict also names the tied lm_head)
+    assert all(torch.equal(multi[k], v) for k, v in single.items())  # rank 0's starting weights, whole
+    assert _load(runs, "multi", "iter_ckpt")["history"][0]["pref/pairs"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(LONG)
+def test_madpo_offline_splits_the_batch_and_saves_a_sharded_checkpoint(runs):
+    h = _load(runs, "multi", "offline")["history"]
+    assert [m["pref/pairs"] for m in h] == [4.0, 1.0, 4.0]  # global batches of 2 x 2 pairs over 5 pairs
+    ckpt = runs / "multi" / "offline" / "run" / "checkpoint-3"
+    assert (ckpt / "agent0" / "dcp" / ".metadata").exists() and (ckpt / "agent1" / "dcp" / ".metadata").exists()
+
+
+# ------------------------------------------------------------------ single process
+
+def test_copy_weights_in_place_copies_every_tensor_and_refuses_other_shapes():
+    from comarl.tiny_model import tiny_model
+    from comarl.training.rounds import copy_weights_in_place
+
+    src, _ = tiny_model(hidden_size=32, num_layers=2, seed=1)
+    dst, _ = tiny_model(hidden_size=32, num_layers=2, seed=2)
+    before = dict(dst.named_parameters())
+    copy_weights_in_place(src, dst)
+    assert all(torch.equal(p, src.state_dict()[k]) for k, p in dst.state_dict().items())
+    assert dict(dst.named_parameters()) == before  # the same parameter objects (in place)
+    other, _ = tiny_model(hidden_size=32, num_layers=1)
+    with pytest.raises(ValueError, match="other tensor names"):
+        copy_weights_in_place(src, other)
+
+
+def test_offline_pairs_are_checked_whole_and_an_empty_share_gives_empty_data():
+    from comarl.training.dpo import check_text_pairs, text_pairs_to_ids
+
+    check_text_pairs([{"prompts": ["a", "b"], "chosen": ["x", "y"], "rejected": ["z", "w"]}], 2)
+    with pytest.raises(ValueError, match="preference pair 1: 'chosen' needs 2 entries"):
+        check_text_pairs([{"prompts": ["a", "b"], "chosen": ["x", "y"], "rejected": ["z", "w"]},
+                          {"prompts": ["a", "b"], "chosen": ["x"], "rejected": ["z", "w"]}], 2)
+    assert text_pairs_to_ids([object(), object()], []) == [([], [], [], []), ([], [], [], [])]
