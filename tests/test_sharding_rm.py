@@ -147,13 +147,16 @@ def test_round_pairs_of_all_ranks_come_in_one_process_order(monkeypatch):
     from comarl.training import distributed as dist
     from comarl.training.rounds import _all_ranks_pairs
 
-    per_rank = {0: [[(0, "b0 i0"), (1, "b0 i2 first"), (1, "b0 i2 second")], [(0, "b1 i0")]],
-                1: [[(0, "b0 i1"), (1, "b0 i3")], []]}
+    # (batch, [(item, pair)]): rank 1 had no item in batch 1 and sampled batches 0 and 2 only
+    per_rank = {0: [(0, [(0, "b0 i0"), (1, "b0 i2 first"), (1, "b0 i2 second")]), (1, [(0, "b1 i0")]),
+                    (2, [(0, "b2 i0")])],
+                1: [(0, [(0, "b0 i1"), (1, "b0 i3")]), (2, [(0, "b2 i1")])]}
     monkeypatch.setattr(dist, "world_size", lambda: 2)
     monkeypatch.setattr(dist, "rank", lambda: 0)
     monkeypatch.setattr(dist, "gather_objects", lambda mine: [mine] + [
-        [(b, j * 2 + 1, n, p) for b, batch in enumerate(per_rank[1]) for n, (j, p) in enumerate(batch)]])
-    assert _all_ranks_pairs(per_rank[0]) == ["b0 i0", "b0 i1", "b0 i2 first", "b0 i2 second", "b0 i3", "b1 i0"]
+        [(b, j * 2 + 1, n, p) for b, batch in per_rank[1] for n, (j, p) in enumerate(batch)]])
+    assert _all_ranks_pairs(per_rank[0]) == ["b0 i0", "b0 i1", "b0 i2 first", "b0 i2 second", "b0 i3", "b1 i0",
+                                             "b2 i0", "b2 i1"]
 
 
 def test_node_items_follow_the_tree_from_the_roots():
