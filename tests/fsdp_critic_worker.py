@@ -25,7 +25,6 @@ Sampling as in tests/fsdp_worker.py (independent of the split of items over rank
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
@@ -39,7 +38,7 @@ from comarl import AgentConfig, FunctionEnv, TrainConfig, Trainer  # noqa: E402
 from comarl.critics import CriticSettings  # noqa: E402
 from comarl.training import distributed as dist  # noqa: E402
 from comarl.training.sharding import full_state_dict  # noqa: E402
-from fsdp_worker import agent, nan_on_item_4, reward, seeded_sampling  # noqa: E402
+from fsdp_worker import agent, nan_on_item_4, reward, worker_main  # noqa: E402
 
 
 def critic_settings(name: str, rank: int) -> CriticSettings:
@@ -81,16 +80,7 @@ def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("out")
-    ap.add_argument("scenarios", nargs="+")
-    ap.add_argument("--batch-size", type=int, required=True)
-    ap.add_argument("--from", dest="resume_from", default=None)
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    with seeded_sampling():
-        for name in args.scenarios:
-            run(name, Path(args.out), args.batch_size, args.resume_from)
+    worker_main(run)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ Sampling is made independent of the split of items over ranks as in tests/fsdp_w
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
@@ -42,7 +41,7 @@ from comarl.preference import PreferenceSettings  # noqa: E402
 from comarl.preference.marlhf import RewardModelSettings  # noqa: E402
 from comarl.training import distributed as dist  # noqa: E402
 from comarl.training.sharding import full_state_dict, is_sharded  # noqa: E402
-from fsdp_worker import agent, reward, seeded_sampling  # noqa: E402  (tests/: the same agents and sampling)
+from fsdp_worker import agent, reward, worker_main  # noqa: E402  (tests/: the same agents and sampling)
 
 PROMPTS = [lambda it: f"Say {it['x']} in few words.", lambda it: f"Say {it['x']} at length."]
 
@@ -101,16 +100,7 @@ def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("out")
-    ap.add_argument("scenarios", nargs="+")
-    ap.add_argument("--batch-size", type=int, required=True)
-    ap.add_argument("--from", dest="resume_from", default=None)
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    with seeded_sampling():
-        for name in args.scenarios:
-            run(name, Path(args.out), args.batch_size, args.resume_from)
+    worker_main(run)
 
 
 if __name__ == "__main__":

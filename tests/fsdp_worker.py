@@ -140,7 +140,9 @@ def seeded_sampling():
         rollout.generate = _real_generate
 
 
-def main() -> None:
+def worker_main(run) -> None:
+    """``python WORKER OUT SCENARIO... --batch-size B [--from DIR]``: ``run(name, OUT, B, DIR)`` for each
+    scenario, with split-independent sampling (every sharding worker's entry point)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("scenarios", nargs="+")
@@ -148,10 +150,14 @@ def main() -> None:
     ap.add_argument("--from", dest="resume_from", default=None)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <pid>: where a hung rank waits
     with seeded_sampling():
         for name in args.scenarios:
             run(name, Path(args.out), args.batch_size, args.resume_from)
+
+
+def main() -> None:
+    worker_main(run)
 
 
 if __name__ == "__main__":

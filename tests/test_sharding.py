@@ -7,7 +7,6 @@ single-process side; then this process resumes the 2-rank checkpoint
 (2 ranks -> 1 process). The tests read the outputs.
 """
 import json
-import sys
 import pytest
 import torch
 
@@ -16,38 +15,24 @@ from comarl.config import TrainConfig
 from comarl.training.sharding import block_modules, mesh_shape, mixed_precision_policy
 
 import fsdp_worker
-from test_distributed import _launch, _wait
-
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-# the first test also pays for the module fixture's runs (~1 min idle; several minutes on a loaded 2-core machine)
-LONG = 900
+from sharded_runs import LONG, launch_beside
+from sharded_runs import load_result as _load
+from sharded_runs import max_diff as _max_diff
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fsdp")
-    with open(tmp / "multi.log", "w") as log:
-        multi = _launch(TORCHRUN + [fsdp_worker.__file__, str(tmp / "multi"), "--batch-size", "2",
-                                    "two", "resume", "one", "hsdp1", "hsdp2", "bf16", "gc", "agent",
-                                    "plain", "from_plain"], log)
-        try:
-            with fsdp_worker.seeded_sampling():  # meanwhile, the single-process side here
-                for name in ("two", "one", "agent"):
-                    fsdp_worker.run(name, tmp / "single", 4, None)
-        finally:
-            _wait(multi, tmp / "multi.log", "torchrun with 2 sharded ranks", timeout=LONG - 60)
+
+    def single():
+        for name in ("two", "one", "agent"):
+            fsdp_worker.run(name, tmp / "single", 4, None)
+
+    launch_beside(tmp, fsdp_worker.__file__, ["two", "resume", "one", "hsdp1", "hsdp2", "bf16", "gc", "agent",
+                                              "plain", "from_plain"], "torchrun with 2 sharded ranks", single)
     with fsdp_worker.seeded_sampling():  # 2 ranks -> 1 process
         fsdp_worker.run("resume", tmp / "single", 4, str(tmp / "multi"))
     return tmp
-
-
-def _load(runs, side, name, r=0):
-    return torch.load(runs / side / name / f"rank{r}.pt", weights_only=False)
-
-
-def _max_diff(a, b):
-    assert [sorted(x) for x in a] == [sorted(x) for x in b]
-    return max(float((a[i][k].float() - b[i][k].float()).abs().max()) for i in range(len(a)) for k in a[i])
 
 
 @pytest.mark.slow

@@ -9,7 +9,6 @@ with stand-in collectives.
 """
 import copy
 import json
-import sys
 
 import pytest
 import torch
@@ -19,37 +18,25 @@ from comarl.critics import CriticSettings, ValueHead, ValueModel
 from comarl.critics.critic import Critic, _Targets
 from comarl.critics.inputs import AgentInputs
 from comarl.tiny_model import tiny_model
-from test_distributed import _launch, _wait
-
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-# the first test also pays for the module fixture's runs (~1 min idle; several minutes on a loaded 2-core machine)
-LONG = 900
+from fsdp_worker import seeded_sampling
+from sharded_runs import LONG, launch_beside
+from sharded_runs import load_result as _load
+from sharded_runs import max_diff as _max_diff
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fsdp_critic")
-    with open(tmp / "multi.log", "w") as log:
-        multi = _launch(TORCHRUN + [fsdp_critic_worker.__file__, str(tmp / "multi"), "--batch-size", "2",
-                                    "iac", "resume", "maac", "dp_maac", "bf16"], log)
-        try:
-            with fsdp_critic_worker.seeded_sampling():  # meanwhile, the single-process side here
-                for name in ("iac", "maac"):
-                    fsdp_critic_worker.run(name, tmp / "single", 4, None)
-        finally:
-            _wait(multi, tmp / "multi.log", "torchrun with 2 sharded actor-critic ranks", timeout=LONG - 60)
-    with fsdp_critic_worker.seeded_sampling():  # 2 ranks -> 1 process
+
+    def single():
+        for name in ("iac", "maac"):
+            fsdp_critic_worker.run(name, tmp / "single", 4, None)
+
+    launch_beside(tmp, fsdp_critic_worker.__file__, ["iac", "resume", "maac", "dp_maac", "bf16"],
+                  "torchrun with 2 sharded actor-critic ranks", single)
+    with seeded_sampling():  # 2 ranks -> 1 process
         fsdp_critic_worker.run("resume", tmp / "single", 4, str(tmp / "multi"))
     return tmp
-
-
-def _load(runs, side, name, r=0):
-    return torch.load(runs / side / name / f"rank{r}.pt", weights_only=False)
-
-
-def _max_diff(a, b):
-    assert [sorted(x) for x in a] == [sorted(x) for x in b]
-    return max(float((a[i][k].float() - b[i][k].float()).abs().max()) for i in range(len(a)) for k in a[i])
 
 
 def _same_metrics(multi, single, keys=("/grad_norm", "/loss", "/value_loss")):

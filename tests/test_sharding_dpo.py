@@ -5,17 +5,15 @@ One 2-rank launch of tests/fsdp_dpo_worker.py runs every scenario (see its docst
 runs the single-process side; then this process resumes the 2-rank madpo_iter checkpoint.
 """
 import json
-import sys
 
 import pytest
 import torch
 
 import fsdp_dpo_worker
 from fsdp_worker import seeded_sampling
-from test_distributed import _launch, _wait
-
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-LONG = 900  # the first test pays for the fixture's runs (~1 min idle; minutes on a loaded 2-core machine)
+from sharded_runs import LONG, launch_beside
+from sharded_runs import load_result as _load
+from sharded_runs import max_diff as _max_diff
 SCENARIOS = ["madpo", "iter", "iter_ckpt", "offline", "central"]
 
 
@@ -24,27 +22,16 @@ def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fsdp_dpo")
     for side in ("multi", "single"):
         fsdp_dpo_worker.write_pairs(tmp / side / "pairs.jsonl")
-    with open(tmp / "multi.log", "w") as log:
-        multi = _launch(TORCHRUN + [fsdp_dpo_worker.__file__, str(tmp / "multi"), "--batch-size", "2",
-                                    *SCENARIOS, "iter_resume"], log)
-        try:
-            with seeded_sampling():
-                for name in SCENARIOS:
-                    fsdp_dpo_worker.run(name, tmp / "single", 4)
-        finally:
-            _wait(multi, tmp / "multi.log", "torchrun with 2 sharded ranks (DPO family)", timeout=LONG - 60)
+
+    def single():
+        for name in SCENARIOS:
+            fsdp_dpo_worker.run(name, tmp / "single", 4)
+
+    launch_beside(tmp, fsdp_dpo_worker.__file__, [*SCENARIOS, "iter_resume"],
+                  "torchrun with 2 sharded ranks (DPO family)", single)
     with seeded_sampling():  # 2 ranks -> 1 process, inside round 1: the references come from DCP
         fsdp_dpo_worker.run("iter_resume", tmp / "single", 4, resume_from=tmp / "multi")
     return tmp
-
-
-def _load(runs, side, name, r=0):
-    return torch.load(runs / side / name / f"rank{r}.pt", weights_only=False)
-
-
-def _max_diff(a, b):
-    assert [sorted(x) for x in a] == [sorted(x) for x in b]
-    return max(float((a[i][k].float() - b[i][k].float()).abs().max()) for i in range(len(a)) for k in a[i])
 
 
 GLOBAL = ("pref/loss", "pref/margin", "pref/accuracy", "/grad_norm")  # metrics over every rank's pairs

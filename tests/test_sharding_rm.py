@@ -9,7 +9,6 @@ pairs, the modules an environment asks the trainer to gather.
 import json
 import math
 import shutil
-import sys
 from types import SimpleNamespace
 
 import pytest
@@ -17,10 +16,9 @@ import torch
 
 import fsdp_rm_worker
 from fsdp_worker import seeded_sampling
-from test_distributed import _launch, _wait
-
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-LONG = 900  # ~1 min idle; several minutes on a loaded 2-core machine
+from sharded_runs import LONG, launch_beside
+from sharded_runs import load_result as _load
+from sharded_runs import max_diff as _max_diff
 
 
 @pytest.fixture(scope="module")
@@ -28,31 +26,19 @@ def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fsdp_rm")
     for side in ("multi", "single"):
         fsdp_rm_worker.write_pairs(tmp / side / "pairs.jsonl")
-    with open(tmp / "multi.log", "w") as log:
-        multi = _launch(TORCHRUN + [fsdp_rm_worker.__file__, str(tmp / "multi"), "--batch-size", "2",
-                                    "rlhf", "iter", "iter_resume", "iter_ddp", "rlhf_ddp"], log)
-        try:
-            with seeded_sampling():  # meanwhile, the single-process side here
-                for name in ("rlhf", "iter"):
-                    fsdp_rm_worker.run(name, tmp / "single", 4, None)
-        finally:
-            _wait(multi, tmp / "multi.log", "torchrun with 2 sharded ranks", timeout=LONG - 60)
+
+    def single():
+        for name in ("rlhf", "iter"):
+            fsdp_rm_worker.run(name, tmp / "single", 4, None)
+
+    launch_beside(tmp, fsdp_rm_worker.__file__, ["rlhf", "iter", "iter_resume", "iter_ddp", "rlhf_ddp"],
+                  "torchrun with 2 sharded ranks", single)
     # 2 ranks -> 1 process, in a copy of the 2-rank run's folder (it holds the rounds' pairs)
     shutil.copytree(tmp / "multi" / "iter" / "run", tmp / "from" / "iter" / "run", ignore=shutil.ignore_patterns(
         "checkpoint-4"))
     with seeded_sampling():
         fsdp_rm_worker.run("iter_resume", tmp / "single", 4, str(tmp / "from"))
     return tmp
-
-
-def _load(runs, side, name, r=0):
-    return torch.load(runs / side / name / f"rank{r}.pt", weights_only=False)
-
-
-def _max_diff(a, b):
-    a, b = (a, b) if isinstance(a, list) else ([a], [b])
-    assert [sorted(x) for x in a] == [sorted(x) for x in b]
-    return max(float((a[i][k].float() - b[i][k].float()).abs().max()) for i in range(len(a)) for k in a[i])
 
 
 def _same_on_both_ranks_and_as_one_process(runs, name, sharded=True):

@@ -250,14 +250,7 @@ def load_whole_into_sharded(agent, folder: Path, optimizer, optimizer_state: dic
         saved = load_peft_weights(str(folder), device="cpu")
         names = {k: k.replace(f".{adapter}.", ".") for k in live}
     else:
-        from safetensors.torch import load_file
-
-        files = sorted(folder.glob("*.safetensors"))
-        if not files:
-            raise FileNotFoundError(f"train.resume: no safetensors weights in {folder}")
-        saved = {}
-        for f in files:
-            saved.update(load_file(str(f)))
+        saved = safetensors_state(folder)
         names = {k: k for k in live}
     missing = [k for k, n in names.items() if n not in saved and not _tied(module, k)]
     if missing:
@@ -295,19 +288,25 @@ def load_agent_weights(agent, folder: Path) -> None:
 
         set_peft_model_state_dict(model, load_peft_weights(str(folder)))
         return
-    from safetensors.torch import load_file
-
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"no safetensors weights in {folder}")
-    state = {}
-    for f in files:
-        state.update(load_file(str(f)))
+    state = safetensors_state(folder)
     missing, unexpected = model.load_state_dict(state, strict=False)
     real_missing = [m for m in missing if not _tied(model, m)]
     if real_missing or unexpected:
         raise RuntimeError(f"checkpoint {folder} does not match the model: missing {real_missing[:3]}, "
                            f"unexpected {unexpected[:3]}")
+
+
+def safetensors_state(folder: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the ``*.safetensors`` files of a saved model folder (shards merged)."""
+    from safetensors.torch import load_file
+
+    files = sorted(Path(folder).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no safetensors weights in {folder}")
+    state = {}
+    for f in files:
+        state.update(load_file(str(f)))
+    return state
 
 
 def _tied(model, name: str) -> bool:
