@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 
-from .rollout import RolloutSettings, collect_rollout, join_rollout
+from .rollout import RolloutSettings, collect_rollout, join_rollout, rollout_metrics
 from .training import distributed as dist
 
 
@@ -31,19 +30,17 @@ def evaluate_agents(agents: Sequence, env, items: Sequence[dict], num_generation
     bs = batch_size or config.batch_size
     n_batches = -(-len(items) // bs)
     n_rollouts = lockstep.max(n_batches) if lockstep is not None else n_batches  # (a collective: first)
-    metrics, records = [], []
+    rollouts, records = [], []
     for s in range(0, len(items), bs):
         r = collect_rollout(agents, env, items[s:s + bs], settings)
-        metrics.append((r.metrics, len(items[s:s + bs])))
+        rollouts.append(r)
         records += r.records
     for _ in range(n_rollouts - n_batches):
         join_rollout(agents, settings)
-    keys = {k for m, _ in metrics for k in m}
-    mean = {k: float(np.average([m[k] for m, _ in metrics if k in m], weights=[w for m, w in metrics if k in m]))
-            for k in keys}
+    mean, counts = rollout_metrics(rollouts)  # per-node metrics weighted by their nodes, the rest by items
     mean["reward/mean"] = mean.get("reward/turn0", float("nan"))
     if shard:
-        mean = dist.reduce_metrics(mean, weight=len(items))
+        mean = dist.reduce_metrics(mean, weight=len(items), key_weights=counts)
     summary = env.summarize(records) if hasattr(env, "summarize") and records else {}
     return {"metrics": mean, "summary": summary, "records": records}
 

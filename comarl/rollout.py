@@ -455,7 +455,27 @@ def collect_rollout(agents: Sequence, env: Environment, items: Sequence[dict], s
         metrics[f"{agent.name}/completion_len"] = float(lens.mean())
         metrics[f"{agent.name}/truncated"] = float(out[i].truncated.float().mean())
     return Rollout(agents=out, metrics=metrics, examples=acc.examples, num_completions=acc.num_completions,
-                   records=acc.records, tree=_tree(groups, joints))
+                   records=acc.records, tree=_tree(groups, joints),
+                   metric_counts={key: float(c) for key, c in acc.metric_counts.items()})
+
+
+def rollout_metrics(rollouts: Sequence[Rollout]) -> tuple[dict[str, float], dict[str, float]]:
+    """The metrics of several rollouts (gradient-accumulation chunks, evaluation batches) as one dict, and the
+    observation count behind each per-node metric (``reward/turn1``, ``env/*``): those are weighted by their
+    observations, the others by each rollout's items (root nodes). Returns (means, counts); pass ``counts`` on
+    as ``reduce_metrics(key_weights=...)`` so ranks combine the same way."""
+    sums: dict[str, float] = {}
+    weights: dict[str, float] = {}
+    counted: set[str] = set()
+    for r in rollouts:
+        items = float(sum(int(t) == 0 for t in r.agents[0].turns)) if r.agents else 0.0
+        counted |= set(r.metric_counts)
+        for k, v in r.metrics.items():
+            w = r.metric_counts.get(k, items)
+            sums[k] = sums.get(k, 0.0) + float(v) * w
+            weights[k] = weights.get(k, 0.0) + w
+    means = {k: sums[k] / weights[k] if weights[k] > 0 else float("nan") for k in sums}
+    return means, {k: weights[k] for k in counted}
 
 
 def _tree(groups: list[_Node], joints: torch.Tensor) -> RolloutTree:

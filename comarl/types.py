@@ -57,6 +57,9 @@ class Rollout:
     """EvalRecords of the first turn (only when the rollout was asked to keep them)."""
     tree: "RolloutTree | None" = None
     """The tree's structure (what GAE and critics need)."""
+    metric_counts: dict[str, float] = field(default_factory=dict)
+    """How many observations each per-node metric of ``metrics`` averages (``reward/turn1``: nodes of turn 1),
+    to combine rollouts and ranks by observations rather than by items."""
 
 
 @dataclass

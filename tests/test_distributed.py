@@ -124,6 +124,33 @@ def test_combine_metrics_weights_by_items_and_tolerates_missing_keys():
     assert math.isnan(dist.combine_metrics([({"k": float("nan")}, 1.0), ({}, 2.0)])["k"])
 
 
+def test_per_node_metrics_weigh_by_their_observations_across_ranks():
+    # rank 0: 2 items, 4 second-turn nodes with mean 0.5; rank 1: 2 items, 1 second-turn node at 1.0
+    per_rank = [({"reward/turn1": 0.5, "return/mean": 0.2}, 2.0, {"reward/turn1": 4.0}),
+                ({"reward/turn1": 1.0, "return/mean": 0.4}, 2.0, {"reward/turn1": 1.0})]
+    out = dist.combine_metrics(per_rank)
+    assert out["reward/turn1"] == pytest.approx((4 * 0.5 + 1.0) / 5)  # 0.6 (by items it would be 0.75)
+    assert out["return/mean"] == pytest.approx(0.3)  # no observation count: by items
+
+
+def test_rollout_metrics_weigh_chunks_by_nodes_or_items():
+    from types import SimpleNamespace
+
+    from comarl.rollout import rollout_metrics
+
+    def chunk(items, metrics, counts):
+        turns = torch.tensor([0] * items + [1] * counts.get("reward/turn1", 0))
+        return SimpleNamespace(agents=[SimpleNamespace(turns=turns)], metrics=metrics,
+                               metric_counts={k: float(v) for k, v in counts.items()})
+
+    a = chunk(3, {"reward/turn1": 0.2, "return/mean": 1.0}, {"reward/turn1": 1})
+    b = chunk(1, {"reward/turn1": 0.6, "return/mean": 3.0}, {"reward/turn1": 3})
+    means, counts = rollout_metrics([a, b])
+    assert means["reward/turn1"] == pytest.approx((0.2 + 3 * 0.6) / 4)  # 0.5: by second-turn nodes
+    assert means["return/mean"] == pytest.approx((3 * 1.0 + 3.0) / 4)  # 1.5: by items (root nodes)
+    assert counts == {"reward/turn1": 4.0}
+
+
 def test_single_process_helpers_are_identity():
     assert not dist.is_distributed() and dist.world_size() == 1 and dist.rank() == 0
     assert dist.all_reduce_sum(7) == 7

@@ -81,8 +81,10 @@ def test_gathering_one_agent_at_a_time_matches_one_process(runs):
     for m0, m1 in zip(r0["history"], one["history"], strict=True):
         for k in [k for k in m1 if k.endswith(("/grad_norm", "/loss")) or k == "reward/mean"]:
             assert m0[k] == pytest.approx(m1[k], rel=1e-4, abs=1e-6), k
-    assert r0["history"][2]["eval/reward/mean"] == pytest.approx(one["history"][2]["eval/reward/mean"], rel=1e-5)
-    assert r0["history"][0]["reward/turn1"] == pytest.approx(one["history"][0]["reward/turn1"], rel=1e-5)
+    # per-node metrics are weighted by their nodes over ranks (rank 0 holds every second-turn node of step 1)
+    for m0, m1 in zip(r0["history"], one["history"]):
+        for k in [k for k in m1 if k.startswith(("reward/turn", "eval/reward/"))]:
+            assert m0[k] == pytest.approx(m1[k], rel=1e-5), k
 
 
 @pytest.mark.slow

@@ -172,33 +172,37 @@ def broadcast_parameters(model: torch.nn.Module, src: int = 0) -> None:
 
 
 def reduce_metrics(metrics: dict[str, float], weight: float = 1.0,
-                   sum_keys: tuple[str, ...] = ()) -> dict[str, float]:
+                   sum_keys: tuple[str, ...] = (), key_weights: dict[str, float] | None = None) -> dict[str, float]:
     """Combine per-rank metrics into one dict (the same on every rank).
 
     Each key is the ``weight``-weighted mean over the ranks that report it with
     a finite value (``weight`` = this rank's item count, 0 for a rank without
-    items); keys in ``sum_keys`` are summed instead (throughput). Ranks may
+    items), or ``key_weights[key]``-weighted where given (a mean over
+    observations whose number is not proportional to the items: the nodes of a
+    later turn); keys in ``sum_keys`` are summed instead (throughput). Ranks may
     report different keys.
     """
     if not is_distributed():
         return dict(metrics)
     gathered: list = [None] * world_size()
-    dist.all_gather_object(gathered, ({k: float(v) for k, v in metrics.items()}, float(weight)))
+    kw = {k: float(v) for k, v in (key_weights or {}).items()}
+    dist.all_gather_object(gathered, ({k: float(v) for k, v in metrics.items()}, float(weight), kw))
     return combine_metrics(gathered, sum_keys)
 
 
-def combine_metrics(per_rank: list[tuple[dict[str, float], float]],
-                    sum_keys: tuple[str, ...] = ()) -> dict[str, float]:
-    """The arithmetic of :func:`reduce_metrics` on ``[(metrics, weight) per rank]``.
+def combine_metrics(per_rank: list[tuple], sum_keys: tuple[str, ...] = ()) -> dict[str, float]:
+    """The arithmetic of :func:`reduce_metrics` on ``[(metrics, weight[, key_weights]) per rank]``.
 
     mean_k = sum_r w_r m_r[k] / sum_r w_r over ranks with a finite m_r[k] and
-    w_r > 0 (falling back to the plain mean over ranks with a finite value
+    w_r > 0, where w_r is ``key_weights[k]`` when the rank gives one, else its
+    ``weight`` (falling back to the plain mean over ranks with a finite value
     when all such weights are 0); NaN when no rank has a finite value.
     """
-    keys = sorted({k for m, _ in per_rank for k in m})
+    per_rank = [(m, w, kw[0] if kw else {}) for m, w, *kw in per_rank]
+    keys = sorted({k for m, _, _ in per_rank for k in m})
     out = {}
     for k in keys:
-        vals = [(m[k], w) for m, w in per_rank if k in m and math.isfinite(m[k])]
+        vals = [(m[k], kw.get(k, w)) for m, w, kw in per_rank if k in m and math.isfinite(m[k])]
         if not vals:
             out[k] = float("nan")
         elif k in sum_keys:

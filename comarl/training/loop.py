@@ -31,7 +31,7 @@ from ..envs.base import Environment, rollout_modules
 from ..logprobs import completion_logprobs, forced_mask
 from ..losses import clipped_policy_loss, entropy_bonus, kl_estimate, kl_penalty, sequence_kl, token_weights
 from ..reference import build_reference
-from ..rollout import RolloutSettings, check_tree_size, collect_rollout, join_rollout
+from ..rollout import RolloutSettings, check_tree_size, collect_rollout, join_rollout, rollout_metrics
 from ..runtime import check_mixed_precision
 from . import checkpoint as ckpt
 from . import distributed as dist
@@ -251,7 +251,7 @@ class Trainer:
         if critic is not None and not heads_now:  # fsdp_gather=agent with value heads: the team gathered here
             with self._whole(critic.modules() + ([a.model for a in self.agents] if critic.on_agents else [])):
                 values = critic.prepare(rollouts, dist.all_reduce_sum)
-        metrics = _mean_dicts([r.metrics for r in rollouts])
+        metrics, self._metric_counts = rollout_metrics(rollouts)  # per-node metrics weighted by their nodes
         metrics["reward/mean"] = metrics.get("reward/turn0", float("nan"))
         metrics.update(values)
         self.state.counters["completions"] += sum(r.num_completions for r in rollouts)
@@ -485,13 +485,13 @@ class Trainer:
         try:
             while self.state.step < self.total_steps:
                 done = self.state.counters["completions"]
-                metrics, n_items = self._one_step()
+                metrics, n_items, counts = self._one_step()
                 if dist.is_distributed():  # count completions over all ranks (the other counters agree already)
                     self.state.counters["completions"] = done + int(dist.all_reduce_sum(
                         self.state.counters["completions"] - done))
                 self.state.step += 1
                 step = self.state.step
-                metrics = dist.reduce_metrics(metrics, weight=n_items, sum_keys=("tokens_per_s",))
+                metrics = dist.reduce_metrics(metrics, weight=n_items, sum_keys=("tokens_per_s",), key_weights=counts)
                 metrics.update(_peak_memory_gb(self.agents))
                 metrics.update({f"count/{k}": v for k, v in self.state.counters.items()})
                 metrics["epoch"] = self.state.epoch
@@ -522,8 +522,9 @@ class Trainer:
             logger.close()
         return self.history
 
-    def _one_step(self) -> tuple[dict[str, float], int]:
-        """One training step -> (metrics, their weight across ranks: the items trained on).
+    def _one_step(self) -> tuple[dict[str, float], int, dict[str, float]]:
+        """One training step -> (metrics, their weight across ranks: the items trained on, the observation
+        counts of per-node metrics, which weigh those instead).
 
         Iterative preference training first readies the round the step belongs to; a madpo_iter step is
         DPO on the round's pool, a marlhf_iter step the on-policy algorithm's ordinary step."""
@@ -531,14 +532,15 @@ class Trainer:
         if rounds is not None:
             rounds.begin_step()
             if self.algorithm.update == "dpo_rounds":
-                return rounds.dpo_step(), 1
+                return rounds.dpo_step(), 1, {}
             if rounds.skips_step():  # marlhf_iter before the first pair: no reward model yet
-                return {**rounds.metrics, "rm/skipped_step": 1.0}, 1
+                return {**rounds.metrics, "rm/skipped_step": 1.0}, 1, {}
         items = self.next_batch()
+        self._metric_counts = {}
         metrics = self.training_step(items)
         if rounds is not None:
             metrics.update(rounds.metrics)
-        return metrics, len(items)
+        return metrics, len(items), self._metric_counts
 
     def _interrupted(self) -> TrainingInterrupted:
         """The exception a Ctrl-C ends training with: step reached and newest checkpoint of this run."""
@@ -658,8 +660,3 @@ def _peak_memory_gb(agents) -> dict[str, float]:
     """Peak CUDA memory (GB) of each GPU the agents use, since the start (empty without CUDA)."""
     devs = sorted({a.device for a in agents if a.device.type == "cuda"}, key=str)
     return {f"memory/peak_gb_{d.type}{d.index}": torch.cuda.max_memory_allocated(d) / 2 ** 30 for d in devs}
-
-
-def _mean_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:
-    keys = {k for d in dicts for k in d}
-    return {k: float(np.mean([d[k] for d in dicts if k in d])) for k in keys}
