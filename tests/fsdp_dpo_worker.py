@@ -94,7 +94,8 @@ def run(name: str, out: Path, batch_size: int, resume_from: Path | None = None) 
     agents = [agent(0, False, r), agent(1, True, r)]
     env = FunctionEnv(PROMPTS, reward)
     if name == "madpo":
-        kw.update(algorithm="madpo", num_iterations=2, max_grad_norm=0.5)
+        kw.update(algorithm="madpo", num_iterations=2, max_grad_norm=0.5,
+                  preference=PreferenceSettings(pairs_out=str(out / name / "pairs_out.jsonl")))
     elif name in ("iter", "iter_resume"):
         agents = [agent(0, False, r), agent(1, False, r)]
         folder = Path(resume_from or out) / "iter" / "run"

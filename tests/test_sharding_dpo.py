@@ -63,6 +63,15 @@ def test_two_sharded_ranks_match_one_process(runs, name):
 
 @pytest.mark.slow
 @pytest.mark.timeout(LONG)
+def test_online_madpo_pairs_out_holds_every_ranks_pairs_in_one_process_order(runs):
+    multi = (runs / "multi" / "madpo" / "pairs_out.jsonl").read_text()
+    assert multi == (runs / "single" / "madpo" / "pairs_out.jsonl").read_text()
+    steps = [json.loads(line)["step"] for line in multi.splitlines()]
+    assert steps == sorted(steps) and set(steps) == {0, 1, 2} and len(steps) > 3
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(LONG)
 def test_madpo_iter_rounds_refresh_the_sharded_reference(runs):
     h = _load(runs, "multi", "iter")["history"]
     assert len(h) == 4 and [m["round"] for m in h] == [0, 0, 1, 1]

@@ -77,7 +77,7 @@ def dpo_update(trainer, rollouts, rng: random.Random) -> dict[str, float]:
     n_pairs = sum(len(p) for p in chunk_pairs)
     out = {"pref/pairs": float(n_pairs),
            "pref/gap": sum(p.gap for ps in chunk_pairs for p in ps) / max(n_pairs, 1)}
-    if cfg.preference.pairs_out and dist.is_main():
+    if cfg.preference.pairs_out:  # every rank's pairs (collective)
         write_pairs(cfg.preference.pairs_out, trainer.state.step, rollouts, chunk_pairs)
     data = []  # per agent: prompts, completions, chosen and rejected sample indices [P]
     for i in range(len(trainer.agents)):
@@ -213,15 +213,50 @@ def dpo_step(trainer, data, weights: torch.Tensor) -> dict[str, float]:
     return out
 
 
+def text_pairs(ro, pairs, step: int, r: int | None = None) -> list[tuple[int, dict]]:
+    """``(node, pair)`` of one rollout's pairs, in node order (``r``: the round, iterative training)."""
+    return [(p.group, {"step": step, **({"round": r} if r is not None else {}),
+                       "prompts": ro.tree.prompts[p.group],
+                       "chosen": [ro.agents[i].texts[s] for i, s in enumerate(p.chosen_samples)],
+                       "rejected": [ro.agents[i].texts[s] for i, s in enumerate(p.rejected_samples)], "gap": p.gap})
+            for p in pairs]
+
+
+def node_items(ro) -> list[int]:
+    """[G] the item (index in the rollout's items) of every node: the roots in item order, children inherit."""
+    item = [-1] * len(ro.tree.prompts)
+    roots = [g for g in range(len(item)) if int(ro.agents[0].turns[g]) == 0]
+    for b, g in enumerate(roots):
+        item[g] = b
+    for g in range(len(item)):  # breadth-first: a parent comes before its children
+        for c in ro.tree.child[g].tolist():
+            if c >= 0:
+                item[c] = item[g]
+    return item
+
+
+def all_ranks_pairs(batches: list[tuple[int, list[tuple[int, dict]]]]) -> list[dict]:
+    """Every rank's ``(batch, [(item, pair)])`` of the batches it sampled (``item``: the rank's own index) ->
+    all the pairs, on every rank (collective), in the order one process sampling the whole batches makes:
+    batch, item (global, rank r's item j is j*W + r as ``dist.shard`` splits), then the node order within it."""
+    w, r = dist.world_size(), dist.rank()
+    mine = [(b, j * w + r, n, p) for b, batch in batches for n, (j, p) in enumerate(batch)]
+    every = [x for part in dist.gather_objects(mine) for x in part]
+    return [x[3] for x in sorted(every, key=lambda x: x[:3])]
+
+
 def write_pairs(path: str | Path, step: int, rollouts, chunk_pairs) -> None:
-    """Append one JSON line per pair: step, every agent's prompt and chosen/rejected text, their return gap."""
+    """Append one JSON line per pair (step, every agent's prompt and chosen/rejected text, their return gap):
+    every rank's pairs, written by rank 0 in one process's order. Collective: every rank calls it."""
+    mine, offset = [], 0
+    for ro, pairs in zip(rollouts, chunk_pairs):  # gradient-accumulation chunks of this rank's items
+        item = node_items(ro)
+        mine += [(offset + item[g], p) for g, p in text_pairs(ro, pairs, step)]
+        offset += sum(int(t) == 0 for t in ro.agents[0].turns)
+    every = all_ranks_pairs([(0, mine)])
+    if not dist.is_main():
+        return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as f:
-        for r, pairs in zip(rollouts, chunk_pairs):
-            for p in pairs:
-                f.write(json.dumps({
-                    "step": step, "prompts": r.tree.prompts[p.group],
-                    "chosen": [r.agents[i].texts[s] for i, s in enumerate(p.chosen_samples)],
-                    "rejected": [r.agents[i].texts[s] for i, s in enumerate(p.rejected_samples)],
-                    "gap": p.gap}) + "\n")
+        f.writelines(json.dumps(p) + "\n" for p in every)

@@ -39,42 +39,11 @@ from ..preference.pairs import comparator_pairs, joint_returns, replay_weights
 from ..rollout import RolloutSettings, collect_rollout
 from . import checkpoint as ckpt
 from . import distributed as dist
-from .dpo import check_text_pairs, dpo_step, step_pairs, text_pairs_to_ids
+from .dpo import all_ranks_pairs, check_text_pairs, dpo_step, node_items, step_pairs, text_pairs, text_pairs_to_ids
 from .logging import MetricsLogger
 from .parallel_fit import ParallelFit
 from .placement import place_references
 from .sharding import full_state_dict
-
-
-def _text_pairs(ro, pairs, step: int, r: int) -> list[tuple[int, dict]]:
-    """``(node, pair)`` of one rollout's pairs, in node order."""
-    return [(p.group, {"step": step, "round": r, "prompts": ro.tree.prompts[p.group],
-                       "chosen": [ro.agents[i].texts[s] for i, s in enumerate(p.chosen_samples)],
-                       "rejected": [ro.agents[i].texts[s] for i, s in enumerate(p.rejected_samples)], "gap": p.gap})
-            for p in pairs]
-
-
-def _node_items(ro) -> list[int]:
-    """[G] the item (index in the rollout's items) of every node: the roots in item order, children inherit."""
-    item = [-1] * len(ro.tree.prompts)
-    roots = [g for g in range(len(item)) if int(ro.agents[0].turns[g]) == 0]
-    for b, g in enumerate(roots):
-        item[g] = b
-    for g in range(len(item)):  # breadth-first: a parent comes before its children
-        for c in ro.tree.child[g].tolist():
-            if c >= 0:
-                item[c] = item[g]
-    return item
-
-
-def _all_ranks_pairs(batches: list[tuple[int, list[tuple[int, dict]]]]) -> list[dict]:
-    """Every rank's ``(batch, [(item, pair)])`` of the round batches it sampled -> all the round's pairs, on
-    every rank, in the order one process sampling the whole batches makes: batch, item (global, rank r's item
-    j is j*W + r as ``dist.shard`` splits), then the node order within the item."""
-    w, r = dist.world_size(), dist.rank()
-    mine = [(b, j * w + r, n, p) for b, batch in batches for n, (j, p) in enumerate(batch)]
-    every = [x for part in dist.gather_objects(mine) for x in part]
-    return [x[3] for x in sorted(every, key=lambda x: x[:3])]
 
 
 def _joint_texts(rollout, g: int, j: int, k: int) -> list[str]:
@@ -249,13 +218,13 @@ class Rounds:
                     others.append(collect_rollout(comparator, self.base_env, items, self.settings))
         rng, step = random.Random(cfg.seed * 7919 + r), t.state.step
         if comparator is None:
-            batches = [_text_pairs(ro, ps, step, r) for ro, ps in zip(rollouts, step_pairs(rollouts, cfg, rng))]
+            batches = [text_pairs(ro, ps, step, r) for ro, ps in zip(rollouts, step_pairs(rollouts, cfg, rng))]
         else:
             batches = [_comparison_pairs(ro, co, cfg, rng, step, r) for ro, co in zip(rollouts, others)]
         # the round's file and pool hold every rank's pairs, in the order one process would make them
         # (madpo_iter: each rank then trains on its share of the pool; marlhf_iter: one reward model on all)
-        pairs = _all_ranks_pairs([(b, [(node_item[g], p) for g, p in batch])
-                                  for b, batch, node_item in zip(sampled, batches, map(_node_items, rollouts))])
+        pairs = all_ranks_pairs([(b, [(node_item[g], p) for g, p in batch])
+                                  for b, batch, node_item in zip(sampled, batches, map(node_items, rollouts))])
         if comparator is not None and comparator is not t.agents:
             self._drop_comparator(comparator)
         folder = self.out / f"round-{r}"
