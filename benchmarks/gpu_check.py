@@ -26,6 +26,7 @@ def main() -> int:
     ap.add_argument("--gradient-checkpointing", action="store_true")
     ap.add_argument("--mixed-precision", default="bf16")
     ap.add_argument("--sharding", default="none", help="train.sharding: none | fsdp (needs torchrun, >= 2 ranks)")
+    ap.add_argument("--fsdp-gather", default="team", help="train.fsdp_gather under sharding: team | agent")
     args = ap.parse_args()
     import torch
 
@@ -46,7 +47,8 @@ def main() -> int:
     env, items = entry.build(2), entry.load_items(None, None, None)
     cfg = TrainConfig(num_generations=4, batch_size=4, max_steps=args.steps, seed=0, progress_bar=False,
                       report_to=[], mixed_precision=args.mixed_precision,
-                      gradient_checkpointing=args.gradient_checkpointing, sharding=args.sharding)
+                      gradient_checkpointing=args.gradient_checkpointing, sharding=args.sharding,
+                      fsdp_gather=args.fsdp_gather)
     t0 = time.perf_counter()
     trainer = Trainer(agents, env, items, cfg)
     build_s = time.perf_counter() - t0
@@ -58,7 +60,7 @@ def main() -> int:
         print("RESULT " + json.dumps({
             "label": args.label, "world_size": dist.world_size(), "gpu": torch.cuda.get_device_name(),
             "mixed_precision": args.mixed_precision, "gradient_checkpointing": args.gradient_checkpointing,
-            "sharding": args.sharding,
+            "sharding": args.sharding, "fsdp_gather": args.fsdp_gather,
             "build_s": round(build_s, 1), "s_per_step": round(sum(steps) / len(steps), 3),
             "first_step_s": round(hist[0]["time/step_s"], 3), "peak_gpu_gb": round(peak, 3),
             "reward_first": round(hist[0]["reward/mean"], 3), "reward_last": round(hist[-1]["reward/mean"], 3)}),

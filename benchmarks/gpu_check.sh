@@ -17,6 +17,8 @@ export TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=4
 NGPU=$("$PY" -c "import torch; print(torch.cuda.device_count())")
 if [ "$NGPU" -ge 2 ]; then
     "$PY" -m torch.distributed.run --standalone --nproc_per_node 2 benchmarks/gpu_check.py --label fsdp2 --sharding fsdp
+    "$PY" -m torch.distributed.run --standalone --nproc_per_node 2 benchmarks/gpu_check.py --label fsdp2_agent \
+        --sharding fsdp --fsdp-gather agent
     "$PY" -m torch.distributed.run --standalone --nproc_per_node 2 benchmarks/gpu_check.py --label dp2 --sharding none
 else
     echo "gpu_check: the sharded variant (fsdp2) needs 2 GPUs; $NGPU visible, skipped" >&2
