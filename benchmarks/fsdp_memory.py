@@ -14,6 +14,14 @@ RSS, so they do not depend on machine load. Prints one JSON line per
 configuration and the ratio sharded / unsharded of the largest rank.
 ``--critic`` trains ``maac`` instead, with a separate central critic of the
 same shape, and counts the critic's bytes (after its own AdamW step) too.
+
+``--rollout`` measures what ``train.fsdp_gather`` changes instead: a team of
+``--agents`` full agents, sharded, one step with ``fsdp_gather: team`` and one
+with ``agent``; at every generate call each rank counts the parameter bytes
+it holds for the whole team (a gathered agent whole, the others as shards),
+and the peak over the calls is reported.
+
+    python benchmarks/fsdp_memory.py --rollout --agents 3
 """
 from __future__ import annotations
 
@@ -82,18 +90,65 @@ def measure(args) -> None:
                                       "max_rank_total_mb": round(max(totals) / 2 ** 20, 3)}), flush=True)
 
 
+def measure_rollout(args) -> None:
+    """One launch's rank: a sharded team, one step; the peak parameter bytes held during generate calls."""
+    import torch
+
+    import comarl.rollout as rollout
+    from comarl import AgentConfig, FunctionEnv, TrainConfig, Trainer
+    from comarl.training import distributed as dist
+    from comarl.training.sharding import local_bytes
+
+    torch.set_num_threads(1)
+    agents = [AgentConfig(model="tiny", max_new_tokens=8, lr=1e-3,
+                          model_kwargs={"hidden_size": args.hidden, "num_layers": args.layers, "seed": i})
+              for i in range(args.agents)]
+    env = FunctionEnv([lambda it, i=i: f"Agent {i}: say {it['x']}." for i in range(args.agents)],
+                      lambda responses, item: float(len(responses[0]) % 3))
+    cfg = TrainConfig(num_generations=2, batch_size=1, max_steps=1, progress_bar=False, report_to=[],
+                      sharding="fsdp", fsdp_gather=args.gather)
+    trainer = Trainer(agents, env, [{"x": x} for x in range(4)], cfg)
+    team = [a.model for a in trainer.agents]
+    peak = [0]
+    real = rollout.generate
+
+    def counting_generate(*a, **k):
+        peak[0] = max(peak[0], local_bytes(p for m in team for p in m.parameters()))
+        return real(*a, **k)
+
+    rollout.generate = counting_generate
+    trainer.train()
+    sharded = local_bytes(p for m in team for p in m.parameters())
+    per_rank = [None] * dist.world_size()
+    torch.distributed.all_gather_object(per_rank, (peak[0], sharded))
+    if dist.is_main():
+        print("RESULT " + json.dumps({"fsdp_gather": args.gather, "agents": args.agents, "hidden": args.hidden,
+                                      "layers": args.layers, "world_size": dist.world_size(),
+                                      "team_shards_mb": round(max(s for _, s in per_rank) / 2 ** 20, 3),
+                                      "peak_during_generate_mb": round(max(p for p, _ in per_rank) / 2 ** 20, 3)}),
+              flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--lora", action="store_true")
     ap.add_argument("--critic", action="store_true", help="maac with a central critic of the agent's shape")
+    ap.add_argument("--rollout", action="store_true", help="peak parameter bytes in generation: fsdp_gather team/agent")
+    ap.add_argument("--agents", type=int, default=3, help="--rollout: agents in the team")
     ap.add_argument("--sharding", default=None, help="internal: the configuration this launch measures")
+    ap.add_argument("--gather", default=None, help="internal: the fsdp_gather this --rollout launch measures")
     args = ap.parse_args()
+    if args.gather is not None:
+        measure_rollout(args)
+        return 0
     if args.sharding is not None:
         measure(args)
         return 0
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT))
+    if args.rollout:
+        return compare_rollout(args, env)
     totals = {}
     for sharding in ("none", "fsdp"):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", __file__,
@@ -108,6 +163,24 @@ def main() -> int:
         print(lines[0], flush=True)
         totals[sharding] = json.loads(lines[0][7:])["max_rank_total_mb"]
     print(f"sharded / unsharded (largest rank): {totals['fsdp'] / totals['none']:.3f}")
+    return 0
+
+
+def compare_rollout(args, env) -> int:
+    """``--rollout``: one launch per fsdp_gather setting; prints both and the ratio agent / team."""
+    peaks = {}
+    for gather in ("team", "agent"):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", __file__,
+               "--gather", gather, "--agents", str(args.agents), "--hidden", str(args.hidden),
+               "--layers", str(args.layers)]
+        out = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
+        lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+        if out.returncode or not lines:
+            print(out.stdout[-2000:] + out.stderr[-4000:], file=sys.stderr)
+            return 1
+        print(lines[0], flush=True)
+        peaks[gather] = json.loads(lines[0][7:])["peak_during_generate_mb"]
+    print(f"peak parameter bytes during generation, agent / team: {peaks['agent'] / peaks['team']:.3f}")
     return 0
 
 
