@@ -11,6 +11,8 @@ Scenarios (each writes ``OUT/<name>/rank<r>.pt``: gathered final weights, metric
   pair and runs idle backwards.
 * ``iter``: ``madpo_iter`` with two full agents, ``reference: current``, replay of every round,
   2 rounds of 2 steps; a checkpoint at step 3 (inside round 1, so it holds the round's references).
+* ``iter_agent``: ``iter`` under ``fsdp_gather: agent`` (2 ranks only; in round 1 rank 1 has no item and
+  joins rank 0's per-agent gathers).
 * ``iter_resume``: resume ``iter`` from its checkpoint-3 in the same folder (the rounds' pairs live
   there; ``--from``: another OUT's ``iter``) and run step 4.
 * ``iter_ckpt``: ``madpo_iter`` (one full agent) against the policy of the round before (``comparator: checkpoint``: its
@@ -96,6 +98,10 @@ def run(name: str, out: Path, batch_size: int, resume_from: Path | None = None) 
     if name == "madpo":
         kw.update(algorithm="madpo", num_iterations=2, max_grad_norm=0.5,
                   preference=PreferenceSettings(pairs_out=str(out / name / "pairs_out.jsonl")))
+    elif name == "iter_agent":  # madpo_iter gathering one agent at a time (round sampling and steps)
+        agents = [agent(0, False, r), agent(1, False, r)]
+        kw.update(algorithm="madpo_iter", max_steps=0, fsdp_gather="agent",
+                  preference=PreferenceSettings(reference="current", rounds=2, steps_per_round=2, replay="all"))
     elif name in ("iter", "iter_resume"):
         agents = [agent(0, False, r), agent(1, False, r)]
         folder = Path(resume_from or out) / "iter" / "run"

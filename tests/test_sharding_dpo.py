@@ -27,7 +27,7 @@ def runs(tmp_path_factory):
         for name in SCENARIOS:
             fsdp_dpo_worker.run(name, tmp / "single", 4)
 
-    launch_beside(tmp, fsdp_dpo_worker.__file__, [*SCENARIOS, "iter_resume"],
+    launch_beside(tmp, fsdp_dpo_worker.__file__, [*SCENARIOS, "iter_resume", "iter_agent"],
                   "torchrun with 2 sharded ranks (DPO family)", single)
     with seeded_sampling():  # 2 ranks -> 1 process, inside round 1: the references come from DCP
         fsdp_dpo_worker.run("iter_resume", tmp / "single", 4, resume_from=tmp / "multi")
@@ -59,6 +59,17 @@ def test_two_sharded_ranks_match_one_process(runs, name):
         assert [m["count/nonfinite_skips"] for m in r0["history"]] == [0, 1]
         assert [m["count/nonfinite_skips"] for m in one["history"]] == [0, 1]
         assert "agent0/grad_norm" not in r0["history"][1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(LONG)
+def test_madpo_iter_gathering_one_agent_at_a_time_matches_one_process(runs):
+    """fsdp_gather=agent in the rounds' sampling too (round 1: rank 1 has no item and joins rank 0's gathers)."""
+    r0, r1 = _load(runs, "multi", "iter_agent", 0), _load(runs, "multi", "iter_agent", 1)
+    one = _load(runs, "single", "iter")
+    assert _max_diff(r0["weights"], r1["weights"]) == 0.0
+    assert _max_diff(r0["weights"], one["weights"]) < 5e-5
+    assert [m["pref/pairs"] for m in r0["history"]] == [m["pref/pairs"] for m in one["history"]]
 
 
 @pytest.mark.slow

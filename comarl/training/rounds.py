@@ -36,7 +36,7 @@ import torch
 from ..config_io import ConfigError
 from ..envs.base import rollout_modules
 from ..preference.pairs import comparator_pairs, joint_returns, replay_weights
-from ..rollout import RolloutSettings, collect_rollout
+from ..rollout import RolloutSettings, collect_rollout, join_rollout
 from . import checkpoint as ckpt
 from . import distributed as dist
 from .dpo import all_ranks_pairs, check_text_pairs, dpo_step, node_items, step_pairs, text_pairs, text_pairs_to_ids
@@ -113,7 +113,8 @@ class Rounds:
         self.trainer, self.kind = trainer, kind
         self.out = Path(cfg.output_dir)
         self.base_env = trainer.env  # the environment's own reward picks the winners
-        self.settings = RolloutSettings.from_train_config(cfg)  # pair sampling: no greedy baseline
+        # pair sampling: no greedy baseline; fsdp_gather=agent: one agent gathered per generate call, as in the steps
+        self.settings = RolloutSettings.from_train_config(cfg, lockstep=trainer.settings.lockstep)
         self.round: int | None = None  # the round whose pool is ready
         self.pool: list[dict] = []
         self.weights = torch.zeros(0)
@@ -206,11 +207,16 @@ class Rounds:
             t.env = self._reward_env()
         comparator = self.comparator_agents(r)
         rollouts, others, sampled = [], [], []
-        # sharded agents (and any module the env's own reward runs): whole for the round's sampling
-        with t._whole([a.model for a in t.agents] + rollout_modules(self.base_env)):
+        lockstep = self.settings.lockstep
+        # sharded agents (unless gathered one at a time) and any module the env's own reward runs: whole for the
+        # round's sampling
+        with t._whole(([a.model for a in t.agents] if lockstep is None else []) + rollout_modules(self.base_env)):
             for b in range(pref.round_batches):
                 items = t.next_batch()
                 if not items:  # this rank's share of the batch is empty (end of an epoch under torchrun)
+                    if lockstep is not None:  # one agent at a time: join the other ranks' gathers
+                        for team in [t.agents] + ([comparator] if comparator is not None else []):
+                            join_rollout(team, self.settings)
                     continue
                 sampled.append(b)
                 rollouts.append(collect_rollout(t.agents, self.base_env, items, self.settings))
