@@ -18,6 +18,7 @@ weights, reduced metrics, whether the critic's parameters were DTensors):
   has a non-finite value loss on rank 0 and nothing on rank 1: every rank skips.
 * ``dp_maac``: ``maac`` under plain data parallelism (``sharding=none``): the
   skip must be agreed over ranks there too.
+* ``iac_agent``: ``iac`` under ``fsdp_gather: agent`` (2 ranks only; compared with ``iac`` of one process).
 * ``resume``: resume ``iac`` from ``--from``/iac/run/checkpoint-2 (default: OUT's) and run step 3.
 * ``bf16``: ``maac`` under ``mixed_precision=bf16`` (FSDP's MixedPrecisionPolicy on the critic too), 1 step.
 
@@ -42,7 +43,7 @@ from fsdp_worker import agent, nan_on_item_4, reward, worker_main  # noqa: E402
 
 
 def critic_settings(name: str, rank: int) -> CriticSettings:
-    if name in ("iac", "resume"):
+    if name in ("iac", "resume", "iac_agent"):
         return CriticSettings(lr=1e-2, critic_type="q")
     model = AgentConfig(model="tiny", chat_template=False,
                         model_kwargs={"seed": 7 + 100 * rank, "hidden_size": 32, "num_layers": 2})
@@ -54,8 +55,10 @@ def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
     kw = dict(num_generations=2, batch_size=batch_size, max_steps=3, shuffle=False, micro_batch_size=3,
               progress_bar=False, report_to=[], seed=0, sharding="fsdp", batch_adapters=False, num_iterations=2,
               output_dir=str(out / name / "run"))
-    if name in ("iac", "resume"):
+    if name in ("iac", "resume", "iac_agent"):
         kw.update(algorithm="iac", save_steps=2)
+        if name == "iac_agent":  # one agent gathered at a time: rollout, then each value head with its agent
+            kw.update(fsdp_gather="agent")
         if name == "resume":
             kw.update(resume=str(Path(resume_from or out) / "iac" / "run" / "checkpoint-2"))
     else:

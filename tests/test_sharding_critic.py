@@ -32,7 +32,7 @@ def runs(tmp_path_factory):
         for name in ("iac", "maac"):
             fsdp_critic_worker.run(name, tmp / "single", 4, None)
 
-    launch_beside(tmp, fsdp_critic_worker.__file__, ["iac", "resume", "maac", "dp_maac", "bf16"],
+    launch_beside(tmp, fsdp_critic_worker.__file__, ["iac", "resume", "maac", "dp_maac", "bf16", "iac_agent"],
                   "torchrun with 2 sharded actor-critic ranks", single)
     with seeded_sampling():  # 2 ranks -> 1 process
         fsdp_critic_worker.run("resume", tmp / "single", 4, str(tmp / "multi"))
@@ -43,6 +43,17 @@ def _same_metrics(multi, single, keys=("/grad_norm", "/loss", "/value_loss")):
     for m0, m1 in zip(multi, single, strict=True):
         for k in [k for k in m1 if k.endswith(keys) or k == "reward/mean"]:
             assert m0[k] == pytest.approx(m1[k], rel=1e-4, abs=1e-6, nan_ok=True), k
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(LONG)
+def test_value_heads_gathered_one_agent_at_a_time_match_one_process(runs):
+    """fsdp_gather=agent: each value head values with only its own agent gathered (step 2: rank 1 has no item)."""
+    r0, r1 = _load(runs, "multi", "iac_agent", 0), _load(runs, "multi", "iac_agent", 1)
+    one = _load(runs, "single", "iac")
+    assert _max_diff(r0["weights"], r1["weights"]) == 0.0 and _max_diff(r0["critic"], r1["critic"]) == 0.0
+    assert _max_diff(r0["weights"], one["weights"]) < 5e-5 and _max_diff(r0["critic"], one["critic"]) < 5e-5
+    _same_metrics(r0["history"], one["history"])
 
 
 @pytest.mark.slow

@@ -21,6 +21,8 @@ rank out of inputs runs a zero-loss forward/backward of one token.
 """
 from __future__ import annotations
 
+import contextlib
+
 from dataclasses import dataclass
 from typing import Callable
 
@@ -95,44 +97,56 @@ class Critic:
             return torch.cat([vm.values(ids[a:a + self.micro]).cpu() for a in range(0, len(ids), self.micro)]
                              ).to(torch.float64) if ids else torch.zeros(0, dtype=torch.float64)
 
-    def _value_tree(self, r) -> tuple[torch.Tensor, torch.Tensor, list]:
-        """Values [G, J, C] of every joint action, bootstrap values [G, J, C] of cut branches, and per column
-        the critic inputs (Units, token ids, [U] values)."""
-        st, inputs, tree = self.settings, self.inputs, r.tree
+    def _column_values(self, r, c: int) -> tuple:
+        """Column ``c``'s critic inputs of rollout ``r`` and their values: (Units, token ids, [U] values,
+        ``{(g, j): bootstrap value}`` of the branches the turn limit cut)."""
+        st, inputs, tree, vm = self.settings, self.inputs, r.tree, self.models[c]
         k = r.agents[0].returns.shape[1]
-        texts = [s.texts for s in r.agents]
-        shape = (*tree.child.shape, inputs.columns)
-        values = torch.zeros(shape, dtype=torch.float64)
-        boot = torch.zeros(shape, dtype=torch.float64)
-        columns = []
-        for c, vm in enumerate(self.models):
-            units = inputs.units(tree, texts, c, k)
-            unit_ids = vm.encode(units.prompts, units.responses)
-            v = self._values(vm, unit_ids)
-            values[:, :, c] = v[units.index]
-            if st.critic_type == "v" and st.bootstrap_truncated and tree.next_prompts:
-                keys = sorted(tree.next_prompts)
-                bv = self._values(vm, vm.encode([inputs.bootstrap(tree.next_prompts[key], c) for key in keys]))
-                for (g, j), val in zip(keys, bv):
-                    boot[g, j, c] = val
-            columns.append((units, unit_ids, v))
-        return values, boot, columns
+        units = inputs.units(tree, [s.texts for s in r.agents], c, k)
+        unit_ids = vm.encode(units.prompts, units.responses)
+        boot = {}
+        if st.critic_type == "v" and st.bootstrap_truncated and tree.next_prompts:
+            keys = sorted(tree.next_prompts)
+            bv = self._values(vm, vm.encode([inputs.bootstrap(tree.next_prompts[key], c) for key in keys]))
+            boot = dict(zip(keys, bv.tolist()))
+        return units, unit_ids, self._values(vm, unit_ids), boot
 
-    def prepare(self, rollouts: list, all_reduce_sum: Callable = lambda x: x) -> dict[str, float]:
+    def column_modules(self, c: int) -> list[torch.nn.Module]:
+        """What column ``c``'s values run through: its backbone (an agent's model, for a head on the agent) and
+        head (to gather under sharding)."""
+        vm = self.models[c]
+        return list({id(m): m for m in [vm.backbone] + vm.modules()}.values())
+
+    def prepare(self, rollouts: list, all_reduce_sum: Callable = lambda x: x, scope: Callable | None = None
+                ) -> dict[str, float]:
         """Values, GAE advantages (into each ``AgentSamples.critic_advantages``) and value targets.
 
         ``rollouts`` may be empty (a rank without items); ``all_reduce_sum`` (sum over ranks) whitens the
-        advantages over every rank's samples, so every rank must call this."""
+        advantages over every rank's samples, so every rank must call this. ``scope(c)``: a context in which
+        column ``c``'s value model is whole (sharded models gathered one column at a time); every rank enters
+        each column's once, in column order, whatever its rollouts."""
         st, inputs = self.settings, self.inputs
         cols = range(inputs.columns)
+        per_column = []  # [C][rollout] (Units, ids, values, bootstrap)
+        for c in cols:
+            with scope(c) if scope is not None else contextlib.nullcontext():
+                per_column.append([self._column_values(r, c) for r in rollouts])
         ids: list[list] = [[] for _ in cols]
         old: list[list] = [[] for _ in cols]
         tgt: list[list] = [[] for _ in cols]
         raw_adv: dict[int, list] = {}
-        for r in rollouts:
+        for n_r, r in enumerate(rollouts):
             tree, n, k = r.tree, len(r.agents), r.agents[0].returns.shape[1]
             rewards = inputs.rewards(tree).to(torch.float64)
-            values, boot, unit_lists = self._value_tree(r)
+            values = torch.zeros((*tree.child.shape, inputs.columns), dtype=torch.float64)  # [G, J, C]
+            boot = torch.zeros_like(values)
+            unit_lists = []
+            for c in cols:
+                units, unit_ids, v, cut = per_column[c][n_r]
+                values[:, :, c] = v[units.index]
+                for (g, j), val in cut.items():
+                    boot[g, j, c] = val
+                unit_lists.append((units, unit_ids, v))
             adv = gae_tree(rewards, values, tree.child, self.gamma, st.gae_lambda, boot)
             targets = adv + values
             for c, (units, unit_ids, v) in zip(cols, unit_lists):

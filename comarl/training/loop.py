@@ -248,9 +248,9 @@ class Trainer:
                 join_rollout(self.agents, self.settings)
             t_roll = time.perf_counter() - t0
             values = critic.prepare(rollouts, dist.all_reduce_sum) if heads_now else {}  # values, GAE (critics/)
-        if critic is not None and not heads_now:  # fsdp_gather=agent with value heads: the team gathered here
-            with self._whole(critic.modules() + ([a.model for a in self.agents] if critic.on_agents else [])):
-                values = critic.prepare(rollouts, dist.all_reduce_sum)
+        if critic is not None and not heads_now:  # one value model gathered at a time (a head: with its agent)
+            values = critic.prepare(rollouts, dist.all_reduce_sum,
+                                    scope=lambda c: self._whole(critic.column_modules(c)))
         metrics, self._metric_counts = rollout_metrics(rollouts)  # per-node metrics weighted by their nodes
         metrics["reward/mean"] = metrics.get("reward/turn0", float("nan"))
         metrics.update(values)
