@@ -77,6 +77,7 @@ def test_sharded_actor_critic_matches_one_process(runs, name):
         # step 2: NaN on rank 0's only item, nothing on rank 1: critic and both agents skip (2 passes each)
         for h in (r0["history"], one["history"]):
             assert [m["count/nonfinite_skips"] for m in h] == [0, 4, 4]
+            assert [m.get("count/critic_nonfinite_skips", 0) for m in h] == [0, 2, 2]  # its 2 passes, counted
             assert h[1]["critic/value_loss"] == 0.0 and h[2]["critic/value_loss"] > 0
 
 

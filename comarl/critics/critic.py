@@ -71,6 +71,7 @@ class Critic:
         self.names = ["critic"] if inputs.central else self.agent_names  # metric prefix per column
         self.gamma, self.micro, self.max_grad_norm = gamma, micro_batch_size, max_grad_norm
         self._targets: list[_Targets | None] = [None] * len(models)
+        self.last_skipped = False  # the last update's step was skipped (a non-finite value loss on some rank)
         self.sharded = False  # set by ``shard_critic`` (FSDP mesh): ``update`` then runs in lockstep over ranks
 
     @property
@@ -186,6 +187,7 @@ class Critic:
         Every rank calls it: the value loss is normalised by the global count, a
         non-finite loss on any rank skips the step on all, and (sharded) every
         rank runs the largest number of micro-batches of any rank."""
+        self.last_skipped = False
         if self.central and agent != 0:
             return {}
         c = self.inputs.column(agent)
@@ -215,6 +217,7 @@ class Critic:
             (st.value_loss_coef * loss).backward()
             total += float(loss.detach())
         finite = all_reduce_sum(int(not finite)) == 0  # every rank steps, or every rank skips
+        self.last_skipped = not finite
         params = vm.parameters()
         if finite:
             for m in vm.modules():

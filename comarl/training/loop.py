@@ -363,6 +363,8 @@ class Trainer:
                 if self.critic is not None:  # first, so a value head's backbone gradients join this agent's step
                     out.update(self.critic.update(i, it, dist.all_reduce_sum, dist.all_reduce_grads,
                                                   dist.all_reduce_max))
+                    if self.critic.last_skipped:
+                        self._count_critic_skip(i)
                 total, clip, kl, bad = self._backward_pass(i, batch, adv, old, ref_lp, first=it == 0)
             if it == 0 and ref is not None:
                 out[f"{name}/kl"] = kl
@@ -440,6 +442,13 @@ class Trainer:
                       f"({int(batch.n_all)} sequences, all truncated under mask_truncated or empty); update skipped "
                       f"(empty-batch skips so far: {counters['empty_batch_skips']})", RuntimeWarning)
         return {f"{self.agents[i].name}/lr": self.schedulers[i].get_last_lr()[0]}
+
+    def _count_critic_skip(self, i: int) -> None:
+        """The critic's step (agent ``i``'s column) was skipped on every rank: its own counter, one line."""
+        counters = self.state.counters
+        counters["critic_nonfinite_skips"] = counters.get("critic_nonfinite_skips", 0) + 1
+        warnings.warn(f"step {self.state.step}: non-finite value loss for {self.agents[i].name}'s critic; critic "
+                      f"update skipped (critic skips so far: {counters['critic_nonfinite_skips']})", RuntimeWarning)
 
     def _optimizer_step(self, i: int, bad: bool) -> float | None:
         """All-reduce, clip and step agent ``i``; None (update skipped with a warning) on non-finite values."""
