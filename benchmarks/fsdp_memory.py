@@ -151,17 +151,11 @@ def main() -> int:
         return compare_rollout(args, env)
     totals = {}
     for sharding in ("none", "fsdp"):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", __file__,
-               "--sharding", sharding, "--hidden", str(args.hidden), "--layers", str(args.layers)]
-        cmd += ["--lora"] if args.lora else []
-        cmd += ["--critic"] if args.critic else []
-        out = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
-        lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-        if out.returncode or not lines:
-            print(out.stdout[-2000:] + out.stderr[-4000:], file=sys.stderr)
+        result = launch(env, ["--sharding", sharding, "--hidden", str(args.hidden), "--layers", str(args.layers)]
+                        + (["--lora"] if args.lora else []) + (["--critic"] if args.critic else []))
+        if result is None:
             return 1
-        print(lines[0], flush=True)
-        totals[sharding] = json.loads(lines[0][7:])["max_rank_total_mb"]
+        totals[sharding] = result["max_rank_total_mb"]
     print(f"sharded / unsharded (largest rank): {totals['fsdp'] / totals['none']:.3f}")
     return 0
 
@@ -170,18 +164,26 @@ def compare_rollout(args, env) -> int:
     """``--rollout``: one launch per fsdp_gather setting; prints both and the ratio agent / team."""
     peaks = {}
     for gather in ("team", "agent"):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", __file__,
-               "--gather", gather, "--agents", str(args.agents), "--hidden", str(args.hidden),
-               "--layers", str(args.layers)]
-        out = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
-        lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-        if out.returncode or not lines:
-            print(out.stdout[-2000:] + out.stderr[-4000:], file=sys.stderr)
+        result = launch(env, ["--gather", gather, "--agents", str(args.agents), "--hidden", str(args.hidden),
+                              "--layers", str(args.layers)])
+        if result is None:
             return 1
-        print(lines[0], flush=True)
-        peaks[gather] = json.loads(lines[0][7:])["peak_during_generate_mb"]
+        peaks[gather] = result["peak_during_generate_mb"]
     print(f"peak parameter bytes during generation, agent / team: {peaks['agent'] / peaks['team']:.3f}")
     return 0
+
+
+def launch(env, flags: list[str]) -> dict | None:
+    """This script on 2 gloo ranks with ``flags``: prints and returns rank 0's RESULT (None, with the
+    output on stderr, when the launch fails)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", __file__, *flags]
+    out = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
+    lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+    if out.returncode or not lines:
+        print(out.stdout[-2000:] + out.stderr[-4000:], file=sys.stderr)
+        return None
+    print(lines[0], flush=True)
+    return json.loads(lines[0][7:])
 
 
 if __name__ == "__main__":

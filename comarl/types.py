@@ -44,6 +44,16 @@ class AgentSamples:
         return len(self.completion_ids)
 
 
+def joined_samples(samples: list[AgentSamples]) -> tuple[list, list, list | None]:
+    """One agent's samples of several rollout chunks, concatenated: (prompt ids, completion ids, forced
+    flags, or None when no chunk had a schema; a chunk without one counts as all sampled)."""
+    prompts = [p for s in samples for p in s.prompt_ids]
+    comps = [c for s in samples for c in s.completion_ids]
+    forced = None if all(s.forced is None for s in samples) else \
+        [f for s in samples for f in (s.forced or [[False] * len(c) for c in s.completion_ids])]
+    return prompts, comps, forced
+
+
 @dataclass
 class Rollout:
     """One rollout batch: per-agent samples plus what the logger wants."""

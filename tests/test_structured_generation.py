@@ -16,6 +16,7 @@ from comarl.lora import LoraSettings
 from comarl.losses import clipped_policy_loss, token_weights
 from comarl.rollout import generate_for_agents
 from comarl.schema import Schema, Slot, schema_of, with_schema
+from test_lora_batched_generation import _distinct_adapters
 
 SCHEMA = Schema(('{"city": "', Slot(5), ', "food": "', Slot(3), '}'))
 VALUE = '([^"\\\\\\x00-\\x1f]*)"'  # a JSON string body without escapes, then the closing quote
@@ -100,12 +101,7 @@ def test_max_new_tokens_must_hold_the_longest_answer():
 
 def test_mixed_adapter_batch_equals_separate_calls():
     agents = build_agents([AgentConfig(model="tiny", max_new_tokens=40, lora=LoraSettings(r=4)) for _ in range(2)])
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for j, a in enumerate(agents):
-            for n, p in a.model.named_parameters():
-                if "lora_B" in n:
-                    p.copy_(torch.randn(p.shape, generator=g) * 0.5 * (j + 1))
+    _distinct_adapters(agents)
     texts = ["Plan a trip.", "a longer prompt about a trip to the sea"]
     prompts = [a.encode_prompts(texts) for a in agents]
     schemas = [[SCHEMA, None], [None, SCHEMA]]

@@ -30,6 +30,7 @@ import torch
 from ..logprobs import completion_logprobs, forced_mask
 from ..losses import joint_dpo_loss, reference_free_dpo_loss
 from ..preference.pairs import JointPair, tree_pairs
+from ..types import joined_samples
 from . import distributed as dist
 from .dropout import dropout_disabled
 from .precision import autocast, backward
@@ -82,11 +83,8 @@ def dpo_update(trainer, rollouts, rng: random.Random) -> dict[str, float]:
     data = []  # per agent: prompts, completions, chosen and rejected sample indices [P]
     for i in range(len(trainer.agents)):
         chosen, rejected = _pair_indices(rollouts, chunk_pairs, i)
-        samples = [r.agents[i] for r in rollouts]
-        forced = None if all(s.forced is None for s in samples) else \
-            [f for s in samples for f in (s.forced or [[False] * len(c) for c in s.completion_ids])]
-        data.append(([p for s in samples for p in s.prompt_ids], [c for s in samples for c in s.completion_ids],
-                     chosen, rejected, forced))
+        prompts, comps, forced = joined_samples([r.agents[i] for r in rollouts])
+        data.append((prompts, comps, chosen, rejected, forced))
     out.update(dpo_step(trainer, data, torch.ones(n_pairs)))
     return out
 

@@ -33,6 +33,7 @@ from ..losses import clipped_policy_loss, entropy_bonus, kl_estimate, kl_penalty
 from ..reference import build_reference
 from ..rollout import RolloutSettings, check_tree_size, collect_rollout, join_rollout, rollout_metrics
 from ..runtime import check_mixed_precision
+from ..types import joined_samples
 from . import checkpoint as ckpt
 from . import distributed as dist
 from .dropout import dropout_disabled
@@ -311,10 +312,7 @@ class Trainer:
         """
         cfg, agent = self.config, self.agents[i]
         model = agent.model
-        prompts = [p for s in samples for p in s.prompt_ids]
-        comps = [c for s in samples for c in s.completion_ids]
-        forced = None if all(s.forced is None for s in samples) else \
-            [f for s in samples for f in (s.forced or [[False] * len(c) for c in s.completion_ids])]
+        prompts, comps, forced = joined_samples(samples)
         # tokens in the loss per sequence: all of it, or (structured generation) the sampled ones only
         lengths = torch.tensor([len(c) for c in comps] if forced is None else
                                [len(c) - sum(f) for c, f in zip(comps, forced)], dtype=torch.long)

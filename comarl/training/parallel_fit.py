@@ -35,11 +35,6 @@ class ParallelFit:
         if self.sharding is not None:
             self.sharding.add(model, where)
 
-    def drop(self, model: torch.nn.Module) -> None:
-        """The model is replaced (a fresh reward model each round): let the run's sharding forget it."""
-        if self.sharding is not None:
-            self.sharding.drop(model)
-
     def share(self, items: list) -> list:
         """This rank's share of a batch: items r, r+W, ..."""
         return dist.shard(items)

@@ -318,12 +318,9 @@ class Rounds:
         with torch.random.fork_rng(devices=[]):  # the policy's sampling stream is not touched
             torch.manual_seed(t.config.seed * 1009 + r)
             if self.reward_model is None or pref.reward_model_refit == "fresh":
-                old = self.reward_model
                 model, tok = load_classifier(s.model, s.device)
                 self.reward_model = self._data_parallel(JointRewardModel(
                     model, tok, resolve_joint_input(s.joint_input), s.freeze_backbone, s.max_length))
-                if old is not None and old.parallel is not None:
-                    old.parallel.drop(old.model)
             cut = len(self.pool) - int(round(len(self.pool) * s.held_out))
             train, held = self.pool[:cut], self.pool[cut:]
             if train:

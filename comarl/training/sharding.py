@@ -26,7 +26,8 @@ same number of them:
   rollout (no gradients or optimiser states), zero communication per token.
   Gathering per block while decoding would all-gather the whole model once
   per generated token and would hang as soon as two ranks stop decoding at
-  different lengths.
+  different lengths. ``train.fsdp_gather: agent`` gathers one agent per
+  generate call instead, the ranks in lockstep (:class:`AgentAtATime`).
 * **The update** runs the same number of micro-batches on every rank
   (:func:`lockstep_count`); a rank with fewer runs :func:`idle_backward`
   (a one-token forward with a zero loss), which joins the collectives and
@@ -138,24 +139,18 @@ def is_sharded(model) -> bool:
 
 
 class Sharding:
-    """The sharded modules of a run (agents', references', and any added: critics, reward models), the mesh
-    they live on and the mixed-precision policy they share."""
+    """The mesh a run's sharded modules (agents', references', critics, reward models) live on and the
+    mixed-precision policy they share."""
 
-    def __init__(self, mesh, roots: list[torch.nn.Module], mp_policy=None):
+    def __init__(self, mesh, mp_policy=None):
         self.mesh = mesh
-        self.roots = roots
         self.mp_policy = mp_policy
 
     def add(self, module: torch.nn.Module, where: str, by_block: bool = True) -> torch.nn.Module:
         """Shard one more module on this mesh (a critic backbone, a value head with ``by_block=False``, a
         reward model); every rank calls it. Build its optimiser afterwards: FSDP swaps the parameters."""
         shard_module(shard_target(module), self.mesh, self.mp_policy, where, by_block)
-        self.roots.append(module)
         return module
-
-    def drop(self, module: torch.nn.Module) -> None:
-        """Forget a module added before (a reward model replaced by a fresh one), so it can be freed."""
-        self.roots = [r for r in self.roots if r is not module]
 
     @contextlib.contextmanager
     def gathered(self, models: Iterable):
@@ -213,7 +208,7 @@ def run_sharding(cfg, device_type: str) -> Sharding | None:
     (``train.*``); None when not sharding or not distributed (call ``dist.init_from_env`` first)."""
     if cfg.sharding == "none" or not dist.is_distributed():
         return None
-    return Sharding(build_mesh(cfg.fsdp_shard_size, device_type), [], mixed_precision_policy(cfg.mixed_precision))
+    return Sharding(build_mesh(cfg.fsdp_shard_size, device_type), mixed_precision_policy(cfg.mixed_precision))
 
 
 def shard_agents(agents, references, cfg) -> Sharding | None:
