@@ -15,21 +15,37 @@ from comarl.sandbox.cgroups import JobCgroup, cgroup_version
 ROOT = Path(__file__).resolve().parents[1]
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces, mounts and cgroups need root")
 
-# Four children each touching `mib` MiB; the parent counts those that finished.
+# Four children each touching `mib` MiB; the parent counts those that finished. A child holds its
+# block until all four hold theirs (or 5 s pass), so the four always overlap: without that barrier a
+# fast machine could let one child exit before the next allocates and the per-job sum never exceed.
 FORKS = textwrap.dedent("""
-    import os
+    import os, select, time
     def children(mib):
+        ready_r, ready_w = os.pipe()
+        go_r, go_w = os.pipe()
         pids = []
         for _ in range(4):
             pid = os.fork()
             if pid == 0:
+                os.close(go_w); os.close(ready_r)
                 try:
                     block = b"x" * (mib * 1024 * 1024)
+                    os.write(ready_w, b"1")
+                    os.read(go_r, 1)
                     os._exit(0 if len(block) else 1)
                 except MemoryError:
                     os._exit(1)
             pids.append(pid)
-        return sum(os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) == 0 for p in pids)
+        os.close(ready_w); os.close(go_r)
+        held, ended, deadline = 0, {}, time.monotonic() + 5.0
+        while held + len(ended) < 4 and time.monotonic() < deadline:
+            if select.select([ready_r], [], [], 0.05)[0]:
+                held += len(os.read(ready_r, 4))
+            for p in pids:
+                if p not in ended and os.waitpid(p, os.WNOHANG)[0] == p:
+                    ended[p] = False  # killed before it held its block
+        os.close(go_w)
+        return sum(os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) == 0 for p in pids if p not in ended)
 """)
 
 
