@@ -104,3 +104,35 @@ def test_max_steps_stops_inside_a_round_eval_steps_evaluate_and_resume_continues
     assert [h["round"] for h in resumed.train()] == [1]
     for a, b in zip(weights(straight), weights(resumed)):
         assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_offline_position_counts_pairs_and_a_resume_with_another_global_batch_continues_after_them(tmp_path,
+                                                                                                    monkeypatch):
+    import comarl.training.rounds as rounds_mod
+
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"prompts": [f"p{k}", f"q{k}"], "chosen": ["a", "b"], "rejected": ["c", "d"]})
+                             + "\n" for k in range(12)))
+    seen = []
+    to_ids = rounds_mod.text_pairs_to_ids
+    monkeypatch.setattr(rounds_mod, "text_pairs_to_ids",
+                        lambda agents, mine: seen.append([p["prompts"][0] for p in mine]) or to_ids(agents, mine))
+
+    def run(batch_size, **kw):
+        cfg = comarl.TrainConfig(algorithm="madpo_offline", batch_size=batch_size, epochs=1, shuffle=False,
+                                 progress_bar=False, report_to=[], seed=0, output_dir=str(tmp_path / "run"), **kw)
+        cfg.preference = PreferenceSettings(beta=0.5, pairs_in=str(pairs))
+        agents = [comarl.AgentConfig(model="tiny", max_new_tokens=3, lr=1e-2, chat_template=False) for _ in range(2)]
+        return comarl.Trainer(agents, ENV, ITEMS, cfg)
+
+    first = run(2, max_steps=4, save_steps=2)  # 12 pairs / 2 = 6 steps an epoch (not 8 items / 2 = 4)
+    assert first.steps_per_epoch == 6
+    first.train()
+    assert seen == [["p0", "p1"], ["p2", "p3"], ["p4", "p5"], ["p6", "p7"]]
+    assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    seen.clear()
+    # global batch 2 -> 4 (as 1 rank -> 2): 8 pairs were seen, the rest of the epoch is one step of 4
+    resumed = run(4, resume=str(tmp_path / "run" / "checkpoint-4"))
+    hist = resumed.train()
+    assert seen == [["p8", "p9", "p10", "p11"]] and len(hist) == 1 and resumed.state.step == 5
+    assert hist[0]["pref/pairs"] == 4 and hist[0]["epoch"] == 0

@@ -40,7 +40,7 @@ from .dropout import dropout_disabled
 from . import run_dir
 from .interrupt import DeferredInterrupt, TrainingInterrupted
 from .dpo import dpo_update
-from .rounds import Rounds, run_offline
+from .rounds import Rounds, offline_pairs, offline_step
 from .logging import MetricsLogger, Progress
 from .micro_batches import micro_batch_spans
 from .optim import build_optimizer, build_scheduler, rebuild_scheduler
@@ -155,7 +155,10 @@ class Trainer:
         if getattr(env, "num_agents", len(self.agents)) != len(self.agents):
             raise ConfigError(f"agents: the environment expects {env.num_agents} agents, {len(self.agents)} given")
         self.global_batch = cfg.batch_size * dist.world_size()
-        self.steps_per_epoch = math.ceil(len(self.train_items) / self.global_batch)
+        # madpo_offline walks a pairs file, not the prompts: its epochs, schedule and position count pairs
+        self.offline_pairs = offline_pairs(cfg.preference) if self.algorithm.update == "dpo_offline" else None
+        n_data = len(self.offline_pairs) if self.offline_pairs is not None else len(self.train_items)
+        self.steps_per_epoch = math.ceil(n_data / self.global_batch)
         if rounds_kind:  # iterative preference training: steps are counted in rounds (training/rounds.py)
             self.total_steps = cfg.max_steps or cfg.preference.rounds * cfg.preference.steps_per_round
         else:
@@ -482,8 +485,6 @@ class Trainer:
         main = dist.is_main()
         if main and cfg.output_dir:
             run_dir.write_marker(cfg.output_dir, self.run_id, self._resumed_from)
-        if self.algorithm.update == "dpo_offline":  # madpo_offline: DPO on a pairs file, no sampling
-            return run_offline(self)
         logger = MetricsLogger(cfg.output_dir, cfg.report_to, enabled=main, wandb_project=cfg.wandb_project,
                                run_config={"train": to_dict(cfg), "agents": [to_dict(a.config) for a in self.agents]})
         bar = Progress(self.total_steps, self.state.step, enabled=main and cfg.progress_bar)
@@ -535,6 +536,8 @@ class Trainer:
 
         Iterative preference training first readies the round the step belongs to; a madpo_iter step is
         DPO on the round's pool, a marlhf_iter step the on-policy algorithm's ordinary step."""
+        if self.algorithm.update == "dpo_offline":  # madpo_offline: DPO on a pairs file, no sampling
+            return offline_step(self), 1, {}
         rounds = self.rounds
         if rounds is not None:
             rounds.begin_step()

@@ -40,7 +40,6 @@ from ..rollout import RolloutSettings, collect_rollout, join_rollout
 from . import checkpoint as ckpt
 from . import distributed as dist
 from .dpo import all_ranks_pairs, check_text_pairs, dpo_step, node_items, step_pairs, text_pairs, text_pairs_to_ids
-from .logging import MetricsLogger
 from .parallel_fit import ParallelFit
 from .placement import place_references
 from .sharding import full_state_dict
@@ -431,11 +430,9 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
 
-def run_offline(trainer) -> list[dict]:
-    """Offline MADPO (``madpo_offline``): DPO on the pairs of ``train.preference.pairs_in`` (JSONL, the format
-    ``pairs_out`` and the rounds write), ``batch_size`` pairs per rank and step, reshuffled each epoch; no
-    sampling. Under torchrun each rank takes its share of the global batch (``batch_size`` x ranks)."""
-    cfg, pref = trainer.config, trainer.config.preference
+def offline_pairs(pref) -> list[dict]:
+    """The pairs of ``train.preference.pairs_in`` for ``madpo_offline``, read once when the trainer is built
+    (their count sets the steps per epoch, the schedule and the resume position)."""
     if not pref.pairs_in:
         raise ConfigError("train.preference.pairs_in: madpo_offline trains on a pairs JSONL file; name it")
     path = Path(pref.pairs_in)
@@ -444,32 +441,33 @@ def run_offline(trainer) -> list[dict]:
     pairs = read_pairs(path)
     if not pairs:
         raise ConfigError(f"train.preference.pairs_in: {path} holds no pairs")
-    global_batch = cfg.batch_size * dist.world_size()
-    per_epoch = -(-len(pairs) // global_batch)
-    total = cfg.max_steps or per_epoch * cfg.epochs
-    logger = MetricsLogger(cfg.output_dir, cfg.report_to, enabled=dist.is_main())
+    return pairs
+
+
+def offline_step(trainer) -> dict[str, float]:
+    """One ``madpo_offline`` step of the training loop: DPO on the next global batch of
+    ``train.preference.pairs_in`` (JSONL, the format ``pairs_out`` and the rounds write), reshuffled each epoch;
+    no sampling. Under torchrun each rank takes its share of the global batch (``batch_size`` x ranks).
+
+    The data position is the trainer's (epoch, batch in epoch) over the pairs, as for prompts, so a
+    resume on another number of ranks continues after the pairs already trained on."""
+    cfg, st, pairs = trainer.config, trainer.state, trainer.offline_pairs
+    if st.batch_in_epoch >= trainer.steps_per_epoch:
+        st.epoch, st.batch_in_epoch = st.epoch + 1, 0
+    g = torch.Generator().manual_seed(cfg.seed * 100_003 + st.epoch)
+    order = torch.randperm(len(pairs), generator=g).tolist() if cfg.shuffle else list(range(len(pairs)))
+    b, global_batch = st.batch_in_epoch, trainer.global_batch
+    batch = [pairs[i] for i in order[b * global_batch:(b + 1) * global_batch]]
+    st.batch_in_epoch += 1
+    mine = dist.shard(batch)
     try:
-        while trainer.state.step < total:
-            epoch, b = divmod(trainer.state.step, per_epoch)
-            g = torch.Generator().manual_seed(cfg.seed * 100_003 + epoch)
-            order = torch.randperm(len(pairs), generator=g).tolist() if cfg.shuffle else list(range(len(pairs)))
-            batch = [pairs[i] for i in order[b * global_batch:(b + 1) * global_batch]]
-            mine = dist.shard(batch)
-            try:
-                check_text_pairs(batch, len(trainer.agents))  # every rank checks the whole batch: all fail together
-                data = text_pairs_to_ids(trainer.agents, mine)
-            except ValueError as e:
-                raise ConfigError(f"train.preference.pairs_in ({path}): {e}") from e
-            metrics = dpo_step(trainer, data, torch.ones(len(mine)))
-            trainer.state.step += 1
-            metrics.update({"pref/pairs": float(len(batch)), "epoch": epoch})
-            trainer.history.append(metrics)
-            logger.log(trainer.state.step, metrics)
-        if cfg.output_dir:
-            trainer.save_checkpoint()
-    finally:
-        logger.close()
-    return trainer.history
+        check_text_pairs(batch, len(trainer.agents))  # every rank checks the whole batch: all fail together
+        data = text_pairs_to_ids(trainer.agents, mine)
+    except ValueError as e:
+        raise ConfigError(f"train.preference.pairs_in ({cfg.preference.pairs_in}): {e}") from e
+    metrics = dpo_step(trainer, data, torch.ones(len(mine)))
+    metrics["pref/pairs"] = float(len(batch))
+    return metrics
 
 
-__all__ = ["Rounds", "comparison_pairs", "read_pairs", "run_offline"]
+__all__ = ["Rounds", "comparison_pairs", "offline_pairs", "offline_step", "read_pairs"]
