@@ -8,7 +8,8 @@ Scenarios (each writes ``OUT/<name>/rank<r>.pt``: gathered final weights, metric
 
 * ``madpo``: a full agent (its frozen reference copy sharded too) and a LoRA agent (reference: the
   adapter off), 2 passes per step, 3 steps on 5 items: step 3 has item 4 alone, so rank 1 has no
-  pair and runs idle backwards.
+  pair and runs idle backwards. Cross joints (J=4) with ``pair_selection: random``, 2 pairs per node: the
+  picks must not depend on the ranks.
 * ``iter``: ``madpo_iter`` with two full agents, ``reference: current``, replay of every round,
   2 rounds of 2 steps; a checkpoint at step 3 (inside round 1, so it holds the round's references).
 * ``iter_agent``: ``iter`` under ``fsdp_gather: agent`` (2 ranks only; in round 1 rank 1 has no item and
@@ -16,7 +17,8 @@ Scenarios (each writes ``OUT/<name>/rank<r>.pt``: gathered final weights, metric
 * ``iter_resume``: resume ``iter`` from its checkpoint-3 in the same folder (the rounds' pairs live
   there; ``--from``: another OUT's ``iter``) and run step 4.
 * ``iter_ckpt``: ``madpo_iter`` (one full agent) against the policy of the round before (``comparator: checkpoint``: its
-  snapshot gathered from the shards; in round 0 the starting policy), ``reference: initial``, 1 round of 1 step.
+  snapshot gathered from the shards; in round 0 the starting policy), ``reference: initial``, 1 round of 1 step;
+  ``pair_selection: random`` (which of the 2 candidate pairs per item: the same on any number of ranks).
 * ``offline``: ``madpo_offline`` (a full and a LoRA agent) on ``OUT/pairs.jsonl`` (the test writes it),
   3 steps of ``batch_size`` pairs per rank; the run's last checkpoint is sharded.
 * ``central``: ``madpo`` with the centralised actor (one agent writing both roles), 2 steps; step 2's DPO loss
@@ -96,8 +98,9 @@ def run(name: str, out: Path, batch_size: int, resume_from: Path | None = None) 
     agents = [agent(0, False, r), agent(1, True, r)]
     env = FunctionEnv(PROMPTS, reward)
     if name == "madpo":
-        kw.update(algorithm="madpo", num_iterations=2, max_grad_norm=0.5,
-                  preference=PreferenceSettings(pairs_out=str(out / name / "pairs_out.jsonl")))
+        kw.update(algorithm="madpo", num_iterations=2, max_grad_norm=0.5, joint_mode="cross",
+                  preference=PreferenceSettings(pairs_out=str(out / name / "pairs_out.jsonl"),
+                                                pair_selection="random", pairs_per_item=2))
     elif name == "iter_agent":  # madpo_iter gathering one agent at a time (round sampling and steps)
         agents = [agent(0, False, r), agent(1, False, r)]
         kw.update(algorithm="madpo_iter", max_steps=0, fsdp_gather="agent",
@@ -112,7 +115,7 @@ def run(name: str, out: Path, batch_size: int, resume_from: Path | None = None) 
     elif name == "iter_ckpt":
         agents, env = [agent(0, False, r)], FunctionEnv(PROMPTS[:1], reward)
         kw.update(algorithm="madpo_iter", max_steps=0, preference=PreferenceSettings(
-            reference="initial", comparator="checkpoint", rounds=1, steps_per_round=1))
+            reference="initial", comparator="checkpoint", rounds=1, steps_per_round=1, pair_selection="random"))
     elif name == "offline":
         kw.update(algorithm="madpo_offline", shuffle=True,
                   preference=PreferenceSettings(pairs_in=str(out / "pairs.jsonl")))

@@ -74,6 +74,16 @@ def test_madpo_iter_gathering_one_agent_at_a_time_matches_one_process(runs):
 
 @pytest.mark.slow
 @pytest.mark.timeout(LONG)
+def test_round_pair_files_are_the_one_process_files(runs):
+    """Gathered in one process's order; iter_ckpt's pair_selection: random draws per node, not per rank."""
+    for name, rounds in (("iter", 2), ("iter_ckpt", 1)):
+        for r in range(rounds):
+            multi = (runs / "multi" / name / "run" / f"round-{r}" / "pairs.jsonl").read_text()
+            assert multi and multi == (runs / "single" / name / "run" / f"round-{r}" / "pairs.jsonl").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(LONG)
 def test_online_madpo_pairs_out_holds_every_ranks_pairs_in_one_process_order(runs):
     multi = (runs / "multi" / "madpo" / "pairs_out.jsonl").read_text()
     assert multi == (runs / "single" / "madpo" / "pairs_out.jsonl").read_text()

@@ -7,6 +7,7 @@ with a strictly positive gap are kept: ties carry no preference and are dropped.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -69,16 +70,22 @@ class JointPair:
     gap: float
 
 
+NodeRng = Callable[[int], random.Random]
+"""Node index g -> the random stream of ``pair_selection: random`` at that node."""
+
+
 def tree_pairs(rewards: torch.Tensor, child: torch.Tensor, joints: torch.Tensor, k: int, gamma: float,
-               mode: str, max_pairs: int | None, rng: random.Random | None = None) -> list[JointPair]:
+               mode: str, max_pairs: int | None, rng: random.Random | NodeRng | None = None) -> list[JointPair]:
     """Pairs at every node of a rollout tree (rewards [G, J, N], child [G, J], joints [J, N]).
 
     Agent i's sample of joint action j at node g is ``g*K + joints[j, i]`` (AgentSamples are group-major).
+    ``rng``: one stream for every node in turn, or a function giving each node its own.
     """
     ret = joint_returns(rewards, child, gamma)
     out = []
     for g in range(ret.shape[0]):
-        for w, l in select_pairs(ret[g].tolist(), mode, max_pairs, rng):
+        node_rng = rng(g) if callable(rng) else rng
+        for w, l in select_pairs(ret[g].tolist(), mode, max_pairs, node_rng):
             out.append(JointPair(g, w, l, (g * k + joints[w]).tolist(), (g * k + joints[l]).tolist(),
                                  float(ret[g, w] - ret[g, l])))
     return out

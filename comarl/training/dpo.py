@@ -29,7 +29,7 @@ import torch
 
 from ..logprobs import completion_logprobs, forced_mask
 from ..losses import joint_dpo_loss, reference_free_dpo_loss
-from ..preference.pairs import JointPair, tree_pairs
+from ..preference.pairs import JointPair, NodeRng, tree_pairs
 from ..types import joined_samples
 from . import distributed as dist
 from .dropout import dropout_disabled
@@ -37,11 +37,40 @@ from .precision import autocast, backward
 from .sharding import idle_backward, lockstep_count
 
 
-def step_pairs(rollouts, cfg, rng: random.Random) -> list[list[JointPair]]:
-    """Pairs of every rollout chunk (sample indices local to the chunk)."""
+def step_pairs(rollouts, cfg, key: str) -> list[list[JointPair]]:
+    """Pairs of every rollout chunk (sample indices local to the chunk); ``key`` names the batch for the
+    per-node streams of ``pair_selection: random`` (:func:`node_rngs`)."""
     pref = cfg.preference
     return [tree_pairs(r.tree.rewards, r.tree.child, r.tree.joints, cfg.num_generations, cfg.discount,
-                       pref.pair_selection, pref.pairs_per_item, rng) for r in rollouts]
+                       pref.pair_selection, pref.pairs_per_item, rng)
+            for r, rng in zip(rollouts, chunk_node_rngs(rollouts, key))]
+
+
+def node_rngs(ro, key: str, first_item: int = 0) -> NodeRng:
+    """g -> a stream seeded by ``key``, the global index of node g's item and g's place among that item's
+    nodes: the same draws whichever rank holds the item, so ``pair_selection: random`` picks the same pairs
+    on any number of ranks. ``first_item``: this rank's local index of the rollout's first item."""
+    item, w, r = node_items(ro), dist.world_size(), dist.rank()
+    seen: dict[int, int] = {}
+    place = []
+    for it in item:
+        place.append(seen.get(it, 0))
+        seen[it] = place[-1] + 1
+    return lambda g: random.Random(f"{key}/{(first_item + item[g]) * w + r}/{place[g]}")
+
+
+def first_items(rollouts) -> list[int]:
+    """The rank-local index of each chunk's first item (chunks of one batch number their items on)."""
+    out, offset = [], 0
+    for ro in rollouts:
+        out.append(offset)
+        offset += sum(int(t) == 0 for t in ro.agents[0].turns)
+    return out
+
+
+def chunk_node_rngs(rollouts, key: str) -> list[NodeRng]:
+    """:func:`node_rngs` of consecutive chunks of one batch."""
+    return [node_rngs(ro, key, first) for ro, first in zip(rollouts, first_items(rollouts))]
 
 
 def _pair_indices(rollouts, chunk_pairs, i: int) -> tuple[list[int], list[int]]:
@@ -71,10 +100,10 @@ def _sequence_logprobs(fn, prompts, comps, needed: list[int], micro: int, forced
     return torch.cat(out) if out else torch.zeros(0)
 
 
-def dpo_update(trainer, rollouts, rng: random.Random) -> dict[str, float]:
+def dpo_update(trainer, rollouts) -> dict[str, float]:
     """Build the step's joint pairs from the rollout and take ``num_iterations`` MADPO steps for every agent."""
     cfg = trainer.config
-    chunk_pairs = step_pairs(rollouts, cfg, rng)
+    chunk_pairs = step_pairs(rollouts, cfg, f"{cfg.seed}/step{trainer.state.step}")
     n_pairs = sum(len(p) for p in chunk_pairs)
     out = {"pref/pairs": float(n_pairs),
            "pref/gap": sum(p.gap for ps in chunk_pairs for p in ps) / max(n_pairs, 1)}
@@ -246,11 +275,10 @@ def all_ranks_pairs(batches: list[tuple[int, list[tuple[int, dict]]]]) -> list[d
 def write_pairs(path: str | Path, step: int, rollouts, chunk_pairs) -> None:
     """Append one JSON line per pair (step, every agent's prompt and chosen/rejected text, their return gap):
     every rank's pairs, written by rank 0 in one process's order. Collective: every rank calls it."""
-    mine, offset = [], 0
-    for ro, pairs in zip(rollouts, chunk_pairs):  # gradient-accumulation chunks of this rank's items
+    mine = []
+    for ro, pairs, first in zip(rollouts, chunk_pairs, first_items(rollouts)):  # this rank's accumulation chunks
         item = node_items(ro)
-        mine += [(offset + item[g], p) for g, p in text_pairs(ro, pairs, step)]
-        offset += sum(int(t) == 0 for t in ro.agents[0].turns)
+        mine += [(first + item[g], p) for g, p in text_pairs(ro, pairs, step)]
     every = all_ranks_pairs([(0, mine)])
     if not dist.is_main():
         return

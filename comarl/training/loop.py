@@ -266,7 +266,7 @@ class Trainer:
             if self.algorithm.update == "policy_gradient":
                 metrics.update(self._update_agent(i, samples))
         if self.algorithm.update == "dpo":  # MADPO: pairs of joint actions, one step per agent (training/dpo.py)
-            metrics.update(dpo_update(self, rollouts, random.Random(cfg.seed * 7919 + self.state.step)))
+            metrics.update(dpo_update(self, rollouts))
         dt = time.perf_counter() - t0
         metrics.update({"time/step_s": dt, "time/rollout_s": t_roll, "time/update_s": dt - t_roll,
                         "tokens_per_s": trained_tokens / max(dt, 1e-9)})

@@ -35,11 +35,12 @@ import torch
 
 from ..config_io import ConfigError
 from ..envs.base import rollout_modules
-from ..preference.pairs import comparator_pairs, joint_returns, replay_weights
+from ..preference.pairs import NodeRng, comparator_pairs, joint_returns, replay_weights
 from ..rollout import RolloutSettings, collect_rollout, join_rollout
 from . import checkpoint as ckpt
 from . import distributed as dist
-from .dpo import all_ranks_pairs, check_text_pairs, dpo_step, node_items, step_pairs, text_pairs, text_pairs_to_ids
+from .dpo import (all_ranks_pairs, check_text_pairs, dpo_step, node_items, node_rngs, step_pairs, text_pairs,
+                  text_pairs_to_ids)
 from .parallel_fit import ParallelFit
 from .placement import place_references
 from .sharding import full_state_dict
@@ -50,22 +51,23 @@ def _joint_texts(rollout, g: int, j: int, k: int) -> list[str]:
     return [a.texts[g * k + int(rollout.tree.joints[j, i])] for i, a in enumerate(rollout.agents)]
 
 
-def comparison_pairs(policy, comparator, cfg, rng: random.Random, step: int, r: int) -> list[dict]:
+def comparison_pairs(policy, comparator, cfg, rng: random.Random | NodeRng, step: int, r: int) -> list[dict]:
     """Text pairs of the policy's rollouts against the comparator's on the same items: at every root node,
     joint candidate j of one side meets candidate j of the other (``preference.comparator_pairs``);
     ``chosen_by`` says which side won. Returns are the trees' joint returns (later turns included)."""
     return [p for ro, co in zip(policy, comparator) for _, p in _comparison_pairs(ro, co, cfg, rng, step, r)]
 
 
-def _comparison_pairs(ro, co, cfg, rng: random.Random, step: int, r: int) -> list[tuple[int, dict]]:
-    """``(root node, pair)`` of one policy rollout against the comparator's (:func:`comparison_pairs`)."""
+def _comparison_pairs(ro, co, cfg, rng: random.Random | NodeRng, step: int, r: int) -> list[tuple[int, dict]]:
+    """``(root node, pair)`` of one policy rollout against the comparator's (:func:`comparison_pairs`);
+    ``rng``: one stream, or one per node (``node -> Random``) for ``pair_selection: random``."""
     pref, k = cfg.preference, cfg.num_generations
     rp = joint_returns(ro.tree.rewards, ro.tree.child, cfg.discount)
     rc = joint_returns(co.tree.rewards, co.tree.child, cfg.discount)
     out = []
     for g in [g for g in range(len(ro.tree.prompts)) if int(ro.agents[0].turns[g]) == 0]:
         for j, policy_wins, gap in comparator_pairs(rp[g].tolist(), rc[g].tolist(), pref.pair_selection,
-                                                    pref.pairs_per_item, rng):
+                                                    pref.pairs_per_item, rng(g) if callable(rng) else rng):
             mine, theirs = _joint_texts(ro, g, j, k), _joint_texts(co, g, j, k)
             out.append((g, {"step": step, "round": r, "prompts": ro.tree.prompts[g],
                             "chosen": mine if policy_wins else theirs, "rejected": theirs if policy_wins else mine,
@@ -221,11 +223,12 @@ class Rounds:
                 rollouts.append(collect_rollout(t.agents, self.base_env, items, self.settings))
                 if comparator is not None:
                     others.append(collect_rollout(comparator, self.base_env, items, self.settings))
-        rng, step = random.Random(cfg.seed * 7919 + r), t.state.step
+        step, keys = t.state.step, [f"{cfg.seed}/round{r}/batch{b}" for b in sampled]  # pair_selection: random
         if comparator is None:
-            batches = [text_pairs(ro, ps, step, r) for ro, ps in zip(rollouts, step_pairs(rollouts, cfg, rng))]
+            batches = [text_pairs(ro, step_pairs([ro], cfg, key)[0], step, r) for ro, key in zip(rollouts, keys)]
         else:
-            batches = [_comparison_pairs(ro, co, cfg, rng, step, r) for ro, co in zip(rollouts, others)]
+            batches = [_comparison_pairs(ro, co, cfg, node_rngs(ro, key), step, r)
+                       for ro, co, key in zip(rollouts, others, keys)]
         # the round's file and pool hold every rank's pairs, in the order one process would make them
         # (madpo_iter: each rank then trains on its share of the pool; marlhf_iter: one reward model on all)
         pairs = all_ranks_pairs([(b, [(node_item[g], p) for g, p in batch])
