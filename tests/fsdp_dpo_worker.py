@@ -19,6 +19,8 @@ Scenarios (each writes ``OUT/<name>/rank<r>.pt``: gathered final weights, metric
 * ``iter_ckpt``: ``madpo_iter`` (one full agent) against the policy of the round before (``comparator: checkpoint``: its
   snapshot gathered from the shards; in round 0 the starting policy), ``reference: initial``, 1 round of 1 step;
   ``pair_selection: random`` (which of the 2 candidate pairs per item: the same on any number of ranks).
+* ``iter_model``: ``madpo_iter`` (one full agent) against a fixed comparator model (``comparator: model``, tiny),
+  sharded like the agents; ``fsdp_gather: agent`` (the comparator gathered per generate call), 2 rounds of 1 step.
 * ``offline``: ``madpo_offline`` (a full and a LoRA agent) on ``OUT/pairs.jsonl`` (the test writes it),
   3 steps of ``batch_size`` pairs per rank; the run's last checkpoint is sharded.
 * ``central``: ``madpo`` with the centralised actor (one agent writing both roles), 2 steps; step 2's DPO loss
@@ -38,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
+from torch.distributed.fsdp import FSDPModule  # noqa: E402
 
 import comarl.training.dpo as dpo  # noqa: E402
 from comarl import FunctionEnv, TrainConfig, Trainer  # noqa: E402
@@ -116,6 +119,10 @@ def run(name: str, out: Path, batch_size: int, resume_from: Path | None = None) 
         agents, env = [agent(0, False, r)], FunctionEnv(PROMPTS[:1], reward)
         kw.update(algorithm="madpo_iter", max_steps=0, preference=PreferenceSettings(
             reference="initial", comparator="checkpoint", rounds=1, steps_per_round=1, pair_selection="random"))
+    elif name == "iter_model":  # a fixed comparator model, sharded like the agents; one agent gathered at a time
+        agents, env = [agent(0, False, r)], FunctionEnv(PROMPTS[:1], reward)
+        kw.update(algorithm="madpo_iter", max_steps=0, fsdp_gather="agent", preference=PreferenceSettings(
+            reference="initial", comparator="model", comparator_model="tiny", rounds=2, steps_per_round=1))
     elif name == "offline":
         kw.update(algorithm="madpo_offline", shuffle=True,
                   preference=PreferenceSettings(pairs_in=str(out / "pairs.jsonl")))
@@ -129,9 +136,13 @@ def run(name: str, out: Path, batch_size: int, resume_from: Path | None = None) 
     with nan_loss_on_call(1) if name == "central" else contextlib.nullcontext():
         history = trainer.train()
     weights = [full_state_dict(a.model, keep=True) for a in trainer.agents]
+    fixed = trainer.rounds._fixed_comparator if trainer.rounds is not None else None
     (out / name).mkdir(parents=True, exist_ok=True)
     torch.save({"weights": weights, "history": history, "world_size": dist.world_size(),
-                "sharded": trainer.sharding is not None}, out / name / f"rank{dist.rank()}.pt")
+                "sharded": trainer.sharding is not None,
+                "comparator_sharded": fixed is not None and any(isinstance(m, FSDPModule)
+                                                                for m in fixed[0].model.modules())},
+               out / name / f"rank{dist.rank()}.pt")
 
 
 def main() -> None:

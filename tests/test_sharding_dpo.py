@@ -14,7 +14,7 @@ from fsdp_worker import seeded_sampling
 from sharded_runs import LONG, launch_beside
 from sharded_runs import load_result as _load
 from sharded_runs import max_diff as _max_diff
-SCENARIOS = ["madpo", "iter", "iter_ckpt", "offline", "central"]
+SCENARIOS = ["madpo", "iter", "iter_ckpt", "iter_model", "offline", "central"]
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +55,8 @@ def test_two_sharded_ranks_match_one_process(runs, name):
             assert m0[k] == pytest.approx(m1[k], rel=1e-4, abs=1e-4 if k == "pref/margin" else 1e-6, nan_ok=True), k
     if name in ("madpo", "iter", "offline"):
         assert all(m["agent1/grad_norm"] > 0 for m in r0["history"])  # the second agent learnt every step
+    if name == "iter_model":  # the fixed comparator is sharded too (whole only in the single process)
+        assert r0["comparator_sharded"] and r1["comparator_sharded"] and not one["comparator_sharded"]
     if name == "central":  # step 2's NaN loss, on rank 0 only (rank 1 had no item): skipped on both, no hang
         assert [m["count/nonfinite_skips"] for m in r0["history"]] == [0, 1]
         assert [m["count/nonfinite_skips"] for m in one["history"]] == [0, 1]

@@ -209,9 +209,11 @@ class Rounds:
         comparator = self.comparator_agents(r)
         rollouts, others, sampled = [], [], []
         lockstep = self.settings.lockstep
-        # sharded agents (unless gathered one at a time) and any module the env's own reward runs: whole for the
-        # round's sampling
-        with t._whole(([a.model for a in t.agents] if lockstep is None else []) + rollout_modules(self.base_env)):
+        # sharded agents and comparator (unless gathered one at a time) and any module the env's own reward runs:
+        # whole for the round's sampling
+        whole = [] if lockstep is not None else [a.model for a in t.agents] + (
+            [a.model for a in comparator] if comparator is not None and comparator is not t.agents else [])
+        with t._whole(whole + rollout_modules(self.base_env)):
             for b in range(pref.round_batches):
                 items = t.next_batch()
                 if not items:  # this rank's share of the batch is empty (end of an epoch under torchrun)
@@ -390,14 +392,17 @@ class Rounds:
                 from ..agents import build_agents
 
                 with torch.random.fork_rng(devices=[]):
-                    self._fixed_comparator = build_agents([dataclasses.replace(
+                    built = build_agents([dataclasses.replace(
                         c, model=pref.comparator_model, tokenizer=None, lora=None, share_weights_with=None,
                         gguf_file=None, model_kwargs={}) for c in configs])
+                for m in {id(a.model): a.model for a in built}.values():
+                    dist.broadcast_parameters(m)  # as the agents: rank 0's weights on every rank
+                self._fixed_comparator = self._shard(built)
             return self._fixed_comparator
         if pref.comparator_path:  # a fixed checkpoint
             if self._fixed_comparator is None:
-                self._fixed_comparator = self._load_folder(Path(pref.comparator_path),
-                                                           "train.preference.comparator_path")
+                self._fixed_comparator = self._shard(self._load_folder(Path(pref.comparator_path),
+                                                                       "train.preference.comparator_path"))
             return self._fixed_comparator
         # the policy of comparator_rounds_back rounds earlier: snapshots taken at each round's start
         k = pref.comparator_rounds_back
@@ -412,7 +417,17 @@ class Rounds:
                     shutil.rmtree(self.out / f"round-{old}" / "policy", ignore_errors=True)
         if dist.is_distributed():  # the other ranks load rank 0's snapshot
             torch.distributed.barrier()
-        return self._load_folder(self.out / f"round-{max(0, r - k)}" / "policy", "train.preference.comparator")
+        return self._shard(self._load_folder(self.out / f"round-{max(0, r - k)}" / "policy",
+                                             "train.preference.comparator"))
+
+    def _shard(self, agents):
+        """Under ``sharding: fsdp`` a comparator's models are sharded like the agents (gathered for the round's
+        sampling only), so a fixed comparator does not stay whole on every rank for the whole run."""
+        sharding = self.trainer.sharding
+        if sharding is not None:
+            for m in {id(a.model): a.model for a in agents}.values():
+                sharding.add(m, "the comparator")
+        return agents
 
     def _load_folder(self, folder: Path, key: str):
         with torch.random.fork_rng(devices=[]):
