@@ -78,7 +78,7 @@ def test_madpo_iter_gathering_one_agent_at_a_time_matches_one_process(runs):
 @pytest.mark.timeout(LONG)
 def test_round_pair_files_are_the_one_process_files(runs):
     """Gathered in one process's order; iter_ckpt's pair_selection: random draws per node, not per rank."""
-    for name, rounds in (("iter", 2), ("iter_ckpt", 1)):
+    for name, rounds in (("iter", 2), ("iter_ckpt", 1), ("iter_model", 2)):
         for r in range(rounds):
             multi = (runs / "multi" / name / "run" / f"round-{r}" / "pairs.jsonl").read_text()
             assert multi and multi == (runs / "single" / name / "run" / f"round-{r}" / "pairs.jsonl").read_text()
@@ -167,4 +167,4 @@ def test_offline_pairs_are_checked_whole_and_an_empty_share_gives_empty_data():
     with pytest.raises(ValueError, match="preference pair 1: 'chosen' needs 2 entries"):
         check_text_pairs([{"prompts": ["a", "b"], "chosen": ["x", "y"], "rejected": ["z", "w"]},
                           {"prompts": ["a", "b"], "chosen": ["x"], "rejected": ["z", "w"]}], 2)
-    assert text_pairs_to_ids([object(), object()], []) == [([], [], [], []), ([], [], [], [])]
+    assert text_pairs_to_ids([object(), object()], []) == [([], [], [], [], None), ([], [], [], [], None)]

@@ -227,3 +227,50 @@ def test_schemas_under_a_shared_prefix_draw_the_same_rows(agent):
         out.append(generate(agent, prompts, 3, schemas=schemas, share_prefix=share))
     assert out[0].ids == out[1].ids and out[0].forced == out[1].forced
     _check_rows(agent, out[1], schemas, 3)
+
+
+def test_madpo_iter_pairs_keep_their_sampled_tokens_and_forced_flags(tmp_path):
+    """Round pairs record the sampled ids and the schema's forced flags (training/pair_tokens.py), so the
+    round's DPO scores the sampled tokens and leaves the forced ones out, as online MADPO does."""
+    from comarl.preference import PreferenceSettings
+    from comarl.training.pair_tokens import tokenizer_fingerprint
+
+    env = comarl.FunctionEnv(formatters=[lambda it: with_schema(f"Trip to {it['t']}", SCHEMA)] * 2,
+                             reward_fn=lambda rs, item: sum(len(json.loads(r)["city"]) for r in rs) / 10)
+    cfg = comarl.TrainConfig(algorithm="madpo_iter", num_generations=3, batch_size=2, seed=0, progress_bar=False,
+                             report_to=[], output_dir=str(tmp_path))
+    cfg.preference = PreferenceSettings(rounds=1, steps_per_round=1, pairs_per_item=2)
+    trainer = comarl.Trainer([AgentConfig(model="tiny", max_new_tokens=40) for _ in range(2)], env,
+                             [{"t": "Rome"}, {"t": "Oslo"}], cfg)
+    trainer.train()
+    pairs = [json.loads(line) for line in (tmp_path / "round-0" / "pairs.jsonl").read_text().splitlines()]
+    assert pairs
+    fp = tokenizer_fingerprint(trainer.agents[0].tokenizer)
+    for i, (prompts, comps, chosen, rejected, forced) in enumerate(trainer.rounds.data):
+        assert forced is not None
+        for k, p in enumerate(pairs):
+            for side, idx in (("chosen", chosen[k]), ("rejected", rejected[k])):
+                rec = p["tokens"][side]
+                assert rec["tokenizer"][i] == fp
+                assert comps[idx] == rec["ids"][i]  # the sampled ids, not a re-tokenisation of the text
+                assert forced[idx] == [c == "1" for c in rec["forced"][i]]
+                assert forced[idx][-1] and not all(forced[idx])  # EOS forced, the values sampled
+                assert trainer.agents[i].tokenizer.decode(rec["ids"][i], skip_special_tokens=True) == p[side][i]
+
+
+def test_text_pairs_use_only_records_of_their_own_tokenizer(agent):
+    from comarl.training.dpo import text_pairs_to_ids
+    from comarl.training.pair_tokens import tokenizer_fingerprint
+
+    rec = {"ids": [[7, 8, 9]], "forced": ["101"], "tokenizer": [tokenizer_fingerprint(agent.tokenizer)]}
+    pair = {"prompts": ["P"], "chosen": ["ab"], "rejected": ["cd"],
+            "tokens": {"chosen": rec, "rejected": {**rec, "ids": [[4, 5]], "forced": [""]}}}
+    [(prompts, comps, chosen, rejected, forced)] = text_pairs_to_ids([agent], [pair])
+    assert comps == [[7, 8, 9], [4, 5]] and forced == [[True, False, True], [False, False]]
+    assert (chosen, rejected) == ([0], [1]) and prompts[0] == prompts[1]
+    eos = agent.tokenizer.eos_token_id
+    other = {**pair, "tokens": {"chosen": {**rec, "tokenizer": ["another"]}}}  # rejected: no record at all
+    [(_, comps, _, _, forced)] = text_pairs_to_ids([agent], [other])
+    assert comps == [agent.tokenizer("ab", add_special_tokens=False)["input_ids"] + [eos],
+                     agent.tokenizer("cd", add_special_tokens=False)["input_ids"] + [eos]]
+    assert forced is None

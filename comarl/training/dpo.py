@@ -32,6 +32,7 @@ from ..losses import joint_dpo_loss, reference_free_dpo_loss
 from ..preference.pairs import JointPair, NodeRng, tree_pairs
 from ..types import joined_samples
 from . import distributed as dist
+from .pair_tokens import joint_tokens, side_tokens, tokenizer_fingerprint
 from .dropout import dropout_disabled
 from .precision import autocast, backward
 from .sharding import idle_backward, lockstep_count
@@ -108,7 +109,8 @@ def dpo_update(trainer, rollouts) -> dict[str, float]:
     out = {"pref/pairs": float(n_pairs),
            "pref/gap": sum(p.gap for ps in chunk_pairs for p in ps) / max(n_pairs, 1)}
     if cfg.preference.pairs_out:  # every rank's pairs (collective)
-        write_pairs(cfg.preference.pairs_out, trainer.state.step, rollouts, chunk_pairs)
+        write_pairs(cfg.preference.pairs_out, trainer.state.step, rollouts, chunk_pairs,
+                    [tokenizer_fingerprint(a.tokenizer) for a in trainer.agents])
     data = []  # per agent: prompts, completions, chosen and rejected sample indices [P]
     for i in range(len(trainer.agents)):
         chosen, rejected = _pair_indices(rollouts, chunk_pairs, i)
@@ -128,21 +130,30 @@ def check_text_pairs(pairs, n_agents: int) -> None:
 
 def text_pairs_to_ids(agents, pairs) -> list[tuple]:
     """Pairs of texts ``{"prompts": [N], "chosen": [N], "rejected": [N]}`` -> per agent
-    (prompts, completions, chosen [P], rejected [P]) as :func:`dpo_step` takes them.
+    (prompts, completions, chosen [P], rejected [P], forced flags or None) as :func:`dpo_step` takes them.
 
-    Prompts go through each agent's prompt rendering; a response is re-tokenised and ends with EOS
-    (what the agent would have generated had it stopped there)."""
+    Prompts go through each agent's prompt rendering. A response this agent's tokenizer sampled (the pair's
+    ``tokens`` record, pair_tokens.py) keeps its ids and forced flags; any other is re-tokenised and ends
+    with EOS (what the agent would have generated had it stopped there), all its tokens learnt."""
     check_text_pairs(pairs, len(agents))
     if not pairs:  # a rank whose share of the pairs is empty still runs dpo_step's collectives for every agent
-        return [([], [], [], []) for _ in agents]
+        return [([], [], [], [], None) for _ in agents]
     out = []
     for i, agent in enumerate(agents):
         prompts = agent.encode_prompts([p["prompts"][i] for p in pairs])
         eos = [agent.tokenizer.eos_token_id] if agent.tokenizer.eos_token_id is not None else []
-        texts = [p["chosen"][i] for p in pairs] + [p["rejected"][i] for p in pairs]
-        comps = [list(x) + eos for x in agent.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        fp = tokenizer_fingerprint(agent.tokenizer)
+        sides = [(p, side) for side in ("chosen", "rejected") for p in pairs]
+        recorded = [side_tokens(p, side, i, fp) for p, side in sides]
+        redo = [k for k, rec in enumerate(recorded) if rec is None]
+        if redo:
+            texts = [sides[k][0][sides[k][1]][i] for k in redo]
+            for k, x in zip(redo, agent.tokenizer(texts, add_special_tokens=False)["input_ids"]):
+                recorded[k] = (list(x) + eos, [False] * (len(x) + len(eos)))
+        comps = [ids for ids, _ in recorded]
+        forced = [f for _, f in recorded] if any(any(f) for _, f in recorded) else None
         n = len(pairs)
-        out.append((prompts + prompts, comps, list(range(n)), list(range(n, 2 * n))))
+        out.append((prompts + prompts, comps, list(range(n)), list(range(n, 2 * n)), forced))
     return out
 
 
@@ -240,13 +251,20 @@ def dpo_step(trainer, data, weights: torch.Tensor) -> dict[str, float]:
     return out
 
 
-def text_pairs(ro, pairs, step: int, r: int | None = None) -> list[tuple[int, dict]]:
-    """``(node, pair)`` of one rollout's pairs, in node order (``r``: the round, iterative training)."""
-    return [(p.group, {"step": step, **({"round": r} if r is not None else {}),
-                       "prompts": ro.tree.prompts[p.group],
-                       "chosen": [ro.agents[i].texts[s] for i, s in enumerate(p.chosen_samples)],
-                       "rejected": [ro.agents[i].texts[s] for i, s in enumerate(p.rejected_samples)], "gap": p.gap})
-            for p in pairs]
+def text_pairs(ro, pairs, step: int, r: int | None = None,
+               fingerprints: list[str] | None = None) -> list[tuple[int, dict]]:
+    """``(node, pair)`` of one rollout's pairs, in node order (``r``: the round, iterative training);
+    ``fingerprints`` (the agents' tokenizers'): each pair also records its sampled tokens (pair_tokens.py)."""
+    out = []
+    for p in pairs:
+        pair = {"step": step, **({"round": r} if r is not None else {}), "prompts": ro.tree.prompts[p.group],
+                "chosen": [ro.agents[i].texts[s] for i, s in enumerate(p.chosen_samples)],
+                "rejected": [ro.agents[i].texts[s] for i, s in enumerate(p.rejected_samples)], "gap": p.gap}
+        if fingerprints is not None:
+            pair["tokens"] = {"chosen": joint_tokens(ro.agents, p.chosen_samples, fingerprints),
+                              "rejected": joint_tokens(ro.agents, p.rejected_samples, fingerprints)}
+        out.append((p.group, pair))
+    return out
 
 
 def node_items(ro) -> list[int]:
@@ -272,13 +290,13 @@ def all_ranks_pairs(batches: list[tuple[int, list[tuple[int, dict]]]]) -> list[d
     return [x[3] for x in sorted(every, key=lambda x: x[:3])]
 
 
-def write_pairs(path: str | Path, step: int, rollouts, chunk_pairs) -> None:
-    """Append one JSON line per pair (step, every agent's prompt and chosen/rejected text, their return gap):
-    every rank's pairs, written by rank 0 in one process's order. Collective: every rank calls it."""
+def write_pairs(path: str | Path, step: int, rollouts, chunk_pairs, fingerprints: list[str]) -> None:
+    """Append one JSON line per pair (step, every agent's prompt and chosen/rejected text and tokens, their
+    return gap): every rank's pairs, written by rank 0 in one process's order. Collective: every rank calls it."""
     mine = []
     for ro, pairs, first in zip(rollouts, chunk_pairs, first_items(rollouts)):  # this rank's accumulation chunks
         item = node_items(ro)
-        mine += [(first + item[g], p) for g, p in text_pairs(ro, pairs, step)]
+        mine += [(first + item[g], p) for g, p in text_pairs(ro, pairs, step, fingerprints=fingerprints)]
     every = all_ranks_pairs([(0, mine)])
     if not dist.is_main():
         return

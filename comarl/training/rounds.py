@@ -41,24 +41,31 @@ from . import checkpoint as ckpt
 from . import distributed as dist
 from .dpo import (all_ranks_pairs, check_text_pairs, dpo_step, node_items, node_rngs, step_pairs, text_pairs,
                   text_pairs_to_ids)
+from .pair_tokens import joint_tokens, tokenizer_fingerprint
 from .parallel_fit import ParallelFit
 from .placement import place_references
 from .sharding import full_state_dict
 
 
-def _joint_texts(rollout, g: int, j: int, k: int) -> list[str]:
-    """Every agent's text of joint action j at node g ([N])."""
-    return [a.texts[g * k + int(rollout.tree.joints[j, i])] for i, a in enumerate(rollout.agents)]
+def _joint_side(rollout, g: int, j: int, k: int, fingerprints: list[str] | None) -> tuple[list[str], dict | None]:
+    """Every agent's text of joint action j at node g ([N]), and its tokens record (pair_tokens.py)."""
+    idx = [g * k + int(rollout.tree.joints[j, i]) for i in range(len(rollout.agents))]
+    texts = [a.texts[s] for a, s in zip(rollout.agents, idx)]
+    return texts, joint_tokens(rollout.agents, idx, fingerprints) if fingerprints is not None else None
 
 
-def comparison_pairs(policy, comparator, cfg, rng: random.Random | NodeRng, step: int, r: int) -> list[dict]:
+def comparison_pairs(policy, comparator, cfg, rng: random.Random | NodeRng, step: int, r: int,
+                     fingerprints: tuple[list[str], list[str]] | None = None) -> list[dict]:
     """Text pairs of the policy's rollouts against the comparator's on the same items: at every root node,
     joint candidate j of one side meets candidate j of the other (``preference.comparator_pairs``);
-    ``chosen_by`` says which side won. Returns are the trees' joint returns (later turns included)."""
-    return [p for ro, co in zip(policy, comparator) for _, p in _comparison_pairs(ro, co, cfg, rng, step, r)]
+    ``chosen_by`` says which side won. Returns are the trees' joint returns (later turns included).
+    ``fingerprints``: (the policy's, the comparator's) tokenizers', to record each side's tokens."""
+    return [p for ro, co in zip(policy, comparator)
+            for _, p in _comparison_pairs(ro, co, cfg, rng, step, r, fingerprints)]
 
 
-def _comparison_pairs(ro, co, cfg, rng: random.Random | NodeRng, step: int, r: int) -> list[tuple[int, dict]]:
+def _comparison_pairs(ro, co, cfg, rng: random.Random | NodeRng, step: int, r: int,
+                      fingerprints: tuple[list[str], list[str]] | None = None) -> list[tuple[int, dict]]:
     """``(root node, pair)`` of one policy rollout against the comparator's (:func:`comparison_pairs`);
     ``rng``: one stream, or one per node (``node -> Random``) for ``pair_selection: random``."""
     pref, k = cfg.preference, cfg.num_generations
@@ -68,10 +75,14 @@ def _comparison_pairs(ro, co, cfg, rng: random.Random | NodeRng, step: int, r: i
     for g in [g for g in range(len(ro.tree.prompts)) if int(ro.agents[0].turns[g]) == 0]:
         for j, policy_wins, gap in comparator_pairs(rp[g].tolist(), rc[g].tolist(), pref.pair_selection,
                                                     pref.pairs_per_item, rng(g) if callable(rng) else rng):
-            mine, theirs = _joint_texts(ro, g, j, k), _joint_texts(co, g, j, k)
-            out.append((g, {"step": step, "round": r, "prompts": ro.tree.prompts[g],
-                            "chosen": mine if policy_wins else theirs, "rejected": theirs if policy_wins else mine,
-                            "gap": gap, "chosen_by": "policy" if policy_wins else "comparator"}))
+            mine = _joint_side(ro, g, j, k, fingerprints[0] if fingerprints else None)
+            theirs = _joint_side(co, g, j, k, fingerprints[1] if fingerprints else None)
+            won, lost = (mine, theirs) if policy_wins else (theirs, mine)
+            pair = {"step": step, "round": r, "prompts": ro.tree.prompts[g], "chosen": won[0], "rejected": lost[0],
+                    "gap": gap, "chosen_by": "policy" if policy_wins else "comparator"}
+            if fingerprints:
+                pair["tokens"] = {"chosen": won[1], "rejected": lost[1]}
+            out.append((g, pair))
     return out
 
 
@@ -226,10 +237,12 @@ class Rounds:
                 if comparator is not None:
                     others.append(collect_rollout(comparator, self.base_env, items, self.settings))
         step, keys = t.state.step, [f"{cfg.seed}/round{r}/batch{b}" for b in sampled]  # pair_selection: random
+        fps = [tokenizer_fingerprint(a.tokenizer) for a in t.agents]  # pairs keep their sampled tokens
         if comparator is None:
-            batches = [text_pairs(ro, step_pairs([ro], cfg, key)[0], step, r) for ro, key in zip(rollouts, keys)]
+            batches = [text_pairs(ro, step_pairs([ro], cfg, key)[0], step, r, fps) for ro, key in zip(rollouts, keys)]
         else:
-            batches = [_comparison_pairs(ro, co, cfg, node_rngs(ro, key), step, r)
+            sides = (fps, [tokenizer_fingerprint(a.tokenizer) for a in comparator])
+            batches = [_comparison_pairs(ro, co, cfg, node_rngs(ro, key), step, r, sides)
                        for ro, co, key in zip(rollouts, others, keys)]
         # the round's file and pool hold every rank's pairs, in the order one process would make them
         # (madpo_iter: each rank then trains on its share of the pool; marlhf_iter: one reward model on all)
