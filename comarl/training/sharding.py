@@ -41,6 +41,7 @@ before the agents are built), and the mesh is built once, so both share it.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Iterable
 
 import torch
@@ -48,6 +49,10 @@ import torch
 from ..config_io import ConfigError
 from ..runtime import MIXED_PRECISION
 from . import distributed as dist
+
+# A Hugging Face model's output holds views (hidden states); FSDP2 warns on every such forward that an in-place
+# op on one would skip its pre-backward hook. Nothing here modifies model outputs in place.
+warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
 
 
 def mesh_shape(world_size: int, shard_size: int) -> tuple[int, ...]:
