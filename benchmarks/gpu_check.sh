@@ -40,7 +40,8 @@ for spec in \
     "fsdp1_agent_lora_resume|$PY $CHECK --sharding fsdp --fsdp-gather agent --lora --one-rank-group --resume-check" \
     "fsdp1_iac|$PY $CHECK --sharding fsdp --one-rank-group --algorithm iac" \
     "fsdp1_maac_agent|$PY $CHECK --sharding fsdp --fsdp-gather agent --one-rank-group --algorithm maac --critic-model smollm2" \
-    "fsdp1_madpo|$PY $CHECK --sharding fsdp --one-rank-group --algorithm madpo"; do
+    "fsdp1_madpo|$PY $CHECK --sharding fsdp --one-rank-group --algorithm madpo" \
+    "fsdp1_fp16_resume|$PY $CHECK --sharding fsdp --one-rank-group --mixed-precision fp16 --resume-check"; do
     label=${spec%%|*}; cmd=${spec#*|}
     ( one "$label" $cmd >"$LOGS/$label.out" ) &
     pids+=($!)

@@ -215,8 +215,6 @@ class TrainConfig:
             raise ConfigError(f"train.fsdp_gather: must be team or agent, got {self.fsdp_gather!r}")
         if self.sharding != "fsdp":
             return
-        if self.mixed_precision == "fp16":
-            raise ConfigError("train.mixed_precision: fp16 is not supported with train.sharding=fsdp (use bf16)")
         if self.reference_device is not None:
             raise ConfigError("train.reference_device: a sharded reference lives on the ranks' devices; "
                               "leave it null with train.sharding=fsdp")

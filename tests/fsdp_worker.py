@@ -21,6 +21,9 @@ with the gathered final weights and the reduced metrics):
 * ``resume``: resume ``two`` from ``--from``/two/run/checkpoint-2 (default: OUT's) and run step 3.
 * ``hsdp1`` / ``hsdp2``: ``one`` with ``fsdp_shard_size`` 1 (mesh (2, 1)) / 2 (mesh (1, 2)).
 * ``bf16``: ``one`` under ``mixed_precision=bf16`` (FSDP's MixedPrecisionPolicy), 1 step.
+* ``fp16``: ``one`` under ``mixed_precision=fp16`` (float16 MixedPrecisionPolicy, the sharded loss scaler;
+  CPU autocast with the library's CUDA-only check lifted), 3 steps: step 2's NaN skips on both ranks, and
+  rank 1, with no item, still joins the scaler's all-reduce.
 * ``plain`` / ``from_plain``: ``two`` without sharding (a checkpoint of whole models), then resumed sharded
   from its checkpoint-2.
 * ``gc``: ``one`` with ``gradient_checkpointing`` (the same numbers as without it).
@@ -111,10 +114,13 @@ def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
             kw.update(fsdp_shard_size=int(name[-1]))
         if name == "bf16":
             kw.update(mixed_precision="bf16", max_steps=1)
+        if name == "fp16":  # fp16 is CUDA-only in the library; CPU autocast runs it here (fp16_on_cpu)
+            kw.update(mixed_precision="fp16")
         if name == "gc":  # activation checkpointing: FSDP re-gathers each block for the recomputation
             kw.update(gradient_checkpointing=True)
     score = reward if len(agents) == 2 else nan_on_item_4
-    trainer = Trainer(agents, FunctionEnv(prompts, score), [{"x": x} for x in range(5)], TrainConfig(**kw))
+    with fp16_on_cpu() if name == "fp16" else contextlib.nullcontext():
+        trainer = Trainer(agents, FunctionEnv(prompts, score), [{"x": x} for x in range(5)], TrainConfig(**kw))
     if name == "two":
         trainer.train()
         trainer.save(out / name / "final")
@@ -127,7 +133,23 @@ def _finish(trainer, name: str, out: Path) -> None:
     weights = [full_state_dict(a.model, keep=True) for a in trainer.agents]
     (out / name).mkdir(parents=True, exist_ok=True)
     torch.save({"weights": weights, "history": history, "world_size": dist.world_size(),
-                "sharded": trainer.sharding is not None}, out / name / f"rank{dist.rank()}.pt")
+                "sharded": trainer.sharding is not None,
+                "scalers": [(s.sharded, s.scale, s.overflows) for s in trainer.scalers.values()]},
+               out / name / f"rank{dist.rank()}.pt")
+
+
+@contextlib.contextmanager
+def fp16_on_cpu():
+    """The trainer's CUDA-only check of fp16 lifted: CPU autocast runs float16 (slowly), enough to test the
+    loss scaler's sharded path on gloo."""
+    import comarl.training.loop as loop
+
+    real = loop.check_mixed_precision
+    loop.check_mixed_precision = lambda *a, **k: None
+    try:
+        yield
+    finally:
+        loop.check_mixed_precision = real
 
 
 @contextlib.contextmanager

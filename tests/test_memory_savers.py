@@ -129,3 +129,28 @@ def test_bitsandbytes_optimizer_without_the_package_is_a_clear_error(name):
 def test_unknown_optimizer_names_the_key():
     with pytest.raises(ConfigError, match=r"agents.1.optimizer must be one of \['adamw', 'sgd', 'adamw_8bit'"):
         AgentConfig(optimizer="lion").validate("agents.1")
+
+
+def test_sharded_loss_scaler_keeps_its_scale_over_a_step_and_unscales_once():
+    """FSDP mode: no hooks; S fixed over the step's backward passes; unscale_sharded divides the accumulated
+    gradients once and adjusts S (here one process: the overflow flag's all-reduce is the flag itself)."""
+    lin = torch.nn.Linear(3, 1)
+    x = torch.tensor([[1.0, 2.0, 3.0]])
+    scaler = LossScaler(init_scale=1024.0, growth_interval=2, sharded=True).install(lin)
+    for _ in range(2):  # two micro-batches accumulate 2 x 1024 x x
+        backward(lin(x).sum(), scaler)
+    assert lin.weight.grad.tolist() == [[2048.0, 4096.0, 6144.0]] and scaler.scale == 1024.0
+    scaler.unscale_sharded(list(lin.parameters()))
+    assert lin.weight.grad.tolist() == [[2.0, 4.0, 6.0]] and scaler.good == 1
+    lin.zero_grad()
+    backward(lin(x).sum(), scaler)
+    scaler.unscale_sharded(list(lin.parameters()))
+    assert scaler.scale == 2048.0 and scaler.good == 0  # growth_interval clean steps: S doubles
+    scaler.scale = 3e38
+    lin.zero_grad()
+    backward(lin(x).sum(), scaler)
+    scaler.unscale_sharded(list(lin.parameters()))
+    assert not torch.isfinite(lin.weight.grad).all() and scaler.overflows == 1 and scaler.scale == 1.5e38
+    backward(lin(x).sum(), scaler)  # a step skipped for a non-finite loss (judge=False): S left alone
+    scaler.unscale_sharded(list(lin.parameters()), judge=False)
+    assert scaler.overflows == 1 and scaler.scale == 1.5e38

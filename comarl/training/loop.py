@@ -456,6 +456,9 @@ class Trainer:
         cfg, model = self.config, self.agents[i].model
         opt, sched = self.optimizers[i], self.schedulers[i]
         bad = dist.all_reduce_sum(int(bad)) > 0  # every rank skips together
+        scaler = self.scalers.get(id(model))
+        if scaler is not None and scaler.sharded:  # fp16 under FSDP2: gradients / S here (collective)
+            scaler.unscale_sharded([p for p in model.parameters() if p.requires_grad], judge=not bad)
         grad_norm = float("nan")
         if not bad:
             if self.sharding is None:  # FSDP2 has reduce-scattered (summed) the gradients in backward already

@@ -6,7 +6,8 @@
     with float32 master weights: matmul activations (and the memory kept for
     backward) are half size. Works on CUDA (Ampere or newer) and on CPU.
   * ``fp16``: the same with float16, CUDA only, plus dynamic loss scaling
-    (:class:`LossScaler`) so small gradients do not underflow.
+    (:class:`LossScaler`) so small gradients do not underflow (under FSDP2
+    sharding: unscaled once per step, ``LossScaler(sharded=True)``).
 Log-probs are always computed in float32 from the logits (``logprobs.py``).
 
 ``train.gradient_checkpointing``: keep only each decoder layer's input during
@@ -22,6 +23,7 @@ import torch
 
 from ..config_io import ConfigError
 from ..runtime import MIXED_PRECISION
+from . import distributed as dist
 
 
 def autocast(mode: str, device) -> contextlib.AbstractContextManager:
@@ -54,12 +56,20 @@ class LossScaler:
     ordinary values. An overflow gives inf/NaN gradients, which the loop
     already skips; the next ``scale_loss`` then halves S. After
     ``growth_interval`` clean backward passes S doubles.
+
+    ``sharded=True`` (FSDP2): FSDP reduce-scatters the gradients into the sharded
+    parameters outside autograd, so no hook sees them. S then stays fixed over a
+    step's backward passes; the loop calls :meth:`unscale_sharded` once before
+    clipping, which divides the sharded gradients by S and adjusts S from an
+    overflow flag all-reduced over the ranks (every rank keeps the same S).
     """
 
-    def __init__(self, init_scale: float = 2.0 ** 16, growth_interval: int = 1000, min_scale: float = 1.0):
+    def __init__(self, init_scale: float = 2.0 ** 16, growth_interval: int = 1000, min_scale: float = 1.0,
+                 sharded: bool = False):
         self.scale = float(init_scale)
         self.growth_interval = growth_interval
         self.min_scale = min_scale
+        self.sharded = sharded
         self.good = 0
         self.overflows = 0
         self._inf: dict[torch.device, torch.Tensor] = {}
@@ -67,10 +77,30 @@ class LossScaler:
         self._handles: list = []
 
     def install(self, model) -> "LossScaler":
+        if self.sharded:  # FSDP swaps the parameters; the gradients are unscaled in unscale_sharded
+            return self
         for p in model.parameters():
             if p.requires_grad:
                 self._handles.append(p.register_hook(self._unscale))
         return self
+
+    def unscale_sharded(self, params, judge: bool = True) -> None:
+        """Sharded mode, once per step on every rank (collective): gradients / S, then S adjusted from an
+        overflow on any rank. A rank that ran only idle passes divides too: FSDP's reduce-scatter put the
+        other ranks' scaled gradients into its shards. ``judge=False`` (the step is skipped for a non-finite
+        loss, not an overflow): S is left as it is, as the hook mode, which runs no backward for such a loss."""
+        found = False
+        with torch.no_grad():
+            for p in params:
+                if p.grad is not None:
+                    local = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+                    found = found or not bool(torch.isfinite(local).all())
+                    p.grad.div_(self.scale)
+        found = dist.all_reduce_max(int(found)) > 0
+        if judge:
+            self._adjust(found)
+        else:
+            self._backward_seen = False
 
     def remove(self) -> None:
         for h in self._handles:
@@ -86,12 +116,15 @@ class LossScaler:
         return grad / self.scale
 
     def update(self) -> None:
-        """Adjust S from the backward passes since the last call."""
-        if not self._backward_seen:
+        """Adjust S from the backward passes since the last call (hook mode)."""
+        if not self._backward_seen or self.sharded:
             return
         found = any(bool(t.item()) for t in self._inf.values())
         for t in self._inf.values():
             t.zero_()
+        self._adjust(found)
+
+    def _adjust(self, found: bool) -> None:
         self._backward_seen = False
         if found:
             self.overflows += 1
@@ -104,8 +137,11 @@ class LossScaler:
                 self.good = 0
 
     def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
-        """``loss * S`` (after adjusting S from the previous backward)."""
-        self.update()
+        """``loss * S`` (hook mode: after adjusting S from the previous backward; sharded: S of this step)."""
+        if self.sharded:
+            self._backward_seen = True
+        else:
+            self.update()
         return loss * self.scale
 
 
@@ -129,5 +165,6 @@ def setup_memory_savers(agents, train_cfg) -> dict[int, LossScaler]:
         if train_cfg.gradient_checkpointing:
             enable_gradient_checkpointing(agent.model, agent.name)
         if train_cfg.mixed_precision == "fp16":
-            scalers[id(agent.model)] = LossScaler().install(agent.model)
+            sharded = train_cfg.sharding == "fsdp" and dist.is_distributed()
+            scalers[id(agent.model)] = LossScaler(sharded=sharded).install(agent.model)
     return scalers

@@ -83,17 +83,15 @@ def build_mesh(shard_size: int, device_type: str):
 def mixed_precision_policy(mode: str):
     """``train.mixed_precision`` -> FSDP2 ``MixedPrecisionPolicy`` (None for ``no``).
 
-    bf16: parameters are all-gathered and computed in bfloat16, gradients are
-    reduced in float32 into the float32 sharded master weights. fp16 is refused
-    (its loss scaler hooks per-parameter gradients, which FSDP replaces).
+    bf16 / fp16: parameters are all-gathered and computed in that dtype, gradients
+    are reduced in float32 into the float32 sharded master weights (fp16: the loss
+    scaler unscales the sharded gradients once per step, ``LossScaler(sharded=True)``).
     """
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
     dtype = MIXED_PRECISION[mode]
     if dtype is None:
         return None
-    if dtype == torch.float16:
-        raise ConfigError("train.mixed_precision: fp16 is not supported with train.sharding=fsdp (use bf16)")
     return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
 
 
