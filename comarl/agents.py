@@ -150,10 +150,40 @@ def smollm2_dir() -> tuple[str, str]:
     return str(folder), ggufs[0].name
 
 
-def _load_model_and_tokenizer(cfg: AgentConfig, where: str):
+def _meta_model(cfg: AgentConfig, where: str):
+    """The agent's architecture on the ``meta`` device (no weights), with its tokenizer and generation
+    config, or None where only loading can tell the architecture (a GGUF file, a model object)."""
+    src, dtype = cfg.model, _DTYPES[cfg.dtype]
+    if not isinstance(src, str) or src == "smollm2" or cfg.gguf_file:
+        return None
+    if src in ("tiny", "tiny-llama"):
+        from .tiny_model import tiny_model
+
+        return tiny_model(arch="llama" if src == "tiny-llama" else "qwen2", meta=True, **dict(cfg.model_kwargs))
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    kwargs = dict(cfg.model_kwargs)
+    try:
+        config = AutoConfig.from_pretrained(src, trust_remote_code=kwargs.get("trust_remote_code", False))
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{where}.model: cannot load {src!r}: {e}") from e
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, **{
+            k: v for k, v in kwargs.items() if k in ("attn_implementation", "trust_remote_code")})
+    try:  # as from_pretrained reads it: EOS ids and sampling defaults must match rank 0's
+        model.generation_config = GenerationConfig.from_pretrained(src)
+    except OSError:
+        pass
+    return model, (cfg.tokenizer if cfg.tokenizer is not None else AutoTokenizer.from_pretrained(src))
+
+
+def _load_model_and_tokenizer(cfg: AgentConfig, where: str, meta: bool = False):
     src = cfg.model
     dtype = _DTYPES[cfg.dtype]
-    if isinstance(src, torch.nn.Module):
+    built = _meta_model(cfg, where) if meta else None
+    if built is not None:
+        model, tok = built
+    elif isinstance(src, torch.nn.Module):
         model = src
         tok = cfg.tokenizer
         if tok is None:
@@ -221,10 +251,14 @@ def _drop_gguf_quantizer(model, where: str) -> None:
         del model.config.quantization_config
 
 
-def build_agents(configs: list[AgentConfig | str | Any]) -> list[Agent]:
+def build_agents(configs: list[AgentConfig | str | Any], meta: bool = False) -> list[Agent]:
     """Build agents; the same model id twice gives two independent copies unless
     ``share_weights_with`` asks for sharing. A model *object* passed twice is
-    copied for the second agent for the same reason."""
+    copied for the second agent for the same reason.
+
+    ``meta``: build each model's architecture on the ``meta`` device without reading its weights (sharded
+    runs, ranks other than 0: ``Sharding.add`` fills the shards from rank 0); a source whose architecture
+    only loading tells (a GGUF file, a model object) is loaded whole (on the CPU with ``device: meta``)."""
     cfgs = [c if isinstance(c, AgentConfig) else AgentConfig(model=c) for c in configs]
     if not cfgs:
         raise ConfigError("agents: at least one agent is required")
@@ -237,11 +271,11 @@ def build_agents(configs: list[AgentConfig | str | Any]) -> list[Agent]:
         if cfg.lora is not None:
             key = base_key(cfg)
             if key not in bases:
-                base, tok = _load_model_and_tokenizer(cfg, where)
+                base, tok = _load_model_and_tokenizer(cfg, where, meta)
                 if id(base) in seen_objects:  # a model object also used by a full fine-tuning agent
                     base = copy.deepcopy(base)
                 seen_objects.add(id(base))
-                bases[key] = (SharedBase(base.to(cfg.device)), tok)
+                bases[key] = (SharedBase(_to_device(base, cfg.device)), tok)
             shared, tok = bases[key]
             model, tok = shared.add(f"agent{i}", cfg.lora), copy.copy(tok)
         elif cfg.share_weights_with is not None:
@@ -250,10 +284,17 @@ def build_agents(configs: list[AgentConfig | str | Any]) -> list[Agent]:
                 raise ConfigError(f"{where}.share_weights_with must name an earlier agent (0..{i - 1}), got {j}")
             model, tok = agents[j].model, agents[j].tokenizer
         else:
-            model, tok = _load_model_and_tokenizer(cfg, where)
+            model, tok = _load_model_and_tokenizer(cfg, where, meta)
             if id(model) in seen_objects:
                 model = copy.deepcopy(model)
             seen_objects.add(id(model))
-            model.to(cfg.device)
+            _to_device(model, cfg.device)
         agents.append(Agent(cfg, model, tok, cfg.name or f"agent{i}", i))
     return agents
+
+
+def _to_device(model, device: str):
+    """``model.to(device)``; ``meta`` (a sharded run's rank > 0) moves nothing: a model built there is on
+    meta already, and one that had to be loaded (GGUF, an object) stays on the CPU (``.to("meta")`` would
+    untie its tied embeddings; its shards are filled from rank 0 all the same)."""
+    return model if device == "meta" else model.to(device)

@@ -63,11 +63,12 @@ def tiny_tokenizer(vocab_size: int = 1024):
 
 
 def tiny_model(arch: str = "qwen2", vocab_size: int = 1024, hidden_size: int = 64, num_layers: int = 2,
-               seed: int = 0, tokenizer=None):
+               seed: int = 0, tokenizer=None, meta: bool = False):
     """Return ``(model, tokenizer)``: a random ``arch`` ("qwen2" or "llama") causal LM.
 
     ``hidden_size`` 64-256 and 2-4 layers keep a training step at ~0.1 s on a CPU.
-    The seed fixes the weights, so two calls give identical models.
+    The seed fixes the weights, so two calls give identical models. ``meta``: the architecture on the
+    ``meta`` device, no weights (sharded runs fill it from rank 0).
     """
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
@@ -82,9 +83,13 @@ def tiny_model(arch: str = "qwen2", vocab_size: int = 1024, hidden_size: int = 6
         cfg, cls = LlamaConfig(**common), LlamaForCausalLM
     else:
         raise ValueError(f"tiny model arch must be 'qwen2' or 'llama', got {arch!r}")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = cls(cfg)
+    if meta:
+        with torch.device("meta"):
+            model = cls(cfg)
+    else:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = cls(cfg)
     model.generation_config.pad_token_id = tok.pad_token_id
     model.generation_config.eos_token_id = tok.eos_token_id
     return model, tok

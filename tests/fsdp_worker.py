@@ -119,8 +119,9 @@ def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
         if name == "gc":  # activation checkpointing: FSDP re-gathers each block for the recomputation
             kw.update(gradient_checkpointing=True)
     score = reward if len(agents) == 2 else nan_on_item_4
-    with fp16_on_cpu() if name == "fp16" else contextlib.nullcontext():
+    with fp16_on_cpu() if name == "fp16" else contextlib.nullcontext(), record_meta_adds() as meta_adds:
         trainer = Trainer(agents, FunctionEnv(prompts, score), [{"x": x} for x in range(5)], TrainConfig(**kw))
+    trainer.meta_adds = meta_adds
     if name == "two":
         trainer.train()
         trainer.save(out / name / "final")
@@ -134,8 +135,28 @@ def _finish(trainer, name: str, out: Path) -> None:
     (out / name).mkdir(parents=True, exist_ok=True)
     torch.save({"weights": weights, "history": history, "world_size": dist.world_size(),
                 "sharded": trainer.sharding is not None,
-                "scalers": [(s.sharded, s.scale, s.overflows) for s in trainer.scalers.values()]},
+                "scalers": [(s.sharded, s.scale, s.overflows) for s in trainer.scalers.values()],
+                "meta_adds": getattr(trainer, "meta_adds", None)},
                out / name / f"rank{dist.rank()}.pt")
+
+
+@contextlib.contextmanager
+def record_meta_adds():
+    """Yield a list that gets, for every module sharded inside the block, whether this rank had built it on
+    the meta device (rank > 0 never holds an agent whole: rank 0's weights are sent at sharding)."""
+    from comarl.training.sharding import Sharding, shard_target
+
+    real, seen = Sharding.add, []
+
+    def add(self, module, where, by_block=True):
+        seen.append(all(p.is_meta for p in shard_target(module).parameters()))
+        return real(self, module, where, by_block)
+
+    Sharding.add = add
+    try:
+        yield seen
+    finally:
+        Sharding.add = real
 
 
 @contextlib.contextmanager

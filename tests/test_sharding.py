@@ -47,6 +47,9 @@ def test_two_sharded_ranks_match_one_process(runs, name):
     for m0, m1 in zip(r0["history"], one["history"], strict=True):
         for k in [k for k in m1 if k.endswith(("/grad_norm", "/loss")) or k == "reward/mean"]:
             assert m0[k] == pytest.approx(m1[k], rel=1e-4, abs=1e-6, nan_ok=True), k
+    # rank 0 built the models (agents and reference copies) on the CPU, rank 1 on `meta`: filled from rank 0
+    assert r1["meta_adds"] and all(r1["meta_adds"]) and not any(r0["meta_adds"])
+    assert one["meta_adds"] == []  # one process: nothing to shard with
     if name == "one":
         # step 2: NaN reward on rank 0's only item, no item on rank 1: both passes skipped together, no hang
         assert [m["count/nonfinite_skips"] for m in r0["history"]] == [0, 2, 2]

@@ -37,8 +37,9 @@ def _separate(settings: CriticSettings, devices: list[str]) -> list[ValueModel]:
                               "tokenizer=tok))")
         built = [(copy.deepcopy(base.model).to(d), base.tokenizer) for d in devices]
     else:
-        built = [(c.model, c.tokenizer) for c in build_agents(
-            [dataclasses.replace(base, device=d, name=f"critic{i}") for i, d in enumerate(devices)])]
+        built = [(c.model, c.tokenizer) for c in build_agents(  # meta: a sharded run's rank > 0 (Sharding.add)
+            [dataclasses.replace(base, device=d, name=f"critic{i}") for i, d in enumerate(devices)],
+            meta=all(d == "meta" for d in devices))]
     out = []
     for (model, tokenizer), device in zip(built, devices):
         head = None

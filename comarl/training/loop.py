@@ -136,18 +136,22 @@ class Trainer:
         check_items(env, self.train_items, "train_dataset")
         check_items(env, self.eval_items, "eval_dataset")
         dist.init_from_env(cfg.dist_backend)
+        # sharded: rank 0 builds the models on the CPU, the other ranks on `meta`, and every module is sharded
+        # with rank 0's weights (Sharding.add), so no rank holds an agent whole on its device
+        self._rank0_build = cfg.sharding == "fsdp" and dist.is_distributed()
         seed_everything(cfg.seed)  # the same model init on every rank ...
         self.agents = self._place_agents(agents)
-        for m in {id(a.model): a.model for a in self.agents}.values():
-            dist.broadcast_parameters(m)  # ... made certain: rank 0's trainable weights everywhere
+        if not self._rank0_build:
+            for m in {id(a.model): a.model for a in self.agents}.values():
+                dist.broadcast_parameters(m)  # ... made certain: rank 0's trainable weights everywhere
         self.critic = build_critic(self.algorithm.critic, cfg.critic, self.agents, cfg.discount, cfg.micro_batch_size,
                                    cfg.max_grad_norm) if self.algorithm.critic else None  # iac, maac
-        for m in self.critic.modules() if self.critic is not None else []:
+        for m in self.critic.modules() if self.critic is not None and not self._rank0_build else []:
             dist.broadcast_parameters(m)
         if self.critic is not None and cfg.kl_beta > 0 and cfg.kl_mode == "reward":
             raise ConfigError(f"train.kl_mode: {cfg.algorithm} takes the KL in the loss (kl_mode=loss); the critic's "
                               f"GAE is computed before the KL-in-reward would change the rewards")
-        check_mixed_precision(cfg.mixed_precision, [str(a.device) for a in self.agents])
+        check_mixed_precision(cfg.mixed_precision, [a.config.device for a in self.agents])
         self.scalers = setup_memory_savers(self.agents, cfg)
         if dist.world_size() > 1:  # ... but a different sampling stream per rank
             seed_everything(dist.sampling_seed(cfg.seed, dist.rank()))
@@ -204,7 +208,13 @@ class Trainer:
         configs = [a if isinstance(a, AgentConfig) else AgentConfig(model=a) for a in agents]
         devices = agent_device_names(configs, cfg.agent_devices)
         check_shared_devices(configs, devices)
-        return build_agents([dataclasses.replace(c, device=d) for c, d in zip(configs, devices)])
+        if not self._rank0_build:
+            return build_agents([dataclasses.replace(c, device=d) for c, d in zip(configs, devices)])
+        meta = dist.rank() != 0  # sharding moves each block to the device (Sharding.add)
+        built = build_agents([dataclasses.replace(c, device="meta" if meta else "cpu") for c in configs], meta=meta)
+        for a, d in zip(built, devices):
+            a.config = dataclasses.replace(a.config, device=d)  # where the shards go
+        return built
 
     # ----------------------------------------------------------------- data
     def epoch_order(self, epoch: int) -> list[int]:

@@ -41,6 +41,7 @@ before the agents are built), and the mesh is built once, so both share it.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import warnings
 from typing import Iterable
 
@@ -150,10 +151,36 @@ class Sharding:
         self.mp_policy = mp_policy
 
     def add(self, module: torch.nn.Module, where: str, by_block: bool = True) -> torch.nn.Module:
-        """Shard one more module on this mesh (a critic backbone, a value head with ``by_block=False``, a
-        reward model); every rank calls it. Build its optimiser afterwards: FSDP swaps the parameters."""
-        shard_module(shard_target(module), self.mesh, self.mp_policy, where, by_block)
+        """Shard one more module on this mesh (an agent, a reference copy, a critic backbone, a value head
+        with ``by_block=False``, a reward model); every rank calls it. Build its optimiser afterwards: FSDP
+        swaps the parameters.
+
+        Rank 0's weights are what every rank ends with: rank 0 keeps its whole state (on the CPU when the
+        module was built there) while FSDP shards the module, then sends each tensor so that every rank
+        keeps its shard (``set_model_state_dict(broadcast_from_rank0=True)``), and its buffers. So the other
+        ranks may build the module on the ``meta`` device (``agents.build_agents(meta=True)``): they never
+        hold it whole, and FSDP moves rank 0's blocks to the device one at a time.
+        """
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        target = shard_target(module)
+        on_meta = any(t.is_meta for t in itertools.chain(target.parameters(), target.buffers()))
+        full = target.state_dict() if dist.rank() == 0 else {}  # detached: FSDP's moves do not touch them
+        shard_module(target, self.mesh, self.mp_policy, where, by_block)
+        if on_meta:
+            target.to_empty(device=self.device)
+        set_model_state_dict(target, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        with torch.no_grad():
+            for b in target.buffers():  # non-persistent buffers (rotary frequencies) are in no state dict
+                torch.distributed.broadcast(b, 0)
         return module
+
+    @property
+    def device(self) -> torch.device:
+        """This rank's device of the mesh (its GPU, or the CPU under gloo)."""
+        if self.mesh.device_type == "cuda":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device(self.mesh.device_type)
 
     @contextlib.contextmanager
     def gathered(self, models: Iterable):
@@ -220,7 +247,7 @@ def shard_agents(agents, references, cfg) -> Sharding | None:
     A single process has nothing to shard with: models stay whole (a sharded
     checkpoint still loads into them).
     """
-    sharding = run_sharding(cfg, agents[0].device.type)
+    sharding = run_sharding(cfg, torch.device(agents[0].config.device).type)
     if sharding is None:
         return None
     roots: dict[int, tuple[torch.nn.Module, str]] = {}
