@@ -151,7 +151,8 @@ class Trainer:
         if self.critic is not None and cfg.kl_beta > 0 and cfg.kl_mode == "reward":
             raise ConfigError(f"train.kl_mode: {cfg.algorithm} takes the KL in the loss (kl_mode=loss); the critic's "
                               f"GAE is computed before the KL-in-reward would change the rewards")
-        check_mixed_precision(cfg.mixed_precision, [a.config.device for a in self.agents])
+        check_mixed_precision(cfg.mixed_precision, [a.config.device if self._rank0_build else str(a.device)
+                                                    for a in self.agents])  # rank-0 build: not there yet
         self.scalers = setup_memory_savers(self.agents, cfg)
         if dist.world_size() > 1:  # ... but a different sampling stream per rank
             seed_everything(dist.sampling_seed(cfg.seed, dist.rank()))

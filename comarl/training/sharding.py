@@ -247,7 +247,9 @@ def shard_agents(agents, references, cfg) -> Sharding | None:
     A single process has nothing to shard with: models stay whole (a sharded
     checkpoint still loads into them).
     """
-    sharding = run_sharding(cfg, torch.device(agents[0].config.device).type)
+    here = agents[0].device  # a rank-0 build is still on the CPU (rank 0) or meta: its config names the device
+    sharding = run_sharding(cfg, here.type if here.type not in ("cpu", "meta") else
+                            torch.device(agents[0].config.device).type)
     if sharding is None:
         return None
     roots: dict[int, tuple[torch.nn.Module, str]] = {}
