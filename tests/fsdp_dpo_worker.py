@@ -48,7 +48,7 @@ from comarl import FunctionEnv, TrainConfig, Trainer  # noqa: E402
 from comarl.preference import CentralizedEnv, ParseError, PreferenceSettings  # noqa: E402
 from comarl.training import distributed as dist  # noqa: E402
 from comarl.training.sharding import full_state_dict  # noqa: E402
-from fsdp_worker import agent, reward, worker_main  # noqa: E402
+from fsdp_worker import agent, record_meta_adds, reward, worker_main  # noqa: E402
 
 PROMPTS = [lambda it: f"Say {it['x']} in few words.", lambda it: f"Say {it['x']} at length."]
 
@@ -136,15 +136,16 @@ def run(name: str, out: Path, batch_size: int, resume_from: Path | None = None) 
     else:
         raise SystemExit(f"unknown scenario {name}")
     trainer = Trainer(agents, env, [{"x": x} for x in range(5)], TrainConfig(**kw))
-    with nan_loss_on_call(1) if name == "central" else contextlib.nullcontext():
-        history = trainer.train()
+    with nan_loss_on_call(1) if name == "central" else contextlib.nullcontext(), record_meta_adds() as later:
+        history = trainer.train()  # later: modules sharded during training (a comparator model)
     weights = [full_state_dict(a.model, keep=True) for a in trainer.agents]
     fixed = trainer.rounds._fixed_comparator if trainer.rounds is not None else None
     (out / name).mkdir(parents=True, exist_ok=True)
     torch.save({"weights": weights, "history": history, "world_size": dist.world_size(),
                 "sharded": trainer.sharding is not None,
                 "comparator_sharded": fixed is not None and any(isinstance(m, FSDPModule)
-                                                                for m in fixed[0].model.modules())},
+                                                                for m in fixed[0].model.modules()),
+                "meta_adds_in_training": later},
                out / name / f"rank{dist.rank()}.pt")
 
 

@@ -57,6 +57,7 @@ def test_two_sharded_ranks_match_one_process(runs, name):
         assert all(m["agent1/grad_norm"] > 0 for m in r0["history"])  # the second agent learnt every step
     if name == "iter_model":  # the fixed comparator is sharded too (whole only in the single process)
         assert r0["comparator_sharded"] and r1["comparator_sharded"] and not one["comparator_sharded"]
+        assert r1["meta_adds_in_training"] == [True] and r0["meta_adds_in_training"] == [False]  # rank-0 build
     if name == "central":  # step 2's NaN loss, on rank 0 only (rank 1 had no item): skipped on both, no hang
         assert [m["count/nonfinite_skips"] for m in r0["history"]] == [0, 1]
         assert [m["count/nonfinite_skips"] for m in one["history"]] == [0, 1]

@@ -404,12 +404,18 @@ class Rounds:
             if self._fixed_comparator is None:
                 from ..agents import build_agents
 
+                # sharded: built as the agents are (rank 0 on the CPU, the others on meta; Sharding.add sends
+                # rank 0's weights); else rank 0's weights broadcast, as for the agents
+                sharded, meta = t.sharding is not None, t.sharding is not None and dist.rank() != 0
                 with torch.random.fork_rng(devices=[]):
                     built = build_agents([dataclasses.replace(
                         c, model=pref.comparator_model, tokenizer=None, lora=None, share_weights_with=None,
-                        gguf_file=None, model_kwargs={}) for c in configs])
-                for m in {id(a.model): a.model for a in built}.values():
-                    dist.broadcast_parameters(m)  # as the agents: rank 0's weights on every rank
+                        gguf_file=None, model_kwargs={}, device=("meta" if meta else "cpu") if sharded else c.device)
+                        for c in configs], meta=meta)
+                for a, c in zip(built, configs):
+                    a.config = dataclasses.replace(a.config, device=c.device)
+                for m in {id(a.model): a.model for a in built}.values() if not sharded else []:
+                    dist.broadcast_parameters(m)
                 self._fixed_comparator = self._shard(built)
             return self._fixed_comparator
         if pref.comparator_path:  # a fixed checkpoint
