@@ -19,6 +19,9 @@ Scenarios (each writes ``OUT/<name>/rank<r>.pt``: gathered final weights, metric
 * ``iter_ckpt``: ``madpo_iter`` (one full agent) against the policy of the round before (``comparator: checkpoint``: its
   snapshot gathered from the shards; in round 0 the starting policy), ``reference: initial``, 1 round of 1 step;
   ``pair_selection: random`` (which of the 2 candidate pairs per item: the same on any number of ranks).
+* ``iter_ckpt_lora``: ``iter_ckpt`` with a full and a LoRA agent (the snapshot: a model folder and an adapter
+  folder, which rank 1 builds on meta). Only its pair files are compared: the LoRA agent's first DPO gradient
+  is ~0 (B = 0, margin 0), and Adam turns that noise into weight differences of up to 9e-4.
 * ``iter_model``: ``madpo_iter`` (one full agent) against a fixed comparator model (``comparator: model``, tiny),
   sharded like the agents; ``fsdp_gather: agent`` (the comparator gathered per generate call), 2 rounds of 1 step.
 * ``offline``: ``madpo_offline`` (a full and a LoRA agent) on ``OUT/pairs.jsonl`` (the test writes it),
@@ -116,8 +119,9 @@ def run(name: str, out: Path, batch_size: int, resume_from: Path | None = None) 
                   preference=PreferenceSettings(reference="current", rounds=2, steps_per_round=2, replay="all"))
         if name == "iter_resume":
             kw.update(resume=str(folder / "checkpoint-3"))
-    elif name == "iter_ckpt":
-        agents, env = [agent(0, False, r)], FunctionEnv(PROMPTS[:1], reward)
+    elif name in ("iter_ckpt", "iter_ckpt_lora"):
+        if name == "iter_ckpt":
+            agents, env = [agent(0, False, r)], FunctionEnv(PROMPTS[:1], reward)
         kw.update(algorithm="madpo_iter", max_steps=0, preference=PreferenceSettings(
             reference="initial", comparator="checkpoint", rounds=1, steps_per_round=1, pair_selection="random"))
     elif name == "iter_model":  # a fixed comparator model, sharded like the agents; one agent gathered at a time

@@ -24,10 +24,10 @@ def runs(tmp_path_factory):
         fsdp_dpo_worker.write_pairs(tmp / side / "pairs.jsonl")
 
     def single():
-        for name in SCENARIOS:
+        for name in [*SCENARIOS, "iter_ckpt_lora"]:
             fsdp_dpo_worker.run(name, tmp / "single", 4)
 
-    launch_beside(tmp, fsdp_dpo_worker.__file__, [*SCENARIOS, "iter_resume", "iter_agent"],
+    launch_beside(tmp, fsdp_dpo_worker.__file__, [*SCENARIOS, "iter_ckpt_lora", "iter_resume", "iter_agent"],
                   "torchrun with 2 sharded ranks (DPO family)", single)
     with seeded_sampling():  # 2 ranks -> 1 process, inside round 1: the references come from DCP
         fsdp_dpo_worker.run("iter_resume", tmp / "single", 4, resume_from=tmp / "multi")
@@ -58,6 +58,8 @@ def test_two_sharded_ranks_match_one_process(runs, name):
     if name == "iter_model":  # the fixed comparator is sharded too (whole only in the single process)
         assert r0["comparator_sharded"] and r1["comparator_sharded"] and not one["comparator_sharded"]
         assert r1["meta_adds_in_training"] == [True] and r0["meta_adds_in_training"] == [False]  # rank-0 build
+    if name == "iter_ckpt":  # the round's snapshot comparator: read by rank 0 only, built on meta by rank 1
+        assert r1["meta_adds_in_training"] == [True] and r0["meta_adds_in_training"] == [False]
     if name == "central":  # step 2's NaN loss, on rank 0 only (rank 1 had no item): skipped on both, no hang
         assert [m["count/nonfinite_skips"] for m in r0["history"]] == [0, 1]
         assert [m["count/nonfinite_skips"] for m in one["history"]] == [0, 1]
@@ -78,8 +80,12 @@ def test_madpo_iter_gathering_one_agent_at_a_time_matches_one_process(runs):
 @pytest.mark.slow
 @pytest.mark.timeout(LONG)
 def test_round_pair_files_are_the_one_process_files(runs):
-    """Gathered in one process's order; iter_ckpt's pair_selection: random draws per node, not per rank."""
-    for name, rounds in (("iter", 2), ("iter_ckpt", 1), ("iter_model", 2)):
+    """Gathered in one process's order; iter_ckpt's pair_selection: random draws per node, not per rank;
+    iter_ckpt_lora's snapshot comparator (a model and an adapter folder) was built on meta by rank 1 and
+    still wrote the one process's candidates."""
+    r0, r1 = _load(runs, "multi", "iter_ckpt_lora", 0), _load(runs, "multi", "iter_ckpt_lora", 1)
+    assert r1["meta_adds_in_training"] == [True, True] and r0["meta_adds_in_training"] == [False, False]
+    for name, rounds in (("iter", 2), ("iter_ckpt", 1), ("iter_ckpt_lora", 1), ("iter_model", 2)):
         for r in range(rounds):
             multi = (runs / "multi" / name / "run" / f"round-{r}" / "pairs.jsonl").read_text()
             assert multi and multi == (runs / "single" / name / "run" / f"round-{r}" / "pairs.jsonl").read_text()

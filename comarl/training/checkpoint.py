@@ -313,12 +313,13 @@ def _tied(model, name: str) -> bool:
     return name.endswith("lm_head.weight") and getattr(model.config, "tie_word_embeddings", False)
 
 
-def agents_from_folder(configs, folder: Path, key: str = "--checkpoint"):
+def agents_from_folder(configs, folder: Path, key: str = "--checkpoint", meta: bool = False):
     """Agents of ``configs`` with the weights of ``folder/agent<i>`` (a checkpoint or ``final/`` folder).
 
     A full model folder is loaded directly (its own tokenizer); a LoRA adapter folder is put back on the
     config's base model (adapters only hold the difference). ``key`` names the setting in errors.
-    """
+    ``meta``: the architectures only, no weights read (a sharded run's rank > 0: ``Sharding.add`` sends
+    rank 0's)."""
     import dataclasses
 
     from ..agents import build_agents
@@ -330,8 +331,8 @@ def agents_from_folder(configs, folder: Path, key: str = "--checkpoint"):
     adapters = [(f / "adapter_config.json").exists() for f in folders]
     agents = build_agents([c if lora else dataclasses.replace(c, model=str(f), tokenizer=None, model_kwargs={},
                                                               gguf_file=None)
-                           for c, f, lora in zip(configs, folders, adapters)])
+                           for c, f, lora in zip(configs, folders, adapters)], meta=meta)
     for agent, f, lora in zip(agents, folders, adapters):
-        if lora:
+        if lora and not meta:
             load_agent_weights(agent, f)
     return agents

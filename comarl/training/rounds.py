@@ -449,11 +449,20 @@ class Rounds:
         return agents
 
     def _load_folder(self, folder: Path, key: str):
+        """The comparator of a checkpoint folder; sharded, built as the agents are (rank 0 on the CPU, the
+        others on meta: ``_shard`` sends rank 0's weights)."""
+        agents, sharded = self.trainer.agents, self.trainer.sharding is not None
+        meta = sharded and dist.rank() != 0
+        configs = [dataclasses.replace(a.config, device="meta" if meta else "cpu") if sharded else a.config
+                   for a in agents]
         with torch.random.fork_rng(devices=[]):
             try:
-                return ckpt.agents_from_folder([a.config for a in self.trainer.agents], folder, key)
+                built = ckpt.agents_from_folder(configs, folder, key, meta=meta)
             except FileNotFoundError as e:
                 raise ConfigError(str(e)) from None
+        for b, a in zip(built, agents):
+            b.config = dataclasses.replace(b.config, device=a.config.device)
+        return built
 
     def _drop_comparator(self, agents) -> None:
         if agents is self._fixed_comparator:
