@@ -26,7 +26,7 @@ class ValueHead(nn.Module):
         nn.init.normal_(last.weight, std=1.0 / (hidden_size + 1) ** 0.5 * 0.1)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.net(hidden).squeeze(-1).clone()  # not a view: FSDP2 warns about view outputs of a unit
+        return self.net(hidden).squeeze(-1)
 
 
 def is_sequence_classifier(model) -> bool:

@@ -46,7 +46,8 @@ from .micro_batches import micro_batch_spans
 from .optim import build_optimizer, build_scheduler, rebuild_scheduler
 from .placement import agent_device_names, check_shared_devices, place_references
 from .precision import autocast, backward, setup_memory_savers
-from .sharding import AgentAtATime, full_state_dict, idle_backward, lockstep_count, shard_agents, to_float
+from .sharding import (AgentAtATime, built_on_rank0, full_state_dict, idle_backward, lockstep_count, shard_agents,
+                       to_float)
 
 
 def seed_everything(seed: int) -> None:
@@ -209,13 +210,8 @@ class Trainer:
         configs = [a if isinstance(a, AgentConfig) else AgentConfig(model=a) for a in agents]
         devices = agent_device_names(configs, cfg.agent_devices)
         check_shared_devices(configs, devices)
-        if not self._rank0_build:
-            return build_agents([dataclasses.replace(c, device=d) for c, d in zip(configs, devices)])
-        meta = dist.rank() != 0  # sharding moves each block to the device (Sharding.add)
-        built = build_agents([dataclasses.replace(c, device="meta" if meta else "cpu") for c in configs], meta=meta)
-        for a, d in zip(built, devices):
-            a.config = dataclasses.replace(a.config, device=d)  # where the shards go
-        return built
+        placed = [dataclasses.replace(c, device=d) for c, d in zip(configs, devices)]
+        return built_on_rank0(build_agents, placed) if self._rank0_build else build_agents(placed)
 
     # ----------------------------------------------------------------- data
     def epoch_order(self, epoch: int) -> list[int]:
@@ -467,14 +463,14 @@ class Trainer:
         cfg, model = self.config, self.agents[i].model
         opt, sched = self.optimizers[i], self.schedulers[i]
         bad = dist.all_reduce_sum(int(bad)) > 0  # every rank skips together
+        params = [p for p in model.parameters() if p.requires_grad]
         scaler = self.scalers.get(id(model))
         if scaler is not None and scaler.sharded:  # fp16 under FSDP2: gradients / S here (collective)
-            scaler.unscale_sharded([p for p in model.parameters() if p.requires_grad], judge=not bad)
+            scaler.unscale_sharded(params, judge=not bad)
         grad_norm = float("nan")
         if not bad:
             if self.sharding is None:  # FSDP2 has reduce-scattered (summed) the gradients in backward already
                 dist.all_reduce_grads(model)
-            params = [p for p in model.parameters() if p.requires_grad]
             if cfg.max_grad_norm > 0:  # sharded gradients: a DTensor norm over all shards
                 grad_norm = to_float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
             else:

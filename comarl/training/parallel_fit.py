@@ -29,11 +29,13 @@ class ParallelFit:
         self.sharding = sharding
 
     def prepare(self, model: torch.nn.Module, where: str = "the reward model") -> None:
-        """Rank 0's trainable weights on every rank, then (sharding) the model sharded; every rank calls it,
-        before any optimiser over the model is built (FSDP swaps the parameters)."""
-        dist.broadcast_parameters(model)
+        """Rank 0's trainable weights on every rank (sharding: the model sharded with rank 0's weights,
+        ``Sharding.add``); every rank calls it, before any optimiser over the model is built (FSDP swaps the
+        parameters)."""
         if self.sharding is not None:
             self.sharding.add(model, where)
+        else:
+            dist.broadcast_parameters(model)
 
     def share(self, items: list) -> list:
         """This rank's share of a batch: items r, r+W, ..."""

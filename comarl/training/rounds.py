@@ -44,7 +44,7 @@ from .dpo import (all_ranks_pairs, check_text_pairs, dpo_step, node_items, node_
 from .pair_tokens import joint_tokens, tokenizer_fingerprint
 from .parallel_fit import ParallelFit
 from .placement import place_references
-from .sharding import full_state_dict
+from .sharding import built_on_rank0, full_state_dict
 
 
 def _joint_side(rollout, g: int, j: int, k: int, fingerprints: list[str] | None) -> tuple[list[str], dict | None]:
@@ -404,18 +404,13 @@ class Rounds:
             if self._fixed_comparator is None:
                 from ..agents import build_agents
 
-                # sharded: built as the agents are (rank 0 on the CPU, the others on meta; Sharding.add sends
-                # rank 0's weights); else rank 0's weights broadcast, as for the agents
-                sharded, meta = t.sharding is not None, t.sharding is not None and dist.rank() != 0
+                plain = [dataclasses.replace(c, model=pref.comparator_model, tokenizer=None, lora=None,
+                                             share_weights_with=None, gguf_file=None, model_kwargs={})
+                         for c in configs]
                 with torch.random.fork_rng(devices=[]):
-                    built = build_agents([dataclasses.replace(
-                        c, model=pref.comparator_model, tokenizer=None, lora=None, share_weights_with=None,
-                        gguf_file=None, model_kwargs={}, device=("meta" if meta else "cpu") if sharded else c.device)
-                        for c in configs], meta=meta)
-                for a, c in zip(built, configs):
-                    a.config = dataclasses.replace(a.config, device=c.device)
-                for m in {id(a.model): a.model for a in built}.values() if not sharded else []:
-                    dist.broadcast_parameters(m)
+                    built = self._build(build_agents, plain)
+                for m in {id(a.model): a.model for a in built}.values() if t.sharding is None else []:
+                    dist.broadcast_parameters(m)  # as the agents' (sharded: Sharding.add sends rank 0's)
                 self._fixed_comparator = self._shard(built)
             return self._fixed_comparator
         if pref.comparator_path:  # a fixed checkpoint
@@ -439,6 +434,11 @@ class Rounds:
         return self._shard(self._load_folder(self.out / f"round-{max(0, r - k)}" / "policy",
                                              "train.preference.comparator"))
 
+    def _build(self, build, configs: list) -> list:
+        """A comparator built as the agents are: under sharding rank 0 reads it and the others build it on
+        meta (``sharding.built_on_rank0``; ``_shard`` then sends rank 0's weights)."""
+        return built_on_rank0(build, configs) if self.trainer.sharding is not None else build(configs, meta=False)
+
     def _shard(self, agents):
         """Under ``sharding: fsdp`` a comparator's models are sharded like the agents (gathered for the round's
         sampling only), so a fixed comparator does not stay whole on every rank for the whole run."""
@@ -449,20 +449,13 @@ class Rounds:
         return agents
 
     def _load_folder(self, folder: Path, key: str):
-        """The comparator of a checkpoint folder; sharded, built as the agents are (rank 0 on the CPU, the
-        others on meta: ``_shard`` sends rank 0's weights)."""
-        agents, sharded = self.trainer.agents, self.trainer.sharding is not None
-        meta = sharded and dist.rank() != 0
-        configs = [dataclasses.replace(a.config, device="meta" if meta else "cpu") if sharded else a.config
-                   for a in agents]
+        """The comparator of a checkpoint folder (built as :meth:`_build` says)."""
         with torch.random.fork_rng(devices=[]):
             try:
-                built = ckpt.agents_from_folder(configs, folder, key, meta=meta)
+                return self._build(lambda cs, meta: ckpt.agents_from_folder(cs, folder, key, meta=meta),
+                                   [a.config for a in self.trainer.agents])
             except FileNotFoundError as e:
                 raise ConfigError(str(e)) from None
-        for b, a in zip(built, agents):
-            b.config = dataclasses.replace(b.config, device=a.config.device)
-        return built
 
     def _drop_comparator(self, agents) -> None:
         if agents is self._fixed_comparator:

@@ -241,6 +241,19 @@ def run_sharding(cfg, device_type: str) -> Sharding | None:
     return Sharding(build_mesh(cfg.fsdp_shard_size, device_type), mixed_precision_policy(cfg.mixed_precision))
 
 
+def built_on_rank0(build, configs: list) -> list:
+    """Agents built for a sharded run: ``build(configs, meta=...)`` with each config's device set to the CPU
+    on rank 0 and to ``meta`` elsewhere (no weights read; :meth:`Sharding.add` sends rank 0's), then every
+    agent's config given its configured device back, where the sharding puts its shards."""
+    import dataclasses
+
+    meta = dist.rank() != 0
+    built = build([dataclasses.replace(c, device="meta" if meta else "cpu") for c in configs], meta=meta)
+    for a, c in zip(built, configs):
+        a.config = dataclasses.replace(a.config, device=c.device)
+    return built
+
+
 def shard_agents(agents, references, cfg) -> Sharding | None:
     """Shard every distinct agent model and reference copy (``train.sharding``); None when not sharding.
 
