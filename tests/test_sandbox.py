@@ -28,8 +28,8 @@ def box():
         yield sb
 
 
-def run1(box: Sandbox, program: str, *tests: str, setup: str = "") -> TestReport:
-    [report] = box.run_tests([TestJob(program=program, tests=tuple(tests), setup=setup)])
+def run1(box: Sandbox, program: str, *tests: str, setup: str = "", packages: tuple[str, ...] = ()) -> TestReport:
+    [report] = box.run_tests([TestJob(program=program, tests=tuple(tests), setup=setup, packages=packages)])
     return report
 
 
@@ -334,8 +334,12 @@ def test_random_is_seeded_so_scores_are_reproducible(box):
 
 def test_site_free_start_keeps_exit_builtins_and_site_packages(box):
     """The harness starts with ``-S``: ``exit()`` still exits (a failure, not a NameError) and
-    third-party packages from the trainer's site-packages still import."""
-    r = run1(box, "import numpy\ndef f():\n    return int(numpy.int64(3))\n", "assert f() == 3")
+    third-party packages the job allows (``packages``) import from the trainer's site-packages;
+    others are not there for the program."""
+    prog = "import numpy\ndef f():\n    return int(numpy.int64(3))\n"
+    r = run1(box, prog, "assert f() == 3", packages=("numpy",))
     assert r.passed == [True], (r.program_error, r.errors)
+    r = run1(box, prog, "assert f() == 3")
+    assert r.program_error == "ModuleNotFoundError: No module named 'numpy'"
     r = run1(box, "def f():\n    exit(0)\n", "assert f() == 1")
     assert r.passed == [False] and "NameError" not in str(r.errors)

@@ -102,7 +102,10 @@ def test_venv_under_tmp_is_visible_read_only_in_the_jail(tmp_path):
         prog = ("import sys, tmpvenv_probe\\nV = tmpvenv_probe.VALUE\\n"
                 "def write_next_to_it():\\n    open(tmpvenv_probe.__file__ + '.w', 'w').write('x')\\n")
         with Sandbox(SandboxLimits(test_timeout_s=5.0), workers=1, cache_size=0) as box:
-            [r] = box.run_tests([TestJob(prog, ("assert V == 42", "write_next_to_it()"))])
+            [r] = box.run_tests([TestJob(prog, ("assert V == 42", "write_next_to_it()"),
+                                         packages=("tmpvenv_probe",))])
+            [hidden] = box.run_tests([TestJob(prog, ("assert V == 42",))])
+        assert hidden.program_error == "ModuleNotFoundError: No module named 'tmpvenv_probe'", hidden.program_error
         print(r.program_error, r.passed, r.errors[1])
     """)
     out = subprocess.run([str(venv / "bin" / "python"), "-c", script], capture_output=True, text=True, timeout=120)

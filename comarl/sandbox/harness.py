@@ -26,6 +26,7 @@ import os
 import random
 import signal
 import sys
+import types
 
 MAX_ERROR_CHARS = 1000
 
@@ -39,7 +40,7 @@ def _load(name: str):
     return mod
 
 
-wire, remote, worker_mod, jail = (_load(n) for n in ("wire", "remote", "worker", "jail"))
+wire, remote, worker_mod, jail, seccomp = (_load(n) for n in ("wire", "remote", "worker", "jail", "seccomp"))
 
 
 class _Timeout(BaseException):
@@ -137,24 +138,49 @@ def _gone_text(client) -> str:
     return f"Crashed: {client.exit}"
 
 
-def trusted_namespace(names: dict, entry_points: list) -> dict:
-    """The program's top-level names as the tests see them.
+def names_read(codes) -> set[str]:
+    """Every global or attribute name the compiled snippets (and the functions they define) mention."""
+    out: set[str] = set()
+    stack = list(codes)
+    while stack:
+        code = stack.pop()
+        out.update(code.co_names)
+        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return out
 
-    A name that shadows a builtin (``def abs(x): return 0``) is not taken over unless the job
-    lists it as an entry point, so tests keep the real ``abs``, ``len``, ``isinstance``..."""
+
+def trusted_namespace(names: dict, expose) -> dict:
+    """The tests' globals, built here from trusted parts; the program's namespace is only data.
+
+    Trusted builtins always (never a key from the program's side, dunder or not); the
+    program's names listed in ``expose`` (the tested function or class: references that run
+    in the worker); and, for each program name bound to a module, the harness's own copy of
+    that standard-library module (``remote._trusted_module``: nothing of the program's), so a
+    test reading ``math`` gets ``math`` or nothing. Every other name of the program (a helper,
+    a rebound ``math``, ``__builtins__``) stays out; the trusted setup runs after this and
+    overrides what it defines."""
     ns = {"__name__": "__program__", "__builtins__": builtins}
     for k, v in names.items():
-        if type(k) is str and (not hasattr(builtins, k) or k in entry_points):
+        if type(k) is not str or not k.isidentifier() or k.startswith("__"):
+            continue
+        if type(v) is types.ModuleType:
+            if not hasattr(builtins, k):
+                ns[k] = v
+        elif k in expose:
             ns[k] = v
     return ns
 
 
-def run_tests(job: dict, client, out: Reporter, tests: list, entry_points: list) -> None:
+def run_tests(job: dict, client, out: Reporter, tests: list, entry_points: list, notes: list) -> None:
     timeout = job["limits"]["test_timeout_s"]
     first = client.receive(timeout + remote.GRACE_S)
     if first[0] == "setup_failed":
         out.send(k="setup_failed", error=str(first[1]))
         return
+    if first[0] != "isolated" or type(first[1]) is not list:
+        raise wire.ProtocolError("expected the isolation notes")
+    out.send(k="isolation", notes=[str(n) for n in notes + first[1]])
+    first = client.receive(timeout + remote.GRACE_S)
     if first[0] != "compiled":
         raise wire.ProtocolError("expected the compile result")
     out.send(k="compiled", error=first[1] if first[1] is None else str(first[1])[:MAX_ERROR_CHARS])
@@ -173,7 +199,9 @@ def run_tests(job: dict, client, out: Reporter, tests: list, entry_points: list)
     if msg[1] is not None or len(msg) != 3 or type(msg[2]) is not dict:
         out.send(k="program", error=str(msg[1])[:MAX_ERROR_CHARS])
         return
-    ns = trusted_namespace(msg[2], entry_points)
+    compiled = [compile_or_error(test, f"<test {i}>") for i, test in enumerate(tests)]
+    expose = set(entry_points) if entry_points else names_read(c for c, _ in compiled if c is not None) - set(dir(builtins))
+    ns = trusted_namespace(msg[2], expose)
     if job["setup"]:
         code, err = compile_or_error(job["setup"], "<setup>")
         err = err or run_snippet(code, ns, client, -1, timeout)
@@ -181,8 +209,7 @@ def run_tests(job: dict, client, out: Reporter, tests: list, entry_points: list)
             out.send(k="program", error=f"setup: {err}")
             return
     out.send(k="program", error=None)
-    for i, test in enumerate(tests):
-        code, err = compile_or_error(test, f"<test {i}>")
+    for i, (code, err) in enumerate(compiled):
         if code is not None:
             err = run_snippet(code, ns, client, i, timeout)
         elif not err.startswith("SyntaxError"):
@@ -194,9 +221,11 @@ def _worker(job: dict, prepared: dict, rfd: int, wfd: int) -> None:
     """The forked worker: isolate, run the program, serve; never returns."""
     global _PARENT
     try:
-        jail.isolate_worker(job["workdir"], job["uid"], job["gid"], job["limits"], prepared)
+        notes = jail.isolate_worker(job["workdir"], job["uid"], job["gid"], job["limits"], prepared,
+                                    job.get("view"), seccomp)
         _PARENT = os.getppid()  # 0 inside the pid namespace
         sys.addaudithook(_refuse_outward_signals)
+        wire.write_frame(wfd, worker_mod.pickle.dumps(("isolated", notes)))
     except BaseException as e:
         try:
             wire.write_frame(wfd, worker_mod.pickle.dumps(("setup_failed", describe(e))))
@@ -266,7 +295,7 @@ def main() -> None:
     try:
         jail.become_trusted_runner(job["workdir"], job["uid"], job["gid"])
         signal.signal(signal.SIGALRM, _on_alarm)
-        run_tests(job, client, out, trusted["tests"], trusted["entry_points"])
+        run_tests(job, client, out, trusted["tests"], trusted["entry_points"], prepared["notes"])
     except (remote.ProgramGone, remote.RequestTimeout, wire.ProtocolError):
         pass  # records not sent mark the rest as crashed
     crashed = None

@@ -13,11 +13,14 @@ import resource
 import stat
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+MNT_DETACH = 2
+PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # syscall numbers (glibc has no wrapper)
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
 WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 
@@ -165,6 +168,60 @@ def private_proc() -> None:
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
+def private_root(plan: list, workdir: str) -> str:
+    """In the forked worker (root, pid 1 of its pid namespace): a root of its own, then pivot into it.
+
+    ``plan`` comes from ``worker_view.worker_view`` (computed by the trusted parent): every
+    operation is applied below an empty tmpfs, which then becomes ``/``; the old root is
+    detached, so nothing of the host outside the plan is reachable by any path. Also a
+    fresh IPC namespace: System V segments and POSIX message queues of other jobs are not
+    visible, and this job's vanish with it (and stop being charged to the slot's memory).
+    """
+    import platform
+    unshare(CLONE_NEWNS | CLONE_NEWIPC)
+    mount("none", "/", None, MS_REC | MS_PRIVATE)
+    os.umask(0o022)
+    base = workdir.rstrip("/") + ".root"
+    os.mkdir(base, 0o755)
+    mount("tmpfs", base, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m")
+    for op in plan:
+        kind, path = op[0], op[1]
+        target = base + path
+        if kind == "link":
+            if not os.path.lexists(target):
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                os.symlink(op[2], target)
+            continue
+        if kind in ("dir", "rw", "mask", "tmpfs", "proc"):
+            os.makedirs(target, exist_ok=True)
+        elif not os.path.lexists(target):
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            open(target, "w").close()
+        if kind == "mask":
+            mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")  # root-owned: read-only to the job
+        elif kind == "tmpfs":
+            mount("tmpfs", target, "tmpfs", MS_NOSUID, "mode=0755,size=1m")
+        elif kind == "proc":
+            mount("proc", target, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        else:
+            mount(path, target, None, MS_BIND)
+            if kind in ("dir", "file"):
+                mount("none", target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    os.chdir(base)
+    nr = PIVOT_ROOT.get(platform.machine())
+    if nr is None:
+        raise OSError(f"pivot_root: no syscall number known for {platform.machine()}")
+    _check(_libc.syscall(ctypes.c_long(nr), b".", b"."), "pivot_root")
+    _check(_libc.umount2(b".", MNT_DETACH), "umount old root")
+    os.chdir("/")
+    mount("none", "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    try:
+        os.rmdir(base)  # the empty mount point left in the job's /tmp
+    except OSError:
+        pass
+    return "filesystem: private root (interpreter, allowed packages, job tmpfs); ipc: private"
+
+
 def set_limits(cpu_s: int, memory_mb: int, file_size_mb: int, nproc: int | None) -> None:
     """Hard rlimits for this process and everything it spawns."""
     mib = 1024 * 1024
@@ -211,19 +268,36 @@ def prepare_job(workdir: str, uid: int | None, gid: int | None, limits: dict, ne
     return {"notes": notes, "private": private, "pidns": pidns}
 
 
-def isolate_worker(workdir: str, uid: int | None, gid: int | None, limits: dict, prepared: dict) -> None:
-    """In the forked worker, before any model code: /proc, rlimits, the uid, no new privileges."""
+def isolate_worker(workdir: str, uid: int | None, gid: int | None, limits: dict, prepared: dict,
+                   view: list | None = None, seccomp=None) -> list[str]:
+    """In the forked worker, before any model code; returns notes on what applied.
+
+    With root's pid and mount namespaces (``prepared``): a session of its own (a signal
+    to its process group never reaches the harness), a private root built from ``view``
+    with a fresh IPC namespace and /proc. Then rlimits, the uid, no new privileges and
+    the ``seccomp`` filter (the module, loaded by path by the harness)."""
+    notes = []
     if prepared["pidns"] and prepared["private"]:
-        private_proc()
+        os.setsid()
+        if view:
+            notes.append(private_root(view, workdir))
+        else:
+            private_proc()
+            notes.append("filesystem: host, read-only where not the job's (no view given)")
+    else:
+        notes.append("filesystem: host; ipc: host; session: shared (needs root and mount/pid namespaces)")
     os.chdir(workdir)
     set_limits(limits["cpu_time_s"], limits["memory_mb"], limits["file_size_mb"],
                limits["max_processes"] if uid is not None else None)
     if uid is not None:
         drop_privileges(uid, gid)
     no_new_privileges()
+    if seccomp is not None:
+        notes.append(seccomp.install())
     stdlib = os.path.dirname(os.__file__)
     if not os.access(stdlib, os.R_OK | os.X_OK):  # the program's imports would all fail
         raise RuntimeError(f"the standard library {stdlib} is not readable by uid {os.getuid()}")
+    return notes
 
 
 def become_trusted_runner(workdir: str, uid: int | None, gid: int | None) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from comarl.sandbox.cgroups import JobCgroup
 from comarl.sandbox.types import SandboxLimits, TestJob, TestReport
 from comarl.sandbox.uids import kill_uid
+from comarl.sandbox.worker_view import worker_view
 
 HARNESS = Path(__file__).with_name("harness.py")
 MAX_RESULT_BYTES = 1 << 20
@@ -96,9 +97,10 @@ def run_job(job: TestJob, limits: SandboxLimits, uid: int | None, cgroup: JobCgr
         if uid is not None:
             os.chown(workdir, uid, uid)
         # frame 1 reaches the worker too; frame 2 (tests, nonce) only the trusted harness
+        view = worker_view(job.packages) if uid is not None else None
         payload = _frame({"program": job.program, "setup": job.setup, "workdir": workdir, "uid": uid, "gid": uid,
-                          "limits": asdict(limits), "sys_path": SYS_PATH}) + _frame({"nonce": nonce, "tests": list(job.tests),
-                                                                    "entry_points": list(job.entry_points)})
+                          "limits": asdict(limits), "sys_path": SYS_PATH, "view": view}) + _frame(
+            {"nonce": nonce, "tests": list(job.tests), "entry_points": list(job.entry_points)})
         rfd, wfd = os.pipe()
         try:
             # -S: no site import (~40 ms a job); the harness takes our sys.path instead (site-packages included)
@@ -221,7 +223,9 @@ def _report(job: TestJob, records: list[dict], timed_out: bool, returncode: int 
         not_run = "NotRun: program failed"
     errors = [tests[i] if i in tests else not_run for i in range(len(job.tests))]
     passed = [i in tests and tests[i] is None for i in range(len(job.tests))]
+    notes = first.get("isolation", {}).get("notes")
+    isolation = tuple(str(n) for n in notes) if isinstance(notes, list) else ()
     return TestReport(compiled=compiled, syntax_error=syntax_error, program_error=program_error,
                       passed=passed, errors=errors, timed_out=timed_out,
                       crashed=bool(worker_crash) or (not done and not timed_out),
-                      stdout=out.text(), stderr=err.text(), duration_s=duration)
+                      stdout=out.text(), stderr=err.text(), duration_s=duration, isolation=isolation)

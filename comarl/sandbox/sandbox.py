@@ -19,9 +19,9 @@ from comarl.sandbox.uids import claim_uids, kill_uid, release, running_as_root
 
 
 def job_key(job: TestJob) -> str:
-    """Cache key: sha256 of (setup, program, tests, entry points)."""
-    return hashlib.sha256(json.dumps([job.setup, job.program, list(job.tests), list(job.entry_points)]).encode()
-                          ).hexdigest()
+    """Cache key: sha256 of (setup, program, tests, entry points, packages)."""
+    return hashlib.sha256(json.dumps([job.setup, job.program, list(job.tests), list(job.entry_points),
+                                      list(job.packages)]).encode()).hexdigest()
 
 
 class Sandbox:

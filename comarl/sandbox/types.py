@@ -55,10 +55,19 @@ class TestJob:
             references to the program's objects (docs/sandbox.md); a snippet
             passes if it raises nothing.
         setup: trusted code run before the program (imports, helpers), in the
-            program's process and again in the tests' namespace.
-        entry_points: names of the program the tests may use even where they
-            shadow a builtin (MBPP's ``def sum(a, b)``); other such names of the
-            program are not visible to the tests.
+            program's process and again in the tests' namespace (after the
+            program's names, so it overrides them): the benchmark's own imports
+            and the prompt's helpers belong here, never in the program.
+        entry_points: the program's names the tests may use (the tested
+            function or class), even where one shadows a builtin (MBPP's
+            ``def sum(a, b)``); no other name of the program reaches the tests,
+            except that a name the program bound to a standard-library module
+            becomes the harness's own copy of that module. Empty: every name the
+            snippets mention that is not a builtin (fine for tests that import
+            what they use; set it for benchmark tests).
+        packages: import names of the third-party packages the program may
+            import (``numpy``); with their dependencies, these are the only
+            site-packages entries the worker sees (docs/sandbox.md).
     """
 
     __test__ = False  # not a pytest test class
@@ -67,14 +76,21 @@ class TestJob:
     tests: tuple[str, ...]
     setup: str = ""
     entry_points: tuple[str, ...] = ()
+    packages: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.tests, str):
             raise TypeError("TestJob.tests must be a tuple of snippets, got one str")
         if isinstance(self.entry_points, str):
             raise TypeError("TestJob.entry_points must be a tuple of names, got one str")
+        if isinstance(self.packages, str):
+            raise TypeError("TestJob.packages must be a tuple of import names, got one str")
         object.__setattr__(self, "tests", tuple(self.tests))
         object.__setattr__(self, "entry_points", tuple(self.entry_points))
+        object.__setattr__(self, "packages", tuple(self.packages))
+        for name in self.entry_points:
+            if not (isinstance(name, str) and name.isidentifier() and not name.startswith("__")):
+                raise ValueError(f"TestJob.entry_points: {name!r} is not a plain identifier")
 
 
 @dataclass
@@ -96,6 +112,9 @@ class TestReport:
         stdout: the child's stdout, cut at ``max_output_bytes``.
         stderr: the child's stderr, cut at ``max_output_bytes``.
         duration_s: wall clock of the whole job in the parent.
+        isolation: notes on what isolated the job (``"seccomp: on (...)"``,
+            ``"filesystem: private root ..."``, ``"network: new namespace"``);
+            a guarantee that could not be had says so here (docs/sandbox.md).
     """
 
     __test__ = False
@@ -110,6 +129,7 @@ class TestReport:
     stdout: str
     stderr: str
     duration_s: float
+    isolation: tuple[str, ...] = ()
 
     @property
     def pass_fraction(self) -> float:

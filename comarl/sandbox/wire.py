@@ -79,9 +79,32 @@ class PlainUnpickler(pickle.Unpickler):
         raise ProtocolError(f"refused global {module}.{name}")
 
     def persistent_load(self, pid):
+        if type(pid) is tuple and len(pid) == 3 and pid[1] == "value:image":
+            return trusted_image(pid[2])
         if type(pid) is not tuple or len(pid) != 2 or type(pid[0]) is not int or type(pid[1]) is not str:
             raise ProtocolError("malformed reference")
         return self._make_ref(pid[0], pid[1])
+
+
+MAX_IMAGE_SIDE = 1 << 14
+
+
+def trusted_image(state):
+    """A PIL image the worker sent by value, rebuilt by the harness's own PIL after checking every field."""
+    if (type(state) is not tuple or len(state) != 6 or type(state[0]) is not str or type(state[1]) is not int
+            or type(state[2]) is not int or type(state[3]) is not bytes or type(state[4]) is not str
+            or type(state[5]) is not str):
+        raise ProtocolError("malformed image")
+    mode, w, h, data, fmt, filename = state
+    if not (0 <= w <= MAX_IMAGE_SIDE and 0 <= h <= MAX_IMAGE_SIDE and len(mode) <= 16 and len(fmt) <= 32
+            and len(filename) <= 4096):
+        raise ProtocolError("image out of bounds")
+    from PIL import Image
+    img = Image.frombytes(mode, (w, h), data)
+    img.format = fmt or None
+    if filename:
+        img.filename = filename
+    return img
 
 
 def loads_plain(data: bytes, make_ref):

@@ -86,6 +86,9 @@ class Worker:
                 raise _Convert()
             if t is types.ModuleType:
                 return (self._ref(obj), "module:" + str(getattr(obj, "__name__", "")))
+            image = _image_state(obj)
+            if image is not None:
+                return (0, "value:image", image)
             if not convert and isinstance(obj, _BASES):
                 raise _Convert()
             return (self._ref(obj), "obj")
@@ -193,6 +196,23 @@ class Worker:
                     continue
                 res = data
             self.send(res)
+
+
+def _image_state(obj):
+    """A PIL image as plain data (mode, width, height, pixels, format, filename), or None.
+
+    Images cross by value: the harness rebuilds them with its own PIL (``wire.trusted_image``),
+    so a test can compare the program's image with one it made itself (ClassEval_45)."""
+    pil = sys.modules.get("PIL.Image")
+    if pil is None or not isinstance(obj, pil.Image):
+        return None
+    try:
+        obj.load()
+        w, h = obj.size
+        return (str(obj.mode), int(w), int(h), bytes(obj.tobytes()), getattr(obj, "format", None) or "",
+                str(getattr(obj, "filename", "") or ""))
+    except Exception:
+        return None
 
 
 def _err_text(res: tuple) -> str:

@@ -42,6 +42,7 @@ from .paper_rewards import paper_class_reward
 from .paper_text import paper_pass_count
 from .rewards import ClassRewardWeights, class_reward
 from .runner import SandboxRunner, make_job
+from .testcases import program_imports, safe_imports, third_party
 
 SPLITS = ("alternate", "halves")
 _SELF_DEF = re.compile(r"^(?:async\s+)?def\s+\w+\s*\(\s*self\b")
@@ -222,7 +223,8 @@ class ClassEvalEnv:
             return self._paper_step_batch(states, responses)
         for s, resp in zip(states, responses):
             merged.append(merge_class(s.item, resp, self.assignment(s.item)))
-        jobs = [make_job(m.program, s.item["tests"], s.item["setup"]) if m.compiled else None for m, s in zip(merged, states)]
+        jobs = [make_job(m.program, s.item["tests"], s.item["setup"], s.item["class_name"], s.item.get("packages", ()))
+                if m.compiled else None for m, s in zip(merged, states)]
         reports = self.runner.run(jobs)
         return [self._transition(s, r, m, rep) for s, r, m, rep in zip(states, responses, merged, reports)]
 
@@ -269,7 +271,11 @@ class ClassEvalEnv:
             # and the tests as trusted snippets, out of the program's reach
             attempts.append((methods, chosen, overlap_count(list(resp), methods), merged, compiles(program),
                              tuple(test_snippets(item["test"]))))
-        jobs = [make_job(a[3], a[5], RUN_ONE_SETUP) if a[4] and a[5] else None for a in attempts]
+        # the reference ran the tests in the program's module: they saw the names the program imported (and
+        # only those); here the same import lines run as trusted setup, so the names are the harness's own
+        jobs = [make_job(a[3], a[5], RUN_ONE_SETUP + safe_imports(_allowed(program_imports(a[3]), s.item)),
+                         s.item["class_name"], s.item.get("packages", ())) if a[4] and a[5] else None
+                for a, s in zip(attempts, states)]
         reports = self.runner.run(jobs)
         out = []
         for s, resp, (methods, chosen, overlap, program, ok, tests), rep in zip(states, responses, attempts, reports):
@@ -302,6 +308,12 @@ class ClassEvalEnv:
 
     def close(self) -> None:
         self.runner.close()
+
+
+def _allowed(lines: list[str], item: Mapping[str, Any]) -> list[str]:
+    """Import lines that import only the standard library or the task's own packages (the harness runs them)."""
+    allowed = set(item.get("packages", ()))
+    return [l for l in lines if set(third_party([l])) <= allowed]
 
 
 def _build(num_agents: int = 2, **args: Any) -> ClassEvalEnv:

@@ -22,7 +22,7 @@ from typing import Any, Iterable
 
 from ..loading import load_hub, read_json_rows
 from .extract import quiet_parse
-from .testcases import assert_snippets, check_snippets, unittest_snippets
+from .testcases import assert_snippets, check_snippets, import_lines, prompt_setup, third_party, unittest_snippets
 
 # dataset -> (default hub id, hub config, file names looked for inside a folder)
 HUB = {
@@ -100,15 +100,17 @@ def normalize_function_item(row: dict[str, Any], dataset: str) -> dict[str, Any]
         prompt, entry = _mbpp_prompt(row)
         tests = assert_snippets(list(row["test_list"]), list(row.get("test_imports") or []))
         reference = row.get("code")
+        setup = ""
     elif "test" in row and "entry_point" in row:  # HumanEval style
         prompt, entry = row["prompt"], row["entry_point"]
         tests = check_snippets(row["test"], entry)
         sol = row.get("canonical_solution")
         reference = prompt + sol if sol else None
+        setup = prompt_setup(prompt, entry)
     else:
         raise ValueError(f"{dataset} row {task_id}: expected fields (prompt, entry_point, test) or "
                          f"(prompt, code, test_list); got {sorted(row)}")
-    return {"task_id": task_id, "prompt": prompt, "entry_point": entry, "tests": tests, "setup": "",
+    return {"task_id": task_id, "prompt": prompt, "entry_point": entry, "tests": tests, "setup": setup,
             "reference": reference, "dataset": dataset, "test_source": row.get("test")}
 
 
@@ -122,9 +124,11 @@ def normalize_classeval_item(row: dict[str, Any]) -> dict[str, Any]:
     info = row["methods_info"]
     if isinstance(info, str):
         info = json.loads(info)
-    tests, setup = unittest_snippets(row["test"], list(row["test_classes"]))
+    imports = import_lines(row.get("import_statement"))
+    tests, setup = unittest_snippets(row["test"], list(row["test_classes"]), imports)
     out = dict(row)
     out.update(methods_info=info, tests=tests, setup=setup, reference=row.get("solution_code"),
+               packages=third_party(imports),
                methods=[m["method_name"] for m in info], dataset="classeval")
     return out
 

@@ -1,18 +1,24 @@
 """The sandbox as the coding environments use it: lazily started, one call per batch."""
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 if TYPE_CHECKING:
     from comarl.sandbox import Sandbox, TestJob, TestReport
 
 
-def make_job(program: str, tests: Sequence[str], setup: str = "", entry_point: str = "") -> "TestJob":
-    """A sandbox job; ``entry_point`` (the tested function or class) stays visible to the tests
-    even if its name shadows a builtin."""
+def make_job(program: str, tests: Sequence[str], setup: str, entry_point: str,
+             packages: Sequence[str] = ()) -> "TestJob":
+    """A sandbox job whose tests see exactly one name of the program: ``entry_point`` (the tested
+    function or class), even where it shadows a builtin; everything else the tests use comes from
+    ``setup`` (the benchmark's imports and the prompt's helpers, trusted). ``packages``: the
+    third-party import names the program may use (ClassEval's ``numpy``...)."""
     from comarl.sandbox import TestJob
-    return TestJob(program=program, tests=tuple(tests), setup=setup,
-                   entry_points=(entry_point,) if entry_point else ())
+    if not entry_point:
+        raise ValueError("make_job: the tested function or class name is required")
+    return TestJob(program=program, tests=tuple(tests), setup=setup, entry_points=(entry_point,),
+                   packages=tuple(packages))
 
 
 class SandboxRunner:
@@ -27,6 +33,7 @@ class SandboxRunner:
         self.limits = dict(limits or {})
         self.workers = workers
         self._sandbox: "Sandbox | None" = None
+        self._warned = False
 
     def run(self, jobs: "Sequence[TestJob | None]") -> "list[TestReport | None]":
         """Run every non-None job in ONE ``run_tests`` call; None stays None (same order)."""
@@ -40,8 +47,21 @@ class SandboxRunner:
             except TypeError as e:
                 raise ValueError(f"env.args.sandbox: {e}") from e
             self._sandbox = Sandbox(limits=limits, workers=self.workers)
-        reports = iter(self._sandbox.run_tests(todo))
+        done = self._sandbox.run_tests(todo)
+        self._check_isolation(done)
+        reports = iter(done)
         return [next(reports) if j is not None else None for j in jobs]
+
+    def _check_isolation(self, reports) -> None:
+        """Warn once when jobs ran without the private root or the seccomp filter (docs/sandbox.md)."""
+        if self._warned or not reports:
+            return
+        notes = reports[0].isolation
+        missing = [n for n in notes if n.startswith(("filesystem: host", "seccomp: off", "network: host"))]
+        if missing:
+            self._warned = True
+            warnings.warn("sandbox: running with weaker isolation than the threat model assumes: "
+                          + "; ".join(missing) + " (docs/sandbox.md)", RuntimeWarning, stacklevel=3)
 
     def close(self) -> None:
         if self._sandbox is not None:

@@ -6,6 +6,7 @@ nothing (the sandbox's ``TestJob`` contract).
 from __future__ import annotations
 
 import ast
+import sys
 import textwrap
 
 
@@ -65,11 +66,67 @@ def _run_test_class(cls):
 '''
 
 
-def unittest_snippets(test: str, test_classes: list[str]) -> tuple[list[str], str]:
+def unittest_snippets(test: str, test_classes: list[str], imports: list[str] = ()) -> tuple[list[str], str]:
     """ClassEval: one snippet per ``unittest.TestCase`` class, plus the trusted setup.
 
     Each snippet defines the benchmark's test module and runs one class with
-    ``_run_test_class`` (defined by the setup, which the sandbox runs as
-    trusted code). Returns (snippets, setup).
+    ``_run_test_class``. The setup (run by the sandbox as trusted code) defines that
+    runner and the benchmark's own ``import_statement`` lines: tests read those names
+    (``datetime``, ``json``) from the module they ran in, so here they are the harness's,
+    never the program's. Returns (snippets, setup).
     """
-    return [f"{test.rstrip()}\n\n_run_test_class({name})\n" for name in test_classes], UNITTEST_SETUP
+    return ([f"{test.rstrip()}\n\n_run_test_class({name})\n" for name in test_classes],
+            UNITTEST_SETUP + safe_imports(list(imports)))
+
+
+def prompt_setup(prompt: str, entry_point: str) -> str:
+    """The prompt's own code other than the function to write: imports, helpers, constants.
+
+    Benchmark tests call the prompt's helpers (HumanEval/38 checks ``decode_cyclic`` with the
+    prompt's ``encode_cyclic``; HumanEval/32 ``find_zero`` with ``poly``). They run as trusted
+    setup, so a program that redefines a helper changes only its own copy."""
+    try:
+        tree = ast.parse(prompt)
+    except SyntaxError:
+        return ""
+    keep = [n for n in tree.body
+            if not (isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry_point)
+            and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    return "\n".join(ast.get_source_segment(prompt, n) or "" for n in keep).strip() + ("\n" if keep else "")
+
+
+def import_lines(statement) -> list[str]:
+    """A benchmark's ``import_statement`` (a string or a list of lines) as import lines."""
+    text = "\n".join(statement) if isinstance(statement, (list, tuple)) else str(statement or "")
+    return [l.strip() for l in text.splitlines() if l.strip().startswith(("import ", "from "))]
+
+
+def program_imports(program: str) -> list[str]:
+    """The top-level import statements of ``program`` (text only; nothing runs), one per line."""
+    try:
+        tree = ast.parse(program)
+    except (SyntaxError, ValueError):
+        return []
+    return [ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) and not getattr(n, "level", 0)]
+
+
+def third_party(lines: list[str]) -> tuple[str, ...]:
+    """Top-level names imported by ``lines`` that are not in the standard library (the packages a job needs)."""
+    names = set()
+    for line in lines:
+        try:
+            tree = ast.parse(line)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module.split(".")[0])
+    return tuple(sorted(n for n in names if n not in sys.stdlib_module_names))
+
+
+def safe_imports(lines: list[str]) -> str:
+    """The import lines as trusted setup, each guarded: a package missing here fails the tests that need it,
+    not the whole job's setup (the reference program imports them too and fails on its own)."""
+    return "".join(f"try:\n    {l}\nexcept ImportError:\n    pass\n" for l in lines)
