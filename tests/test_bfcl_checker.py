@@ -242,3 +242,26 @@ def test_checker_rules_by_hand():
     assert C.match_unordered([int_schema], calls, two) is None
     assert C.match_ordered([int_schema], calls, two) is not None
     assert C.match_ordered([int_schema], calls[::-1], two) is None
+
+
+def test_int_and_float_for_a_float_parameter_merge_into_one_call(items, oracle):
+    """45 questions have a float parameter whose first accepted value is a whole number. BFCL accepts the
+    answer written with ``6`` as with ``6.0``; when one agent writes each (same_prompt: both write every
+    call), the team merge must see one call, not two."""
+    env = build_parallel(2, role_mode="same_prompt")
+    cases = 0
+    for item in items:
+        calls = gold_calls(item, 0)
+        ints = []
+        for c in calls:
+            props = C.find_schema(item["function"], c.name)["parameters"]["properties"]
+            ints.append(ToolCall(c.name, {k: int(v) if props[k].get("type") == "float" and type(v) is float
+                                          and v.is_integer() else v for k, v in c.args.items()}))
+        if list(map(format_call, ints)) == list(map(format_call, calls)):
+            continue
+        cases += 1
+        assert oracle(item, ints) and oracle(item, calls), item["id"]
+        text = ["\n".join(map(format_call, cs)) for cs in (ints, calls)]
+        m = env.score(item, text)[1]
+        assert m["exact"] == 1 and m["team_calls"] == len(calls), item["id"]
+    assert cases == 45

@@ -32,6 +32,7 @@ ITEM = {"id": "t0", "category": "parallel", "request": "Do f for 1 and 2, then g
     ("I would call f(n=-2) here.", [("f", {"n": -2})]),
     ("Here (in two calls):\nf(\n  n=1,\n)\nthen g.h(s='a (b')", [("f", {"n": 1}), ("g.h", {"s": "a (b"})]),
     ("f(n=1, flag=true, v=null, xs=(1, 2))", [("f", {"n": 1, "flag": True, "v": None, "xs": (1, 2)})]),
+    ("[f(n=96 * 1), g.h(s='a' + 'b')]", [("f", {"n": 96}), ("g.h", {"s": "ab"})]),   # computed, as BFCL does
 ])
 def test_parse_python(text, want):
     got = parse_calls(text, "python", ["f", "g.h"])
@@ -42,6 +43,10 @@ def test_parse_python(text, want):
     ('[{"name": "f", "arguments": {"n": 1}}, {"g.h": {"s": "x"}}]', [("f", {"n": 1}), ("g.h", {"s": "x"})]),
     ('```json\n[{"name": "f", "arguments": "{\\"n\\": 2}"}]\n```', [("f", {"n": 2})]),
     ('Calls: {"name": "f", "parameters": {"n": 3}} done', [("f", {"n": 3})]),
+    # BFCL's own JSON form
+    ('[{"function": "f", "parameters": {"n": 1}}, {"function": "g.h", "parameters": {"s": "x"}}]',
+     [("f", {"n": 1}), ("g.h", {"s": "x"})]),
+    ('```json\n[{"function": "f", "parameters": {}}]\n```', [("f", {})]),
 ])
 def test_parse_json(text, want):
     got = parse_calls(text, "json")
@@ -55,6 +60,8 @@ def test_parse_failures_and_empty():
     bad = parse_calls("f(1)", "python", ["f"])
     assert not bad.ok and "positional" in bad.errors[0]
     assert not parse_calls("f(n=1 + x)", "python", ["f"]).ok          # not a literal
+    assert not parse_calls("f(n=1 / 0)", "python", ["f"]).ok          # Python's own error
+    assert not parse_calls("f(n=2 ** 100000)", "python", ["f"]).ok    # too large to compute here
     assert not parse_calls("no calls here", "python", ["f"]).ok
     assert not parse_calls("<think>f(n=1) or maybe", "python", ["f"]).ok       # cut off while thinking
     assert not parse_calls("f(n=1)", "json").ok
@@ -75,6 +82,25 @@ def test_canonical_keys_and_team_merge():
     x, y, z = ToolCall("f", {"n": 1}), ToolCall("f", {"n": 2}), ToolCall("g", {})
     assert merge_calls([[x, x, y], [b, x, z]]) == [x, x, y, b, z]
     assert merge_calls([[x], [x], [x]]) == [x] and merge_calls([[], []]) == []
+
+
+def test_team_merge_reads_values_as_their_declared_type():
+    """BFCL's checker reads an int given for a float parameter as that float, and a tuple for a tuple
+    parameter as a list: such calls are one call in the team. Case and other types stay distinct."""
+    schemas = [{"name": "bmi", "parameters": {"type": "dict", "required": ["height"], "properties": {
+        "height": {"type": "float"}, "n": {"type": "integer"}, "unit": {"type": "string"},
+        "span": {"type": "tuple", "items": {"type": "integer"}}}}}]
+    six, six_f = ToolCall("bmi", {"height": 6}), ToolCall("bmi", {"height": 6.0})
+    assert call_key(six, schemas) == call_key(six_f, schemas) and call_key(six) != call_key(six_f)
+    assert merge_calls([[six], [six_f]], schemas) == [six] and len(merge_calls([[six], [six_f]])) == 2
+    assert call_key(ToolCall("bmi", {"span": (1, 2)}), schemas) == call_key(ToolCall("bmi", {"span": [1, 2]}), schemas)
+    for a, b in (({"n": 6}, {"n": 6.0}), ({"unit": "cm"}, {"unit": "CM"}), ({"height": True}, {"height": 1.0})):
+        assert call_key(ToolCall("bmi", a), schemas) != call_key(ToolCall("bmi", b), schemas), (a, b)
+    # through the reward: both agents write the whole answer, one with 6, the other with 6.0
+    gold = [{"bmi": {"height": [6.0]}}, {"bmi": {"height": [7.0]}}]
+    r, m = score_team([[six, ToolCall("bmi", {"height": 7})], [six_f, ToolCall("bmi", {"height": 7.0})]],
+                      [True, True], gold, schemas, RewardWeights())
+    assert m["exact"] == 1 and m["team_calls"] == 2 and m["cross_duplicate"] == 1
 
 
 # -- reward, by hand
@@ -140,14 +166,16 @@ def test_role_modes_and_prompts():
     same = entry.build(2, role_mode="same_prompt").reset(ITEM).prompts
     assert same[0] == same[1] and "every function call" in same[0]
     own = entry.build(3, role_mode="self_select", call_format="json").reset(ITEM).prompts
-    assert len(own) == 3 and '"arguments"' in own[0] and "3 function-calling agents" in own[0]
+    assert len(own) == 3 and '"function": "get_weather", "parameters"' in own[0] and "3 function-calling agents" in own[0]
+    listed = entry.build(2, call_format="python_list").reset(ITEM).prompts[0]
+    assert '[get_weather(city="Paris", days=3), get_time(zone="CET")]' in listed and "no code fence" in listed
     assert "part 3" in entry.build(3, role_mode="split_by_order").reset(ITEM).prompts[2]
 
 
 @pytest.mark.parametrize("args, match", [
     ({"mode": "x"}, "unknown key"), ({"role_mode": "odd_even"}, "role_mode"),
     ({"call_format": "xml"}, "call_format"), ({"reward": {"exactt": 1}}, "reward: unknown"),
-    ({"prompt": "no slots"}, "env.args.prompt"),
+    ({"prompt": "no slots"}, "env.args.prompt"), ({"scoring": "strict"}, "env.args.scoring"),
 ])
 def test_bad_env_args_name_the_key(args, match):
     with pytest.raises(ValueError, match=match):
@@ -164,10 +192,20 @@ def test_step_and_summarize():
         assert [t.done for t in trs] == [True, True] and trs[0].metrics["exact"] == 1 and trs[1].metrics["exact"] == 0
         records.append(EvalRecord(item, joint, trs))
     s = env.summarize(records)
-    assert s["exact"] == {"overall": 0.5, "by_category": {"live_parallel": 0.5, "parallel": 0.5}}
-    assert s["exact_any"] == 1.0 and s["samples"] == 4
+    assert s["exact"] == s["exact_lenient"] == {"overall": 0.5, "by_category": {"live_parallel": 0.5, "parallel": 0.5}}
+    # BFCL's decoder rejects two calls on two lines: no exact sample
+    assert s["exact_bfcl"] == {"overall": 0.0, "by_category": {"live_parallel": 0.0, "parallel": 0.0}}
+    assert s["exact_any"] == 1.0 and s["samples"] == 4 and s["scoring"] == "lenient"
     assert s["agent_call_share"] == pytest.approx([0.75, 0.25])   # agent 0: 2 + 1 calls, agent 1: 1 + 0
-    assert "overall" in env.render_table(s) and "agent1  25.0%" in env.render_table(s)
+    table = env.render_table(s)
+    assert "BFCL exact  lenient exact" in table and "overall" in table and "agent1  25.0%" in table
+    assert table.splitlines()[-4].split() == ["overall", "0.0%", "50.0%"]
+    # the bfcl scoring mode: the reward reads BFCL's decoding; BFCL's list form is exact in both
+    strict = get_env("bfcl_parallel").build(2, scoring="bfcl", call_format="python_list")
+    [lines, listed] = strict.step_batch([strict.reset(ITEM)] * 2, [joint[0], ("[f(n=1), f(n=2)]", "[g.h(s='x')]")])
+    assert lines.metrics["exact"] == lines.metrics["exact_bfcl"] == 0 and lines.metrics["exact_lenient"] == 1
+    assert lines.metrics["bfcl_decode_fail"] == 0.5 and lines.reward < listed.reward
+    assert listed.metrics["exact"] == listed.metrics["exact_bfcl"] == listed.metrics["exact_lenient"] == 1
 
 
 def test_load_bfcl_files(shared_data):
@@ -222,5 +260,7 @@ def test_comarl_eval_reports_exact_by_category(tmp_path, monkeypatch, capsys, sh
                "data.eval.limit=2", f"train.output_dir={tmp_path}"])
     assert rc == 0
     summary = json.loads(out.read_text())["summary"]
-    assert set(summary["exact"]) == {"overall", "by_category"} and len(summary["agent_call_share"]) == 2
-    assert "share of the calls" in capsys.readouterr().out
+    assert set(summary["exact"]) == set(summary["exact_bfcl"]) == {"overall", "by_category"}
+    assert summary["scoring"] == "bfcl" and len(summary["agent_call_share"]) == 2   # as the smoke config sets
+    out = capsys.readouterr().out
+    assert "share of the calls" in out and "BFCL exact" in out

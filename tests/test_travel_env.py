@@ -122,10 +122,15 @@ def test_summarize_and_table(items):
     states = [env.reset(it)] * 2
     trs = env.step_batch(states, [good, ("", "")])
     s = env.summarize([EvalRecord(it, [good, ("", "")], trs)])
-    assert s["delivery_rate"] == 0.5 and s["final_pass_rate"] == 0.5 and s["commonsense_macro"] == 0.5
-    # an undelivered plan passes no check (benchmark rule): 8 of 16
-    assert s["commonsense_micro"] == 0.5
+    # two empty answers merge into a plan of "-": delivered (eval.py delivers any non-empty plan), and it
+    # passes 5 of the 8 commonsense checks (tests/test_travel_official.py): 8 + 5 of 16
+    assert s["delivery_rate"] == 1.0 and s["final_pass_rate"] == 0.5 and s["commonsense_macro"] == 0.5
+    assert s["commonsense_micro"] == 13 / 16
     assert s["hard_micro"] == 0.5 and s["roles"]["logistics"]["parse_fail"] == 0.5
+    # comarl's stricter reading (env.args.delivery: comarl_strict): not delivered, passes no check
+    strict = get_env("travelplanner").build(2, delivery="comarl_strict")
+    st = strict.summarize([EvalRecord(it, [good, ("", "")], strict.step_batch(states, [good, ("", "")]))])
+    assert st["delivery_rate"] == 0.5 and st["commonsense_micro"] == 0.5
     table = env.render_table(s)
     assert "final pass rate" in table and "logistics" in table and "50.0%" in table
 

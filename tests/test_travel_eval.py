@@ -56,6 +56,21 @@ def test_hand_plan_cost_and_checks():
     assert v.commonsense["within_sandbox"] == (True, None)
 
 
+def test_legs_between_cities_with_a_state_cost_as_the_benchmark_reads_them():
+    """The benchmark cuts "(State)" off both cities before it looks a taxi or self-driving leg up
+    (``run_for_evaluation`` -> ``extract_before_parenthesis``), in the transportation text or, when that
+    has no "from A to B", in ``current_city``; a space before the parenthesis stays and misses."""
+    ref = parse_reference(RAW)
+    taxi = plan(d3__transportation="Taxi, from Bend(Oregon) to Salem(Oregon), duration: 2 hours, cost: 200")
+    assert total_cost(Q, taxi, ref) == 1380                                  # 200 x ceil(3/4), as with plain names
+    via_city = plan(d3__current_city="from Bend(Oregon) to Salem", d3__transportation="Taxi")
+    assert total_cost(Q, via_city, ref) == 1380
+    drive = plan(d1__transportation="Self-driving, from Salem(Oregon) to Bend(Oregon)")
+    assert total_cost(Q, drive, ref) == 1380 - 600 + 40                      # 40 x ceil(3/5) instead of the flight
+    spaced = plan(d3__transportation="Taxi, from Bend (Oregon) to Salem (Oregon)")
+    assert total_cost(Q, spaced, ref) == 1380 - 200                          # "Bend " is no city: costs 0
+
+
 def test_complete_plan_budget_and_local_constraints():
     ref = parse_reference(RAW)
     p = plan(d2__dinner="Taco Hut, Bend")

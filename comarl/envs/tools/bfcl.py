@@ -46,7 +46,7 @@ def load_multiturn_flat(source: str | None, split: str | None, limit: int | None
 
 
 def build_parallel(num_agents: int = 2, **args: Any) -> ToolCallEnv:
-    """``env.args``: role_mode, call_format, reward (weights), prompt (template)."""
+    """``env.args``: role_mode, call_format, reward (weights), prompt (template), scoring (lenient | bfcl)."""
     return build_env("bfcl_parallel", num_agents, args, ordered=False)
 
 

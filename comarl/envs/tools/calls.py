@@ -1,18 +1,24 @@
 """From a model's free text to function calls, and from calls to canonical keys.
 
-Two output formats (``fmt``):
+This is comarl's *lenient* parser: it reads calls out of text that BFCL's own
+decoder rejects (a fence, prose, one call per line...). The number BFCL would give
+comes from :mod:`.bfcl_decode` (the ``bfcl`` scoring mode).
 
-- ``python``: BFCL's syntax, one call per line (``f(a=1)``) or a Python list of
-  calls (``[f(a=1), g(b="x")]``); dotted names (``math.hypot``) allowed.
-- ``json``: a JSON list of ``{"name": ..., "arguments": {...}}`` objects (also
-  ``"parameters"``, arguments given as a JSON string, or ``{name: {...}}``).
+Output formats (``fmt``):
+
+- ``python`` / ``python_list``: Python call syntax, one call per line (``f(a=1)``)
+  or a Python list of calls (``[f(a=1), g(b="x")]``, BFCL's form); dotted names
+  (``math.hypot``) allowed. The two differ only in what the prompt asks for.
+- ``json``: a JSON list of call objects, BFCL's ``{"function": ..., "parameters":
+  {...}}`` or ``{"name": ..., "arguments": {...}}`` (arguments may be a JSON
+  string), or ``{name: {...}}``.
 
 ``auto`` tries JSON when the text looks like it, then Python. Both strip
 ``<think>`` blocks and markdown fences; Python parsing skips prose lines and,
 in a line that is not a call, picks out ``name(...)`` spans of the known
-function names. Arguments must be keywords (as BFCL's decoder requires); values
-are literals; a bare name is kept as its text (BFCL treats it as a variable),
-``true``/``false``/``null`` read as JSON.
+function names. Arguments must be keywords; values are literals or literal
+arithmetic (``96 * 1`` is 96, as BFCL computes it); a bare name is kept as its
+text (BFCL treats it as a variable), ``true``/``false``/``null`` read as JSON.
 """
 from __future__ import annotations
 
@@ -24,7 +30,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-FORMATS = ("python", "json", "auto")
+from .arithmetic import NotConstant, evaluate
+
+FORMATS = ("python", "python_list", "json", "auto")
 
 _THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"```[ \t]*[\w+.-]*[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
@@ -76,7 +84,7 @@ def parse_calls(text: str, fmt: str = "python", names: Iterable[str] = ()) -> Pa
 
     Args:
         text: the model's response.
-        fmt: ``python`` | ``json`` | ``auto`` (see the module docstring).
+        fmt: ``python`` | ``python_list`` | ``json`` | ``auto`` (see the module docstring).
         names: the function names of the task, used to find calls inside prose.
 
     ``parse_calls('Sure!\\n```python\\nf(a=1)\\ng.h(b="x")\\n```')``
@@ -130,6 +138,11 @@ def _value(node: ast.AST) -> Any:
             return -v if isinstance(node.op, ast.USub) else v
     if isinstance(node, ast.Name):
         return _JSON_NAMES.get(node.id.lower(), node.id)
+    if isinstance(node, ast.BinOp):
+        try:
+            return evaluate(node)
+        except (NotConstant, ArithmeticError, TypeError, ValueError) as e:
+            raise _BadCall(f"argument value {ast.unparse(node)!r}: {e}") from None
     raise _BadCall(f"unsupported argument value {ast.unparse(node)!r} (use a literal)")
 
 
@@ -292,10 +305,12 @@ def _json_call(obj: Any) -> ToolCall:
         raise _BadCall(f"a call must be a JSON object, got {type(obj).__name__}")
     if "name" in obj:
         name, args = obj["name"], obj.get("arguments", obj.get("parameters", {}))
+    elif isinstance(obj.get("function"), str):  # BFCL's JSON form
+        name, args = obj["function"], obj.get("parameters", obj.get("arguments", {}))
     elif len(obj) == 1:
         name, args = next(iter(obj.items()))
     else:
-        raise _BadCall(f"call object without 'name': keys {sorted(obj)}")
+        raise _BadCall(f"call object without 'function' or 'name': keys {sorted(obj)}")
     if isinstance(args, str):
         try:
             args = json.loads(args)
@@ -344,18 +359,44 @@ def canonical_value(v: Any) -> Any:
         return ("s", v.strip())
     if isinstance(v, (list, tuple)):
         return ("l" if isinstance(v, list) else "t", tuple(canonical_value(x) for x in v))
+    if isinstance(v, (set, frozenset)):
+        return ("set", tuple(sorted((canonical_value(x) for x in v), key=repr)))
     if isinstance(v, dict):
         return ("d", tuple(sorted((str(k), canonical_value(x)) for k, x in v.items())))
     return ("r", repr(v))
 
 
-def call_key(call: ToolCall) -> tuple:
-    """The canonical key of a call: name and sorted canonical arguments."""
-    return (call.name, tuple(sorted((k, canonical_value(v)) for k, v in call.args.items())))
+def typed_value(v: Any, schema_type: str | None) -> Any:
+    """``v`` as BFCL's checker reads it for a parameter of ``schema_type``: an int given for a
+    ``float`` parameter is that float, a tuple given for a ``tuple`` parameter is a list; anything
+    else as written. ``typed_value(6, "float") == 6.0``."""
+    if schema_type == "float" and type(v) is int:
+        return float(v)
+    if schema_type == "tuple" and type(v) is tuple:
+        return list(v)
+    return v
 
 
-def merge_calls(per_agent: Sequence[Sequence[ToolCall]]) -> list[ToolCall]:
-    """The team's calls: the multiset union of the agents' calls under :func:`call_key`.
+def _param_types(schemas: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for s in schemas:
+        props = (s.get("parameters") or {}).get("properties") or {}
+        out.setdefault(s.get("name"), {p: (d or {}).get("type") for p, d in props.items() if isinstance(d, Mapping)})
+    return out
+
+
+def call_key(call: ToolCall, schemas: Iterable[Mapping[str, Any]] = ()) -> tuple:
+    """The canonical key of a call: name and sorted canonical arguments, each value first read as
+    its parameter's declared type in ``schemas`` (:func:`typed_value`), so ``f(height=6)`` and
+    ``f(height=6.0)`` are one call when ``height`` is a float."""
+    types = _param_types(schemas).get(call.name, {})
+    return (call.name, tuple(sorted(((k, canonical_value(typed_value(v, types.get(k)))) for k, v in call.args.items()),
+                                    key=lambda kv: (str(kv[0]), repr(kv[1])))))
+
+
+def merge_calls(per_agent: Sequence[Sequence[ToolCall]], schemas: Iterable[Mapping[str, Any]] = ()) -> list[ToolCall]:
+    """The team's calls: the multiset union of the agents' calls under :func:`call_key` (with the
+    task's ``schemas``, so values equal once read as their declared type are one call).
 
     A call written by several agents counts once; a call one agent writes k times counts k times
     (max over agents), since a request may need the same call twice (BFCL parallel_158 asks for two
@@ -363,13 +404,14 @@ def merge_calls(per_agent: Sequence[Sequence[ToolCall]]) -> list[ToolCall]:
 
     ``merge_calls([[a, a, b], [a, c]]) -> [a, a, b, c]``.
     """
+    schemas = list(schemas)
     need: Counter = Counter()
     for calls in per_agent:
-        need |= Counter(call_key(c) for c in calls)
+        need |= Counter(call_key(c, schemas) for c in calls)
     out, have = [], Counter()
     for calls in per_agent:
         for c in calls:
-            k = call_key(c)
+            k = call_key(c, schemas)
             if have[k] < need[k]:
                 have[k] += 1
                 out.append(c)
@@ -377,7 +419,8 @@ def merge_calls(per_agent: Sequence[Sequence[ToolCall]]) -> list[ToolCall]:
 
 
 def format_call(call: ToolCall, fmt: str = "python") -> str:
-    """A call written out in ``fmt`` (``python``: ``f(a=1, b='x')``; ``json``: one object)."""
+    """A call written out in ``fmt`` (``python``: ``f(a=1, b='x')``; ``json``: one object in BFCL's form,
+    ``{"function": "f", "parameters": {...}}``)."""
     if fmt == "json":
-        return json.dumps({"name": call.name, "arguments": dict(call.args)}, ensure_ascii=False)
+        return json.dumps({"function": call.name, "parameters": dict(call.args)}, ensure_ascii=False)
     return f"{call.name}({', '.join(f'{k}={v!r}' for k, v in call.args.items())})"

@@ -5,6 +5,11 @@ instruction (``role_mode``) and writes calls (``call_format``); the team's
 calls are the union of the agents' calls without canonical repeats, scored by
 :func:`reward.score_team` against the item's BFCL possible answer, as an
 unordered set (``bfcl_parallel``) or in order (``bfcl_multiturn_flat``).
+
+Each response is read twice: by comarl's lenient parser (:func:`calls.parse_calls`)
+and as BFCL's pipeline reads a prompting model's text (:func:`bfcl_decode.decode_bfcl`).
+``scoring`` picks the reading the reward uses; both exact matches are always in the
+metrics (``exact_lenient``, ``exact_bfcl``) and in :meth:`ToolCallEnv.summarize`.
 """
 from __future__ import annotations
 
@@ -13,10 +18,13 @@ from typing import Any, Mapping, Sequence
 
 from ..base import EnvState, EvalRecord, Transition
 from . import prompts as P
+from .bfcl_decode import decode_bfcl
 from .calls import FORMATS, parse_calls
-from .reward import RewardWeights, reward_weights, score_team
+from .reward import RewardWeights, reward_weights, score_team, team_exact
 
-ARG_KEYS = ("role_mode", "call_format", "reward", "prompt")
+ARG_KEYS = ("role_mode", "call_format", "reward", "prompt", "scoring")
+SCORINGS = ("lenient", "bfcl")
+EXACTS = ("exact_bfcl", "exact_lenient")
 
 
 class ToolCallEnv:
@@ -26,19 +34,22 @@ class ToolCallEnv:
         name: the registered name (for messages).
         num_agents: N >= 1.
         role_mode: ``self_select`` | ``split_by_order`` | ``same_prompt``.
-        call_format: ``python`` | ``json`` | ``auto`` (what agents are asked to write; ``auto``
-            asks for Python and reads either).
+        call_format: ``python`` (one call per line) | ``python_list`` (BFCL's ``[f(a=1), g(b=2)]``) |
+            ``json`` (BFCL's ``function``/``parameters`` objects) | ``auto`` (asks for Python, reads either).
         weights: reward weights.
         ordered: exact match in order (flattened multi-turn) instead of as a set.
         template: prompt template with ``{role}``, ``{functions}``, ``{request}``, ``{format}``
             (and optionally ``{num_agents}``).
+        scoring: ``lenient`` (the reward reads comarl's forgiving parse) | ``bfcl`` (the reward reads
+            the calls BFCL's decoder gets; a response it cannot decode has no call).
     """
 
     max_turns = 1
 
     def __init__(self, name: str, num_agents: int, role_mode: str, call_format: str, weights: RewardWeights,
-                 ordered: bool, template: str = P.TEMPLATE):
+                 ordered: bool, template: str = P.TEMPLATE, scoring: str = "lenient"):
         self.name = name
+        self.scoring = scoring
         self.num_agents = num_agents
         self.role_mode = role_mode
         self.call_format = call_format
@@ -56,14 +67,27 @@ class ToolCallEnv:
             P.render(self.template, item, i, self.num_agents, self.role_mode, fmt, self.ordered)
             for i in range(self.num_agents)))
 
+    @property
+    def bfcl_format(self) -> str:
+        """How BFCL decodes the answers: ``json`` for the JSON format, else Python."""
+        return "json" if self.call_format == "json" else "python"
+
     def score(self, item: Mapping[str, Any], responses: Sequence[str]) -> tuple[float, dict[str, float]]:
-        """Reward and metrics of one joint response."""
+        """Reward and metrics of one joint response; ``exact`` is the scoring mode's verdict,
+        ``exact_lenient`` and ``exact_bfcl`` the two readings' verdicts."""
         if len(responses) != self.num_agents:
             raise ValueError(f"{self.name}: joint action has {len(responses)} responses, environment has {self.num_agents} agents")
         names = [f["name"] for f in item["function"]]
-        parsed = [parse_calls(r, self.call_format, names) for r in responses]
-        return score_team([p.calls for p in parsed], [p.ok for p in parsed], item["ground_truth"],
-                          item["function"], self.weights, self.ordered)
+        readings = {"lenient": [parse_calls(r, self.call_format, names) for r in responses],
+                    "bfcl": [decode_bfcl(r, self.bfcl_format) for r in responses]}
+        used = readings[self.scoring]
+        reward, metrics = score_team([p.calls for p in used], [p.ok for p in used], item["ground_truth"],
+                                     item["function"], self.weights, self.ordered)
+        for mode, parsed in readings.items():
+            metrics[f"exact_{mode}"] = metrics["exact"] if mode == self.scoring else float(
+                team_exact([p.calls for p in parsed], item["ground_truth"], item["function"], self.ordered))
+        metrics["bfcl_decode_fail"] = sum(not p.ok for p in readings["bfcl"]) / len(responses)
+        return reward, metrics
 
     def step_batch(self, states: Sequence[EnvState], responses: Sequence[Sequence[str]]) -> list[Transition]:
         out = []
@@ -75,13 +99,16 @@ class ToolCallEnv:
     def summarize(self, records: Sequence[EvalRecord]) -> dict[str, Any]:
         """``comarl eval`` summary.
 
-        Keys: ``items``, ``samples``, ``exact`` (share of exact samples, overall and
-        ``by_category``), ``exact_any`` (share of items with an exact sample among
-        their n), ``reward`` (mean), ``terms`` (mean of each reward term) and
-        ``agent_call_share`` (agent i's distinct calls / all agents' distinct calls).
+        Keys: ``items``, ``samples``, ``scoring`` (the reading the reward used), ``exact_bfcl``
+        (share of exact samples with each response decoded as BFCL's prompting handlers do: the
+        number BFCL would give; overall and ``by_category``), ``exact_lenient`` (the same with
+        comarl's lenient parser), ``exact`` (the scoring mode's), ``exact_any`` (share of items with
+        an exact sample among their n, scoring mode), ``reward`` (mean), ``terms`` (mean of each
+        reward term) and ``agent_call_share`` (agent i's distinct calls / all agents' distinct calls).
         """
-        by_cat: dict[str, list[float]] = defaultdict(list)
-        exact, any_exact, rewards = [], [], []
+        by_cat: dict[str, dict[str, list[float]]] = {m: defaultdict(list) for m in ("exact", *EXACTS)}
+        every: dict[str, list[float]] = {m: [] for m in ("exact", *EXACTS)}
+        any_exact, rewards = [], []
         terms: dict[str, list[float]] = defaultdict(list)
         calls = [0.0] * self.num_agents
         for rec in records:
@@ -89,29 +116,37 @@ class ToolCallEnv:
             for tr in rec.transitions:
                 m = tr.metrics
                 hits.append(m["exact"])
-                by_cat[str(rec.item.get("category", "unknown"))].append(m["exact"])
+                for key in every:
+                    every[key].append(m[key])
+                    by_cat[key][str(rec.item.get("category", "unknown"))].append(m[key])
                 rewards.append(float(tr.reward))
                 for k in ("parse", "name_f1", "args", "count", "cross_duplicate", "repeated", "lazy", "unbalanced"):
                     terms[k].append(m[k])
                 for i in range(self.num_agents):
                     calls[i] += m[f"calls_agent{i}"]
-            exact += hits
             any_exact.append(float(any(hits)))
         total = sum(calls)
+        exact = {key: {"overall": _mean(v), "by_category": {c: _mean(x) for c, x in sorted(by_cat[key].items())}}
+                 for key, v in every.items()}
         return {
-            "items": len(records), "samples": len(exact), "num_agents": self.num_agents, "role_mode": self.role_mode,
-            "exact": {"overall": _mean(exact), "by_category": {c: _mean(v) for c, v in sorted(by_cat.items())}},
+            "items": len(records), "samples": len(every["exact"]), "num_agents": self.num_agents,
+            "role_mode": self.role_mode, "scoring": self.scoring, **exact,
             "exact_any": _mean(any_exact), "reward": {"mean": _mean(rewards), "max_possible": self.weights.max_reward()},
             "terms": {k: _mean(v) for k, v in terms.items()},
             "agent_call_share": [c / total if total else None for c in calls],
         }
 
     def render_table(self, summary: Mapping[str, Any]) -> str:
-        """A plain-text table of :meth:`summarize`: exact match per category and overall, agents' call shares."""
-        ex = summary["exact"]
-        rows = [(c, v) for c, v in ex["by_category"].items()] + [("overall", ex["overall"])]
-        width = max(len(c) for c, _ in rows)
-        lines = [f"{'category':{width}s}  exact"] + [f"{c:{width}s}  {_pct(v)}" for c, v in rows]
+        """A plain-text table of :meth:`summarize`: both exact matches per category and overall
+        (BFCL's decoding first), and the agents' call shares."""
+        bfcl, lenient = summary["exact_bfcl"], summary["exact_lenient"]
+        rows = [(c, v, lenient["by_category"].get(c)) for c, v in bfcl["by_category"].items()]
+        rows.append(("overall", bfcl["overall"], lenient["overall"]))
+        width = max(len(c) for c, _, _ in rows)
+        lines = [f"{'category':{width}s}  BFCL exact  lenient exact",
+                 *(f"{c:{width}s}  {_pct(b):>10s}  {_pct(x):>13s}" for c, b, x in rows),
+                 "BFCL exact: responses decoded as BFCL's prompting handlers do (the benchmark's number); "
+                 "lenient: comarl's forgiving parser", f"reward reads: {summary['scoring']}"]
         shares = ", ".join(f"agent{i} {_pct(v)}" for i, v in enumerate(summary["agent_call_share"]))
         lines.append(f"share of the calls: {shares}")
         return "\n".join(lines)
@@ -138,7 +173,11 @@ def build_env(name: str, num_agents: int, args: Mapping[str, Any], ordered: bool
     call_format = args.get("call_format", "python")
     if call_format not in FORMATS:
         raise ValueError(f"env.args.call_format: expected one of {FORMATS}, got {call_format!r}")
+    scoring = args.get("scoring", "lenient")
+    if scoring not in SCORINGS:
+        raise ValueError(f"env.args.scoring: expected one of {SCORINGS}, got {scoring!r}")
     template = args.get("prompt") or P.TEMPLATE
     if not isinstance(template, str) or any("{" + k + "}" not in template for k in ("role", "functions", "request", "format")):
         raise ValueError("env.args.prompt: the template must contain {role}, {functions}, {request} and {format}")
-    return ToolCallEnv(name, num_agents, role_mode, call_format, reward_weights(args.get("reward")), ordered, template)
+    return ToolCallEnv(name, num_agents, role_mode, call_format, reward_weights(args.get("reward")), ordered, template,
+                       scoring)

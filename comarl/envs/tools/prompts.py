@@ -22,8 +22,13 @@ FORMATS = {
     "python": ("Write each of your calls on its own line in Python syntax with keyword arguments, for "
                "example:\nget_weather(city=\"Paris\", days=3)\nWrite nothing else. If you have no call to "
                "make, write []."),
+    # BFCL's own output form for prompting models: one Python list of calls, nothing around it
+    "python_list": ("Write all your calls as one Python list with keyword arguments, for example:\n"
+                    "[get_weather(city=\"Paris\", days=3), get_time(zone=\"CET\")]\n"
+                    "Write nothing else: no code fence, no explanation. If you have no call to make, write []."),
+    # BFCL's JSON form ("function" / "parameters")
     "json": ("Write your calls as one JSON list, for example:\n"
-             "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}]\n"
+             "[{\"function\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": 3}}]\n"
              "Write nothing else. If you have no call to make, write []."),
 }
 

@@ -2,7 +2,9 @@
 
 Each agent's response is parsed into calls; the team's calls are the multiset
 union of the agents' calls (:func:`calls.merge_calls`: a call written by several
-agents counts once, a call one agent writes k times counts k times). The reward is
+agents counts once, a call one agent writes k times counts k times; values are
+read as their parameter's declared type first, so ``h=6`` and ``h=6.0`` for a
+float ``h`` are one call). The reward is
 
     exact * [team calls match the gold answer as BFCL's checker decides]
     + parse * (share of agents whose response parsed)
@@ -128,6 +130,13 @@ def even_split(total: int, agents: int) -> list[int]:
     return [total // agents + (i < total % agents) for i in range(agents)]
 
 
+def team_exact(per_agent: Sequence[Sequence[ToolCall]], gold: Sequence[C.Gold],
+               schemas: Sequence[Mapping[str, Any]], ordered: bool = False) -> bool:
+    """Whether the agents' merged calls match ``gold`` as BFCL's checker decides (as a set, or in order)."""
+    team = merge_calls(per_agent, schemas)
+    return (C.match_ordered if ordered else C.match_unordered)(schemas, team, gold) is None
+
+
 def score_team(per_agent: Sequence[Sequence[ToolCall]], parsed_ok: Sequence[bool], gold: Sequence[C.Gold],
                schemas: Sequence[Mapping[str, Any]], w: RewardWeights, ordered: bool = False) -> tuple[float, dict[str, float]]:
     """The team reward and its terms.
@@ -144,15 +153,14 @@ def score_team(per_agent: Sequence[Sequence[ToolCall]], parsed_ok: Sequence[bool
         ``calls_agent{i}`` (agent i's calls less its surplus repeats).
     """
     n, g = len(per_agent), len(gold)
-    team = merge_calls(per_agent)
-    verdict = (C.match_ordered if ordered else C.match_unordered)(schemas, team, gold)
-    exact = float(verdict is None)
+    team = merge_calls(per_agent, schemas)
+    exact = float(team_exact(per_agent, gold, schemas, ordered))
     parse = sum(map(bool, parsed_ok)) / n if n else 0.0
     f1 = name_f1(team, gold)
     args = matched_arg_score(schemas, team, gold)
     count = max(0.0, 1 - abs(len(team) - g) / g) if g else float(not team)
-    keys = [Counter(call_key(c) for c in cs) for cs in per_agent]
-    examples = {call_key(c): c for cs in per_agent for c in cs}
+    keys = [Counter(call_key(c, schemas) for c in cs) for cs in per_agent]
+    examples = {call_key(c, schemas): c for cs in per_agent for c in cs}
     fills = {k: sum(C.check_call(C.find_schema(schemas, next(iter(gc))), c, gc) is None for gc in gold)
              for k, c in examples.items()}
     surplus = [sum(max(0, v - max(1, fills[k])) for k, v in ks.items()) for ks in keys]

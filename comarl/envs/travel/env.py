@@ -27,14 +27,14 @@ from ..base import EnvState, EvalRecord, Transition
 from ..registry import EnvEntry, register_env
 from . import catalog as C
 from .data import item_query, load_items
-from .evaluate import COMMONSENSE, FIELDS, HARD, delivered, evaluate_plan, invented_in_day
+from .evaluate import COMMONSENSE, DELIVERY, FIELDS, HARD, delivered, evaluate_plan, invented_in_day
 from .parse import merge, parse_agent
 from .reference import parse_reference
 from .reward import TravelRewardWeights, reward_weights, team_reward
 
 DEFAULT_ROLES = {1: (FIELDS,), 2: (C.LOGISTICS_FIELDS, C.EXPERIENCE_FIELDS)}
 DEFAULT_NAMES = {1: ("planner",), 2: ("logistics", "experience")}
-ARG_KEYS = ("roles", "role_names", "catalog_chars", "reward", "prefill", "structured", "slot_tokens")
+ARG_KEYS = ("roles", "role_names", "catalog_chars", "reward", "prefill", "structured", "slot_tokens", "delivery")
 # most tokens a policy may write for one value under ``structured`` (annotated plans, characters: current city
 # <= 62, transportation <= 126 with many digits, accommodation <= 77, meals <= 63, attractions <= 229)
 SLOT_TOKENS = {"current_city": 24, "transportation": 64, "accommodation": 32, "breakfast": 24, "lunch": 24,
@@ -73,8 +73,9 @@ class TravelEnv:
 
     def __init__(self, roles: Sequence[Sequence[str]], role_names: Sequence[str], catalog_chars: int,
                  weights: TravelRewardWeights, prefill: bool = False, structured: bool = False,
-                 slot_tokens: Mapping[str, int] | None = None):
+                 slot_tokens: Mapping[str, int] | None = None, delivery: str = "benchmark"):
         self.prefill = prefill
+        self.delivery = delivery
         self.structured = structured
         self.slot_tokens = {**SLOT_TOKENS, **(slot_tokens or {})}
         self.roles = tuple(tuple(r) for r in roles)
@@ -140,7 +141,7 @@ class TravelEnv:
         q, ref = item_query(item), parse_reference(item["reference"])
         parsed = [parse_agent(restore(self.answer_prefix(i), r), q.days) for i, r in enumerate(responses)]
         m = merge(parsed, self.roles, q.days)
-        verdict = evaluate_plan(q, m.plan, ref)
+        verdict = evaluate_plan(q, m.plan, ref, self.delivery)
         filled = invented = 0
         grounded_by_agent = [0] * self.num_agents
         owner = {f: i for i, fs in enumerate(self.roles) for f in fs}
@@ -160,7 +161,7 @@ class TravelEnv:
                                    budget=q.budget, foreign_slots=sum(m.foreign), total_slots=q.days * len(FIELDS),
                                    filled_per_agent=m.filled)
         metrics = {f"travel/{k}": float(v) for k, v in terms.items()}
-        metrics["travel/delivered"] = float(delivered(m.plan))
+        metrics["travel/delivered"] = float(delivered(m.plan, self.delivery))
         for k in COMMONSENSE:
             metrics[f"commonsense/{k}"] = float(bool(verdict.commonsense[k][0]))
         for k in HARD:
@@ -258,7 +259,9 @@ def build(num_agents: int = 2, **args: Any) -> TravelEnv:
     ``prefill`` (force the JSON opening, see :meth:`TravelEnv.answer_prefix` and ``comarl.prefill``),
     ``structured`` (force the whole JSON skeleton, values sampled; :meth:`TravelEnv.answer_schema`),
     ``slot_tokens`` (with ``structured``: most tokens per value, one int for every field or a
-    ``{field: int}`` mapping over the defaults ``SLOT_TOKENS``).
+    ``{field: int}`` mapping over the defaults ``SLOT_TOKENS``), ``delivery`` (``benchmark``, the default:
+    any non-empty plan is delivered and checked, as ``eval.py`` does; ``comarl_strict``: a plan with no
+    value at all is not delivered and passes nothing; see :func:`evaluate.delivered`).
 
     Raises:
         ValueError: naming the bad key.
@@ -305,8 +308,11 @@ def build(num_agents: int = 2, **args: Any) -> TravelEnv:
     if structured and prefill:
         raise ValueError("env.args: structured and prefill exclude each other (structured already forces the "
                          "opening, and the rest of the skeleton); set one")
+    delivery = args.get("delivery", "benchmark")
+    if delivery not in DELIVERY:
+        raise ValueError(f"env.args.delivery: expected one of {DELIVERY}, got {delivery!r}")
     return TravelEnv(roles, names, chars, reward_weights(args.get("reward")), prefill, structured,
-                     _slot_tokens(args.get("slot_tokens")))
+                     _slot_tokens(args.get("slot_tokens")), delivery)
 
 
 def _slot_tokens(value: Any) -> dict[str, int]:

@@ -14,7 +14,9 @@ city is valid when the reference has a section for it (the benchmark reads a
 city/state list that is not shipped offline); "within current city" checks the
 city *name* on stay days (the original iterates over the characters of the
 string, which almost always passes); a cuisine check skips only the meal
-eaten in the origin city (the original skips the rest of the day).
+eaten in the origin city (the original skips the rest of the day). Delivery
+follows ``eval.py`` (any non-empty plan is checked) unless the comarl-only
+``comarl_strict`` rule is asked for (:func:`delivered`).
 """
 from __future__ import annotations
 
@@ -287,6 +289,14 @@ def complete_information(q: TravelQuery, plan: Plan) -> Check:
 
 
 # -- hard -----------------------------------------------------------------------------------------------
+def ground_cost(ref: Reference, mode: str, a: str, b: str) -> float:
+    """Cost of one self-driving or taxi leg ``a -> b``, read as the benchmark's
+    ``GoogleDistanceMatrix.run_for_evaluation`` does: each city cut before its ``(State)``
+    (``"Bemidji(Minnesota)" -> "Bemidji"``), then an exact match; 0 when the reference has no
+    such leg or no cost for it (the benchmark adds None there and stops with a TypeError)."""
+    return ref.ground.get((mode, before_paren(a), before_paren(b))) or 0.0
+
+
 def total_cost(q: TravelQuery, plan: Plan, ref: Reference) -> float:
     """The plan's cost for the whole group, as the benchmark sums it (unknown entities cost 0)."""
     cost = 0.0
@@ -301,9 +311,9 @@ def total_cost(q: TravelQuery, plan: Plan, ref: Reference) -> float:
                     if row:
                         cost += float(row["Price"]) * q.people
                 elif "self-driving" in tr.lower():
-                    cost += (ref.ground.get(("self-driving", a, b)) or 0.0) * math.ceil(q.people / 5)
+                    cost += ground_cost(ref, "self-driving", a, b) * math.ceil(q.people / 5)
                 elif "taxi" in tr.lower():
-                    cost += (ref.ground.get(("taxi", a, b)) or 0.0) * math.ceil(q.people / 4)
+                    cost += ground_cost(ref, "taxi", a, b) * math.ceil(q.people / 4)
         for meal in MEALS:
             if not empty(day.get(meal)):
                 row = ref.restaurant(*name_city(str(day[meal])))
@@ -376,8 +386,20 @@ def transportation(q: TravelQuery, plan: Plan) -> Check:
     return True, None
 
 
-def delivered(plan: Plan) -> bool:
-    """True when some day holds some value besides its day number."""
+DELIVERY = ("benchmark", "comarl_strict")
+
+
+def delivered(plan: Plan, rule: str = "benchmark") -> bool:
+    """Whether a plan counts as delivered.
+
+    ``benchmark``: any non-empty list of days, as ``eval.py`` decides (``if tested_plan['plan']``);
+    a plan of nothing but ``"-"`` is delivered and checked like any other. ``comarl_strict`` (not
+    the benchmark's): some day must hold some value besides its day number.
+    """
+    if rule not in DELIVERY:
+        raise ValueError(f"delivery rule must be one of {DELIVERY}, got {rule!r}")
+    if rule == "benchmark":
+        return len(plan) > 0
     return any(isinstance(d, Mapping) and any(k != "days" and not empty(v) for k, v in d.items()) for d in plan)
 
 
@@ -408,11 +430,13 @@ class Verdict:
         return out
 
 
-def evaluate_plan(q: TravelQuery, plan: Plan, ref: Reference) -> Verdict:
+def evaluate_plan(q: TravelQuery, plan: Plan, ref: Reference, delivery: str = "benchmark") -> Verdict:
     """Run every commonsense and hard check on ``plan`` (see the module docstring).
 
-    A plan with no value at all is not delivered: as in the benchmark, it passes no check."""
-    if not delivered(plan):
+    A plan that is not delivered (:func:`delivered` under the rule ``delivery``) passes no check.
+    Under the benchmark's rule only an empty list is not delivered; a plan of all ``"-"`` is
+    checked and passes 5 of the 8 commonsense checks, as in ``eval.py``."""
+    if not delivered(plan, delivery):
         return Verdict({k: (False, "no plan delivered") for k in COMMONSENSE}, None, 0.0)
     cs = {"within_sandbox": within_sandbox(q, plan, ref), "complete_information": complete_information(q, plan),
           "within_current_city": within_current_city(q, plan),
