@@ -98,6 +98,8 @@ class TrainConfig:
     """Checkpoint every this many steps (0 = only at the end when output_dir is set)."""
     save_total_limit: int = 2
     """Keep at most this many checkpoints (oldest removed)."""
+    checkpoint_checksums: bool = False
+    """Also write each checkpoint file's CRC-32, verified on resume (~0.4 s per 540 MB; sizes are always checked)."""
     output_dir: str | None = None
     """Where logs and checkpoints go (None = no files)."""
     resume: str | None = None

@@ -2,10 +2,16 @@
 
 Dataclasses are the source of truth. Unknown keys, wrong types and bad values
 raise :class:`ConfigError` naming the dotted key (``train.num_generations``).
+
+Values are read as YAML 1.2 (core schema), in files and in overrides alike: ``12:30``,
+``no``, ``on`` and ``2026-01-01`` are strings, ``1e-3`` is a number. Then the field's type
+decides: a ``str`` field takes the text as written (``data.eval.split=[4:8]`` is
+``"[4:8]"``); untyped places (``env.args``) keep the YAML 1.2 value.
 """
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from typing import Any, Union
@@ -45,14 +51,97 @@ def import_callable(spec: str, key: str):
     return fn
 
 
-def read_yaml(path) -> Any:
-    """Parse a YAML file; a syntax error becomes a :class:`ConfigError` naming file, line and column."""
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """A YAML value that is not a string, with the text it was written as.
+
+    Config YAML keeps this pair so that the dataclass field decides: a ``str`` field takes the text
+    (``split: [4:8]`` -> ``"[4:8]"``, ``name: 007`` -> ``"007"``), every other field the value.
+    :func:`from_dict` resolves every one of them; :func:`plain` strips them from untyped data.
+    """
+
+    value: Any
+    text: str
+
+
+# YAML 1.2 core schema (yaml.org/spec/1.2.2, 10.3.2): no base-60 (12:30), no yes/no/on/off booleans,
+# no dates, no 1_000; 1e-3 is a float and 010 is ten. PyYAML implements YAML 1.1, so its implicit
+# resolvers are replaced here (the merge key << is kept: configs use anchors).
+_CORE = [
+    ("tag:yaml.org,2002:bool", r"true|True|TRUE|false|False|FALSE", "tTfF"),
+    ("tag:yaml.org,2002:int", r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+", "-+0123456789"),
+    ("tag:yaml.org,2002:float", r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?"
+                                r"|[-+]?(\.inf|\.Inf|\.INF)|\.nan|\.NaN|\.NAN", "-+.0123456789"),
+    ("tag:yaml.org,2002:null", r"null|Null|NULL|~|", ["~", "n", "N", ""]),
+    ("tag:yaml.org,2002:merge", r"<<", "<"),
+]
+
+
+class _Yaml12Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2 core-schema resolution (plain values: ints, floats, bools, None)."""
+
+    yaml_implicit_resolvers: dict = {}
+
+    def construct_yaml_int(self, node):
+        text = self.construct_scalar(node)
+        if text[:2] in ("0o", "0x"):
+            return int(text[2:], 8 if text[1] == "o" else 16)
+        return int(text, 10)
+
+    def construct_yaml_float(self, node):
+        text = self.construct_scalar(node).lower()
+        if text.endswith((".inf", ".nan")):
+            return float(text.replace(".", ""))
+        return float(text)
+
+
+for _tag, _regexp, _first in _CORE:
+    _Yaml12Loader.add_implicit_resolver(_tag, re.compile(f"^(?:{_regexp})$"), list(_first))
+_Yaml12Loader.add_constructor("tag:yaml.org,2002:int", _Yaml12Loader.construct_yaml_int)
+_Yaml12Loader.add_constructor("tag:yaml.org,2002:float", _Yaml12Loader.construct_yaml_float)
+
+
+class _ConfigLoader(_Yaml12Loader):
+    """YAML 1.2 whose plain ints, floats and bools come as :class:`Written` (mapping keys stay plain)."""
+
+    def construct_object(self, node, deep=False):
+        value = super().construct_object(node, deep)
+        if (isinstance(node, yaml.ScalarNode) and node.style is None and value is not None
+                and not isinstance(value, (str, Written))):
+            return Written(value, node.value)
+        return value
+
+    def construct_mapping(self, node, deep=False):
+        return {plain(k): v for k, v in super().construct_mapping(node, deep).items()}
+
+
+def load_yaml(text: str, keep_text: bool = False) -> Any:
+    """Parse YAML text with YAML 1.2 core-schema values (``keep_text``: non-strings as :class:`Written`)."""
+    return yaml.load(text, Loader=_ConfigLoader if keep_text else _Yaml12Loader)  # noqa: S506 (safe loaders)
+
+
+def plain(value: Any) -> Any:
+    """``value`` with every :class:`Written` replaced by its value (in lists and mappings too)."""
+    if isinstance(value, Written):
+        return plain(value.value)
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(plain(v) for v in value)
+    if isinstance(value, dict):
+        return {plain(k): plain(v) for k, v in value.items()}
+    return value
+
+
+def read_yaml(path, keep_text: bool = True) -> Any:
+    """Parse a YAML config file (YAML 1.2 values; non-strings as :class:`Written` unless ``keep_text`` is
+    False, for :func:`from_dict`); a syntax error becomes a :class:`ConfigError` naming file, line and column."""
     try:
         text = open(path, encoding="utf-8").read()
     except OSError as e:
         raise ConfigError(f"config file {path}: cannot read it ({e.strerror})") from None
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text, keep_text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
@@ -71,10 +160,17 @@ def _is_optional(tp) -> tuple[bool, Any]:
 
 
 def coerce(value: Any, tp: Any, key: str) -> Any:
-    """Check/convert ``value`` to annotation ``tp``; error names ``key``."""
-    if tp is Any:
-        return value
+    """Check/convert ``value`` to annotation ``tp``; error names ``key``.
+
+    A :class:`Written` value gives a ``str`` field its text as written and every other field its value.
+    """
     optional, inner = _is_optional(tp)
+    if isinstance(value, Written):
+        if inner is str and value.value is not None:
+            return value.text
+        value = value.value
+    if tp is Any:
+        return plain(value)
     if value is None:
         if optional:
             return None
@@ -111,16 +207,20 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
         return tuple(seq) if origin is tuple else seq
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-        return dict(value)
+            raise ConfigError(f"{key}: expected a mapping, got {plain(value)!r}")
+        return plain(dict(value))
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{key}: expected true/false, got {value!r}")
+        if isinstance(value, str) and value.lower() in _BOOL_WORDS:  # a bool field: yes/no can mean nothing else
+            return _BOOL_WORDS[value.lower()]
+        raise ConfigError(f"{key}: expected true/false, got {plain(value)!r}")
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        if isinstance(value, str) and re.fullmatch(r"[-+]?[0-9]+(_[0-9]+)*", value):  # 1_000 (YAML 1.1 read it)
+            return int(value)
+        raise ConfigError(f"{key}: expected an integer, got {plain(value)!r}")
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
@@ -133,8 +233,11 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is str:
         if isinstance(value, str):
             return value
-        raise ConfigError(f"{key}: expected a string, got {value!r}")
-    return value
+        raise ConfigError(f"{key}: expected a string, got {plain(value)!r}")
+    return plain(value)
+
+
+_BOOL_WORDS = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False}
 
 
 def from_dict(cls, data: dict, prefix: str = ""):
@@ -150,11 +253,18 @@ def from_dict(cls, data: dict, prefix: str = ""):
 
 
 def parse_value(text: str) -> Any:
-    """Parse the right side of ``key=value`` as YAML (so 3, 1e-5, true, [1,2] work)."""
+    """Parse the right side of ``key=value`` as YAML 1.2 (so 3, 1e-5, true, [1,2] work).
+
+    A value that is not a string comes as :class:`Written` with the text as typed, so that a ``str``
+    field takes ``[4:8]``, ``12:30`` or ``007`` as written (:func:`coerce`); text that is no YAML is a string.
+    """
     try:
-        return yaml.safe_load(text)
+        value = load_yaml(text, keep_text=True)
     except yaml.YAMLError:
         return text
+    if value is None or isinstance(value, (str, Written)):
+        return value
+    return Written(value, text.strip())
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
@@ -177,6 +287,8 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
                     t.setdefault(part, {})
                     if t[part] is None:
                         t[part] = {}
+                    elif isinstance(t[part], Written) and isinstance(t[part].value, (list, dict)):
+                        t[part] = t[part].value  # a list set by an earlier override, now indexed
                     nxt.append(t[part])
             targets = nxt
         last = parts[-1]

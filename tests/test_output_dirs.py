@@ -131,5 +131,6 @@ def test_resuming_another_folders_checkpoint_into_a_run_folder_is_refused(tmp_pa
     with pytest.raises(ConfigError, match="already holds a run"):
         run_dir.prepare_output_dir(tmp_path / "b", str(tmp_path / "a" / "checkpoint-3"), overwrite=False)
     run_dir.prepare_output_dir(tmp_path / "b", str(tmp_path / "b" / "checkpoint-3"), overwrite=False)
+    _fake_checkpoint(tmp_path / "b", 3, None)  # latest needs one (test_checkpoint_faults: the run died before it)
     run_dir.prepare_output_dir(tmp_path / "b", "latest", overwrite=False)
     assert (tmp_path / "b" / "metrics.jsonl").exists()

@@ -588,12 +588,14 @@ class Trainer:
         if self.sharding is not None:  # every rank writes its shards
             path = ckpt.save_sharded_checkpoint(self.config.output_dir, st.step, self.agents, self.optimizers,
                                                 self.schedulers, state, keep=self.config.save_total_limit,
-                                                modules=modules, extra=extra)
+                                                modules=modules, extra=extra,
+                                                checksums=self.config.checkpoint_checksums)
             return path if dist.is_main() else None
         if not dist.is_main():
             return None
         return ckpt.save_checkpoint(self.config.output_dir, st.step, self.agents, self.optimizers, self.schedulers,
-                                    state, keep=self.config.save_total_limit, extra=extra or None)
+                                    state, keep=self.config.save_total_limit, extra=extra or None,
+                                    checksums=self.config.checkpoint_checksums)
 
     def _checkpoint_extras(self) -> tuple[dict, dict]:
         """What a checkpoint holds beyond the agents: ``({name: (module, optimizer)}`` written with DCP (sharded
@@ -612,10 +614,8 @@ class Trainer:
 
     def resume(self, where: str) -> None:
         out = self.config.output_dir or "."
-        path = ckpt.latest_checkpoint(out, run_dir.read_run_id(out)) if where == "latest" else Path(where)
-        if path is None:
-            raise ConfigError(f"train.resume=latest: no checkpoint in {self.config.output_dir}")
-        saved = ckpt.load_checkpoint(path, self.agents, self.optimizers, self.schedulers)
+        path = ckpt.resume_checkpoint(where, out, run_dir.read_run_id(out))  # verified; latest: newest that verifies
+        saved = ckpt.load_checkpoint(path, self.agents, self.optimizers, self.schedulers, checksums=False)
         if self.critic is not None:
             self._load_critic(path)
         self.run_id = saved.get("run_id") or self.run_id  # checkpoints older than run ids: a new id

@@ -52,10 +52,17 @@ def prepare_output_dir(folder: str | Path, resume: str | None, overwrite: bool) 
 
     Called before any model is loaded. ``resume`` of ``latest`` or of a checkpoint
     in this folder: the folder is expected to hold the run being continued (a
-    checkpoint from another folder starts a run here like a fresh one).
+    checkpoint from another folder starts a run here like a fresh one); ``latest``
+    in a folder without a checkpoint of its run is refused here, saying whether the
+    run stopped before its first checkpoint (then ``train.overwrite=true`` starts again).
     """
     folder = Path(folder)
     found = run_contents(folder)
+    if resume == "latest":
+        from .checkpoint import list_checkpoints, no_checkpoint_message
+
+        if not list_checkpoints(folder, read_run_id(folder)):
+            raise ConfigError(no_checkpoint_message(folder))
     continues = resume == "latest" or (resume is not None and Path(resume).resolve().parent == folder.resolve())
     if [n for n in found if n != "eval.json"] and not continues:  # `comarl eval` of base agents is no run
         if not overwrite:
