@@ -88,6 +88,11 @@ class Reporter:
             data = data[os.write(self.fd, data):]
 
 
+def body_mark(nonce: str) -> bytes:
+    """Written to stdout between what the program printed while its body ran and the rest (runner.py)."""
+    return f"\0{nonce}:body\0".encode()
+
+
 def _refuse_outward_signals(event: str, args) -> None:
     """Audit hook in the worker: it may signal its own children, never its parent, its group, init or everyone."""
     if event == "os.kill" and (args[0] <= 1 or args[0] == _PARENT):
@@ -194,6 +199,8 @@ def run_tests(job: dict, client, out: Reporter, tests: list, entry_points: list,
     except remote.ProgramGone:
         out.send(k="program", error=_gone_text(client))
         return
+    # the worker flushed its stdout before it answered: what it printed so far precedes this mark
+    os.write(1, body_mark(out.nonce))
     if type(msg) is not tuple or len(msg) < 2 or msg[0] != "program":
         raise wire.ProtocolError("expected the program result")
     if msg[1] is not None or len(msg) != 3 or type(msg[2]) is not dict:

@@ -128,7 +128,7 @@ def run_job(job: TestJob, limits: SandboxLimits, uid: int | None, cgroup: JobCgr
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     records = _parse(res.data, nonce)
-    return _report(job, records, timed_out, proc.returncode, out, err, time.monotonic() - start)
+    return _report(job, records, timed_out, proc.returncode, out, err, time.monotonic() - start, nonce)
 
 
 def _pump(proc: subprocess.Popen, payload: bytes, sinks: dict, deadline: float, uid: int | None,
@@ -194,7 +194,7 @@ def _parse(data: bytes, nonce: str) -> list[dict]:
 
 
 def _report(job: TestJob, records: list[dict], timed_out: bool, returncode: int | None,
-            out: _Capped, err: _Capped, duration: float) -> TestReport:
+            out: _Capped, err: _Capped, duration: float, nonce: str = "") -> TestReport:
     first: dict = {}
     tests: dict[int, str | None] = {}
     for rec in records:
@@ -223,9 +223,14 @@ def _report(job: TestJob, records: list[dict], timed_out: bool, returncode: int 
         not_run = "NotRun: program failed"
     errors = [tests[i] if i in tests else not_run for i in range(len(job.tests))]
     passed = [i in tests and tests[i] is None for i in range(len(job.tests))]
+    mark = f"\0{nonce}:body\0".encode()  # harness.body_mark
+    body, found, rest = bytes(out.data).partition(mark)
+    stdout = (body + rest).decode("utf-8", errors="replace")
+    program_stdout = body.decode("utf-8", errors="replace") if found else stdout
     notes = first.get("isolation", {}).get("notes")
     isolation = tuple(str(n) for n in notes) if isinstance(notes, list) else ()
     return TestReport(compiled=compiled, syntax_error=syntax_error, program_error=program_error,
                       passed=passed, errors=errors, timed_out=timed_out,
                       crashed=bool(worker_crash) or (not done and not timed_out),
-                      stdout=out.text(), stderr=err.text(), duration_s=duration, isolation=isolation)
+                      stdout=stdout, stderr=err.text(), duration_s=duration, isolation=isolation,
+                      program_stdout=program_stdout)

@@ -112,6 +112,9 @@ class TestReport:
         stdout: the child's stdout, cut at ``max_output_bytes``.
         stderr: the child's stderr, cut at ``max_output_bytes``.
         duration_s: wall clock of the whole job in the parent.
+        program_stdout: what the program printed to stdout while its setup
+            and body ran, before any test (all of ``stdout`` when the body did
+            not finish); the ClassEval paper preset reads it.
         isolation: notes on what isolated the job (``"seccomp: on (...)"``,
             ``"filesystem: private root ..."``, ``"network: new namespace"``);
             a guarantee that could not be had says so here (docs/sandbox.md).
@@ -130,6 +133,7 @@ class TestReport:
     stderr: str
     duration_s: float
     isolation: tuple[str, ...] = ()
+    program_stdout: str = ""
 
     @property
     def pass_fraction(self) -> float:

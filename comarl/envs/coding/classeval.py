@@ -37,9 +37,9 @@ from .feedback import Outcome, check_turn_args, feedback_text, revision_prompts
 from .passk import render_table, summarize_records
 from .prompts import templates
 from .paper_classeval import (RUN_ONE_SETUP, chosen_methods, class_name, compiles, incomplete_methods,
-                              merge_into_skeleton, overlap_count, param_split, program_with_tests, test_snippets)
+                              merge_into_skeleton, overlap_count, paper_class_counts, param_split, program_with_tests,
+                              test_snippets)
 from .paper_rewards import paper_class_reward
-from .paper_text import paper_pass_count
 from .rewards import ClassRewardWeights, class_reward
 from .runner import SandboxRunner, make_job
 from .testcases import program_imports, safe_imports, third_party
@@ -280,9 +280,9 @@ class ClassEvalEnv:
         out = []
         for s, resp, (methods, chosen, overlap, program, ok, tests), rep in zip(states, responses, attempts, reports):
             errors = tuple(rep.errors) if rep is not None else (None,) * len(tests)
-            passed = paper_pass_count(list(errors)) if rep is not None else 0
-            reward, parts = paper_class_reward(len(methods), len(chosen), overlap, ok, len(tests), passed)
-            frac = passed / len(tests) if tests else 0.0
+            run, passed = paper_class_counts(list(errors), rep.program_stdout) if rep is not None else (0, 0)
+            reward, parts = paper_class_reward(len(methods), len(chosen), overlap, ok, run, passed)
+            frac = max(passed, 0) / len(tests) if tests else 0.0
             passed_all = bool(tests) and passed == len(tests)
             metrics = {"pass_rate": frac, "passed_all": float(passed_all), "compiled": float(ok),
                        "method_share": len(chosen) / len(methods) if methods else 0.0,

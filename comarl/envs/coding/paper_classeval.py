@@ -247,7 +247,11 @@ def compiles(source: str) -> bool:
 
 
 def test_methods(test: str) -> list[tuple[str, str]]:
-    """(TestCase class, test method) pairs of the test module, sorted by method name within a class."""
+    """(TestCase class, test method) pairs in the order the reference ran them.
+
+    ``unittest.defaultTestLoader.loadTestsFromModule`` walks ``dir(module)``, so the classes come in
+    alphabetical order (not source order), each with its test methods sorted by name. Order matters
+    where tests share state: files in the work dir, class attributes (ClassEval_67)."""
     try:
         tree = ast.parse(test)
     except SyntaxError:
@@ -262,7 +266,7 @@ def test_methods(test: str) -> list[tuple[str, str]]:
         names = sorted(n.name for n in node.body
                        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test"))
         out.extend((node.name, n) for n in names)
-    return out
+    return sorted(out, key=lambda pair: pair[0])  # stable: methods stay sorted within a class
 
 
 RUN_ONE_SETUP = '''
@@ -271,18 +275,54 @@ import unittest as _unittest
 __file__ = "task_module_payload.py"
 
 
+class _PaperVerdict(AssertionError):
+    """A test method that did not pass, with how many failures, errors and skips it produced."""
+
+
 def _paper_run_one(cls, name):
-    """Run one test method; raise AssertionError unless it ran and passed (not failed, errored or skipped)."""
+    """Run one test method; raise _PaperVerdict unless it ran and passed (not failed, errored or skipped).
+
+    The message starts with ``bad=N``: a test that fails in its body and again in ``tearDown`` counts
+    2, as the reference's passed = run - failures - errors - skipped counts it."""
     result = _unittest.TestResult()
     _unittest.TestSuite([cls(name)]).run(result)
-    bad = result.failures + result.errors
-    if bad:
-        raise AssertionError(bad[0][1].strip().splitlines()[-1])
-    if result.skipped:
-        raise AssertionError("skipped")
     if result.testsRun != 1:
-        raise AssertionError("did not run")
+        raise _PaperVerdict("bad=1; did not run")
+    bad = result.failures + result.errors
+    count = len(bad) + len(result.skipped)
+    if count:
+        first = bad[0][1].strip().splitlines()[-1] if bad else "skipped"
+        raise _PaperVerdict(f"bad={count}; {first}")
 '''
+
+VERDICT = re.compile(r"^_PaperVerdict: bad=(\d+);")
+
+
+def bad_count(error: str | None) -> int:
+    """Failures + errors + skips one snippet stands for: 0 when it passed, the ``_paper_run_one`` count (at least
+    1) when it says so, else 1. Only a count of 1 or more is read from a message, so nothing a program can
+    make a message say raises a score."""
+    if error is None:
+        return 0
+    m = VERDICT.match(error)
+    return max(1, int(m.group(1))) if m else 1
+
+
+def paper_class_counts(errors: list[str | None], program_stdout: str = "", max_timeouts: int = 3) -> tuple[int, int]:
+    """(tests run, passed) as the reference counted them: passed = run - failures - errors - skipped
+    (negative when tests fail twice), the run stopping at the ``max_timeouts``-th timed-out test; (0, 0)
+    when the program printed to stdout while it was imported: the reference printed its JSON result to the
+    same stdout, could not parse it, and counted no test."""
+    if program_stdout.strip():
+        return 0, 0
+    run = bad = timeouts = 0
+    for err in errors:
+        run += 1
+        bad += bad_count(err)
+        timeouts += err == "Timeout"
+        if timeouts >= max_timeouts:
+            break
+    return run, run - bad
 
 
 def test_snippets(test: str) -> list[str]:
