@@ -43,8 +43,8 @@ def measure(args) -> None:
     from comarl import AgentConfig, FunctionEnv, TrainConfig, Trainer
     from comarl.critics import CriticSettings
     from comarl.lora import LoraSettings
-    from comarl.training import distributed as dist
-    from comarl.training.sharding import local_bytes, root_module
+    from comarl.compute import distributed as dist
+    from comarl.compute.sharding import local_bytes, root_module
 
     torch.set_num_threads(1)
     agent = AgentConfig(model="tiny", max_new_tokens=8, lr=1e-3, lora=LoraSettings(r=8) if args.lora else None,
@@ -96,8 +96,8 @@ def measure_rollout(args) -> None:
 
     import comarl.rollout as rollout
     from comarl import AgentConfig, FunctionEnv, TrainConfig, Trainer
-    from comarl.training import distributed as dist
-    from comarl.training.sharding import local_bytes
+    from comarl.compute import distributed as dist
+    from comarl.compute.sharding import local_bytes
 
     torch.set_num_threads(1)
     agents = [AgentConfig(model="tiny", max_new_tokens=8, lr=1e-3,

@@ -62,7 +62,7 @@ def main() -> int:
     from comarl.critics.settings import CriticSettings
     from comarl.envs.registry import get_env
     from comarl.lora import LoraSettings
-    from comarl.training import distributed as dist
+    from comarl.compute import distributed as dist
 
     if args.one_rank_group:
         import socket

@@ -111,9 +111,9 @@ def _eval(args) -> int:
 
 def _agents_for_eval(cfg, checkpoint: Path | None):
     """The config's agents, with weights from ``checkpoint/agent<i>`` when given
-    (``training.checkpoint.agents_from_folder``: full models or LoRA adapters on the config's base)."""
+    (``checkpoint.agents_from_folder``: full models or LoRA adapters on the config's base)."""
     from .agents import build_agents
-    from .training.checkpoint import agents_from_folder
+    from .checkpoint import agents_from_folder
 
     if checkpoint is None:
         return build_agents(cfg.agents)

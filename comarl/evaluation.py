@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import torch
 
 from .rollout import RolloutSettings, collect_rollout, join_rollout, rollout_metrics
-from .training import distributed as dist
+from .compute import distributed as dist
 
 
 @torch.no_grad()

@@ -46,9 +46,9 @@ def _reward_model_env(env, cfg: ExperimentConfig):
     import torch
 
     from .preference.marlhf import reward_model_env
-    from .training import distributed as dist
-    from .training.parallel_fit import ParallelFit
-    from .training.sharding import run_sharding
+    from .compute import distributed as dist
+    from .preference.parallel_fit import ParallelFit
+    from .compute.sharding import run_sharding
 
     parallel = None
     if dist.init_from_env(cfg.train.dist_backend):

@@ -30,7 +30,7 @@ import torch  # noqa: E402
 import comarl.rollout as rollout  # noqa: E402
 from comarl import AgentConfig, FunctionEnv, TrainConfig, Trainer  # noqa: E402
 from comarl.generation import Completions  # noqa: E402
-from comarl.training import distributed as dist  # noqa: E402
+from comarl.compute import distributed as dist  # noqa: E402
 
 _real_generate = rollout.generate
 

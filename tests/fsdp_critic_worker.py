@@ -37,8 +37,8 @@ import torch  # noqa: E402
 
 from comarl import AgentConfig, FunctionEnv, TrainConfig, Trainer  # noqa: E402
 from comarl.critics import CriticSettings  # noqa: E402
-from comarl.training import distributed as dist  # noqa: E402
-from comarl.training.sharding import full_state_dict  # noqa: E402
+from comarl.compute import distributed as dist  # noqa: E402
+from comarl.compute.sharding import full_state_dict  # noqa: E402
 from fsdp_worker import agent, nan_on_item_4, reward, worker_main  # noqa: E402
 
 

@@ -49,8 +49,8 @@ from torch.distributed.fsdp import FSDPModule  # noqa: E402
 import comarl.training.dpo as dpo  # noqa: E402
 from comarl import FunctionEnv, TrainConfig, Trainer  # noqa: E402
 from comarl.preference import CentralizedEnv, ParseError, PreferenceSettings  # noqa: E402
-from comarl.training import distributed as dist  # noqa: E402
-from comarl.training.sharding import full_state_dict  # noqa: E402
+from comarl.compute import distributed as dist  # noqa: E402
+from comarl.compute.sharding import full_state_dict  # noqa: E402
 from fsdp_worker import agent, record_meta_adds, reward, worker_main  # noqa: E402
 
 PROMPTS = [lambda it: f"Say {it['x']} in few words.", lambda it: f"Say {it['x']} at length."]

@@ -39,8 +39,8 @@ from comarl.config import EnvConfig, ExperimentConfig  # noqa: E402
 from comarl.experiment import _reward_model_env  # noqa: E402
 from comarl.preference import PreferenceSettings  # noqa: E402
 from comarl.preference.marlhf import RewardModelSettings  # noqa: E402
-from comarl.training import distributed as dist  # noqa: E402
-from comarl.training.sharding import full_state_dict, is_sharded  # noqa: E402
+from comarl.compute import distributed as dist  # noqa: E402
+from comarl.compute.sharding import full_state_dict, is_sharded  # noqa: E402
 from fsdp_worker import agent, reward, worker_main  # noqa: E402  (tests/: the same agents and sampling)
 
 PROMPTS = [lambda it: f"Say {it['x']} in few words.", lambda it: f"Say {it['x']} at length."]

@@ -56,8 +56,8 @@ import torch  # noqa: E402
 import comarl.rollout as rollout  # noqa: E402
 from comarl import AgentConfig, FunctionEnv, TrainConfig, Trainer  # noqa: E402
 from comarl.lora import LoraSettings  # noqa: E402
-from comarl.training import distributed as dist  # noqa: E402
-from comarl.training.sharding import full_state_dict  # noqa: E402
+from comarl.compute import distributed as dist  # noqa: E402
+from comarl.compute.sharding import full_state_dict  # noqa: E402
 from dist_worker import per_prompt_generate  # noqa: E402  (tests/: the same split-independent sampling)
 
 _real_generate = rollout.generate
@@ -144,7 +144,7 @@ def _finish(trainer, name: str, out: Path) -> None:
 def record_meta_adds():
     """Yield a list that gets, for every module sharded inside the block, whether this rank had built it on
     the meta device (rank > 0 never holds an agent whole: rank 0's weights are sent at sharding)."""
-    from comarl.training.sharding import Sharding, shard_target
+    from comarl.compute.sharding import Sharding, shard_target
 
     real, seen = Sharding.add, []
 

@@ -15,7 +15,7 @@ import comarl
 from comarl.cli import main
 from comarl.config_io import ConfigError
 from comarl.demo import demo_setup
-from comarl.training import checkpoint as ckpt
+from comarl import checkpoint as ckpt
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = str(ROOT / "configs/demo/writing.yaml")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from comarl.training import distributed as dist
+from comarl.compute import distributed as dist
 from comarl.training.optim import build_scheduler, lr_factor, rebuild_scheduler
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -211,6 +211,8 @@ def test_trainer_resumes_a_checkpoint_written_by_more_ranks(tmp_path):
     state = json.loads(state_file.read_text())
     state["world_size"], state["global_batch"] = 2, 4  # pretend 2 ranks wrote it: 1 step x 4 items
     state_file.write_text(json.dumps(state))
+    from comarl.checkpoint import write_manifest
+    write_manifest(tmp_path / "checkpoint-1")  # the edited file's new size (else it no longer verifies)
     r = make(resume="latest")
     assert r.state.step == 1 and r.state.epoch == 0
     assert r.state.batch_in_epoch == 2  # 4 items seen / 2 per step

@@ -1,9 +1,10 @@
 """The package reads top to bottom: nothing below the training loop imports from ``comarl/training/``.
 
-CLI, experiment builder, demo and evaluation sit above the loop and may
-import it; ``comarl/__init__.py`` is the public facade and re-exports
-``Trainer``. Everything else (rollout, generation, agents, config, envs,
-algorithms, math, sandbox, and the new families) must not.
+CLI, experiment builder and demo sit above the loop and may import it;
+``comarl/__init__.py`` is the public facade and re-exports ``Trainer``.
+Everything else (rollout, generation, agents, config, envs, algorithms, updates,
+sources, compute, checkpoints, evaluation, math, sandbox) must not, and the loop
+imports none of the modules above it.
 """
 import ast
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "comarl"
-ABOVE_THE_LOOP = {"cli.py", "experiment.py", "demo.py", "evaluation.py", "__init__.py"}
+ABOVE_THE_LOOP = {"cli.py", "experiment.py", "demo.py", "__init__.py"}
 
 
 def imported_modules(path: Path, package_root: Path) -> list[tuple[int, str]]:
@@ -51,6 +52,15 @@ def test_no_module_below_the_loop_imports_training():
             continue
         offenders += imports_training(path, PACKAGE)
     assert not offenders, "modules below the training loop import comarl.training:\n" + "\n".join(offenders)
+
+
+def test_the_loop_imports_nothing_above_it():
+    above = {f"comarl.{name[:-3]}" for name in ABOVE_THE_LOOP if name != "__init__.py"}
+    offenders = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {mod}"
+                 for path in sorted((PACKAGE / "training").rglob("*.py"))
+                 for line, mod in imported_modules(path, PACKAGE)
+                 if mod in above or any(mod.startswith(a + ".") for a in above) or mod == "comarl"]
+    assert not offenders, "the training loop imports modules above it:\n" + "\n".join(offenders)
 
 
 @pytest.mark.parametrize("where, source", [

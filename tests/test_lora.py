@@ -10,7 +10,7 @@ from comarl.config_io import ConfigError, from_dict
 from comarl.envs.base import FunctionEnv
 from comarl.logprobs import completion_logprobs
 from comarl.lora import AdapterModel, LoraSettings
-from comarl.training import checkpoint as ckpt
+from comarl import checkpoint as ckpt
 
 PROMPT, COMP = [[5, 6, 7]], [[8, 9, 0]]
 

@@ -10,7 +10,7 @@ import comarl
 import comarl.training.loop as loop_mod
 from comarl.envs.base import FunctionEnv
 from comarl.lora import LoraSettings
-from comarl.training.dropout import dropout_disabled
+from comarl.compute.dropout import dropout_disabled
 
 
 def _trainer(lora=None, **over):

@@ -9,7 +9,7 @@ from comarl import AgentConfig, ConfigError, FunctionEnv, TrainConfig, Trainer
 from comarl.logprobs import completion_logprobs
 from comarl.tiny_model import tiny_model
 from comarl.runtime import check_mixed_precision
-from comarl.training.precision import LossScaler, autocast, backward, enable_gradient_checkpointing
+from comarl.compute.precision import LossScaler, autocast, backward, enable_gradient_checkpointing
 
 HAS_BNB = importlib.util.find_spec("bitsandbytes") is not None
 

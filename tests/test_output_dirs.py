@@ -7,8 +7,8 @@ import pytest
 import comarl
 from comarl.config_io import ConfigError
 from comarl.demo import demo_setup, new_run_folder
-from comarl.training import checkpoint as ckpt
-from comarl.training import run_dir
+from comarl import checkpoint as ckpt
+from comarl import run_dir
 
 
 def _trainer(out, steps=2, **over):

@@ -7,7 +7,7 @@ import torch
 import comarl.rollout as rollout_mod
 from comarl import AgentConfig, ConfigError, FunctionEnv, TrainConfig, Trainer, load_config
 from comarl.generation import Completions, device_groups, overlap_generation
-from comarl.training.placement import ReferenceOnDevice, check_shared_devices, place_references, resolve_device
+from comarl.compute.placement import ReferenceOnDevice, check_shared_devices, place_references, resolve_device
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without CUDA")
 

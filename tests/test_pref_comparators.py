@@ -10,7 +10,7 @@ from comarl.preference import PreferenceSettings
 from comarl.preference.pairs import comparator_pairs
 from comarl.tiny_model import tiny_model
 from comarl.training import rounds as rounds_mod
-from comarl.training.checkpoint import save_agent_weights
+from comarl.checkpoint import save_agent_weights
 from toy_tasks import same_word
 
 ENV = comarl.FunctionEnv(formatters=[lambda it: f"Name a colour ({it['n']}):", lambda it: f"Pick one ({it['n']}):"],

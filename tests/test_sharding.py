@@ -12,7 +12,7 @@ import torch
 
 from comarl.config_io import ConfigError
 from comarl.config import TrainConfig
-from comarl.training.sharding import block_modules, mesh_shape, mixed_precision_policy
+from comarl.compute.sharding import block_modules, mesh_shape, mixed_precision_policy
 
 import fsdp_worker
 from sharded_runs import LONG, launch_beside

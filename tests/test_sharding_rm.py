@@ -130,7 +130,7 @@ def test_rank_shares_of_the_bradley_terry_loss_sum_to_the_batch_loss():
 
 def test_round_pairs_of_all_ranks_come_in_one_process_order(monkeypatch):
     """Rank r's item j of a batch is global item j*W + r; pairs sort by (batch, item, node order)."""
-    from comarl.training import distributed as dist
+    from comarl.compute import distributed as dist
     from comarl.training.dpo import all_ranks_pairs as _all_ranks_pairs
 
     # (batch, [(item, pair)]): rank 1 had no item in batch 1 and sampled batches 0 and 2 only
@@ -171,7 +171,7 @@ def test_data_parallel_fit_in_one_process_is_the_plain_fit():
     """ParallelFit's collectives are identities in one process: the same losses and weights, bit for bit."""
     from comarl.preference import JointRewardModel
     from comarl.preference.marlhf import load_classifier
-    from comarl.training.parallel_fit import ParallelFit
+    from comarl.preference.parallel_fit import ParallelFit
 
     pairs = [json.loads(line) for line in fsdp_rm_pairs().splitlines()]
     fitted = []

@@ -12,7 +12,7 @@ from comarl.lora import LoraSettings
 from comarl.prefix_cache import unique_prompts, worth_sharing
 from comarl.rollout import collect_rollout
 from comarl.tiny_model import tiny_model
-from comarl.training.micro_batches import micro_batch_spans
+from comarl.compute.micro_batches import micro_batch_spans
 
 
 def test_unique_prompts_and_when_sharing_is_worth_it():

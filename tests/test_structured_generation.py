@@ -230,10 +230,10 @@ def test_schemas_under_a_shared_prefix_draw_the_same_rows(agent):
 
 
 def test_madpo_iter_pairs_keep_their_sampled_tokens_and_forced_flags(tmp_path):
-    """Round pairs record the sampled ids and the schema's forced flags (training/pair_tokens.py), so the
+    """Round pairs record the sampled ids and the schema's forced flags (preference/pair_tokens.py), so the
     round's DPO scores the sampled tokens and leaves the forced ones out, as online MADPO does."""
     from comarl.preference import PreferenceSettings
-    from comarl.training.pair_tokens import tokenizer_fingerprint
+    from comarl.preference.pair_tokens import tokenizer_fingerprint
 
     env = comarl.FunctionEnv(formatters=[lambda it: with_schema(f"Trip to {it['t']}", SCHEMA)] * 2,
                              reward_fn=lambda rs, item: sum(len(json.loads(r)["city"]) for r in rs) / 10)
@@ -260,7 +260,7 @@ def test_madpo_iter_pairs_keep_their_sampled_tokens_and_forced_flags(tmp_path):
 
 def test_text_pairs_use_only_records_of_their_own_tokenizer(agent):
     from comarl.training.dpo import text_pairs_to_ids
-    from comarl.training.pair_tokens import tokenizer_fingerprint
+    from comarl.preference.pair_tokens import tokenizer_fingerprint
 
     rec = {"ids": [[7, 8, 9]], "forced": ["101"], "tokenizer": [tokenizer_fingerprint(agent.tokenizer)]}
     pair = {"prompts": ["P"], "chosen": ["ab"], "rejected": ["cd"],

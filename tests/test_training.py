@@ -8,7 +8,7 @@ import torch
 
 import comarl
 from comarl.demo import demo_setup
-from comarl.training import checkpoint as ckpt
+from comarl import checkpoint as ckpt
 
 
 def _trainer(tmp_path=None, steps=4, save_steps=0, resume=None, seed=0, optimizer="adamw", **over):

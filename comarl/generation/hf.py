@@ -9,7 +9,7 @@ expanded to its K samples (``shared_prefix.py``).
 
 A model sharded with FSDP2 (``train.sharding=fsdp``) must be whole when
 ``generate`` runs: the trainer gathers it once per step around the rollout
-(``comarl.training.sharding.Sharding.gathered``), so decoding does no
+(``comarl.compute.sharding.Sharding.gathered``), so decoding does no
 communication and ranks may decode different numbers of tokens. A sharded
 model that is not gathered is refused here rather than left to hang.
 """

@@ -7,7 +7,7 @@ the pairs, and returns the environment with the model's score as the reward
 (``RewardModelEnv``). The on-policy algorithm is ``train.algorithm`` as usual.
 
 Under torchrun ``experiment.py`` passes ``parallel``
-(``training.parallel_fit.ParallelFit``): the fit is data parallel (every rank
+(``preference.parallel_fit.ParallelFit``): the fit is data parallel (every rank
 reads the whole file and trains on its share of each batch) and, with the run's
 sharding (``train.sharding: fsdp``, built before the trainer), the model is
 sharded before it is fitted, so no rank ever trains it whole.

@@ -17,7 +17,7 @@ Under torchrun, :meth:`JointRewardModel.data_parallel` makes ``fit`` and
 of each batch (pairs r, r+W, ...), the loss is normalised by the whole batch's
 weight and the gradients are summed over ranks, so W ranks train the model a
 single process would. The ranks are the business of the component passed in
-(``training/parallel_fit.py``: this module sits below the training loop). With
+(``preference/parallel_fit.py``: this module sits below the training loop). With
 ``train.sharding: fsdp`` the model is sharded first (FSDP2, per decoder block
 and at the root, on the agents' mesh); a rank with no pair in a batch then runs
 a zero-loss forward/backward to join the collectives, and a sharded model
@@ -58,7 +58,7 @@ class JointRewardModel:
                              f"got num_labels={getattr(model.config, 'num_labels', None)}")
         self.model, self.tokenizer, self.joint_input = model, tokenizer, joint_input
         self.max_length = max_length
-        self.parallel = None  # the ranks' collectives once data_parallel (training.parallel_fit.ParallelFit)
+        self.parallel = None  # the ranks' collectives once data_parallel (preference.parallel_fit.ParallelFit)
         head = getattr(model, "score", None) or getattr(model, "classifier", None)
         if freeze_backbone:
             if head is None:
@@ -71,7 +71,7 @@ class JointRewardModel:
 
     def data_parallel(self, parallel) -> "JointRewardModel":
         """Train and measure over all ranks from now on, through ``parallel``
-        (``comarl.training.parallel_fit.ParallelFit``: it copies rank 0's weights to every rank and, with the
+        (``comarl.preference.parallel_fit.ParallelFit``: it copies rank 0's weights to every rank and, with the
         run's sharding, shards the model). Every rank calls this, and later ``fit``/``accuracy`` with the same
         pairs. Build no optimiser before: FSDP swaps the parameters (``fit`` builds its own)."""
         parallel.prepare(self.model)

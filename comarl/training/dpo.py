@@ -31,11 +31,11 @@ from ..logprobs import completion_logprobs, forced_mask
 from ..losses import joint_dpo_loss, reference_free_dpo_loss
 from ..preference.pairs import JointPair, NodeRng, tree_pairs
 from ..types import joined_samples
-from . import distributed as dist
-from .pair_tokens import joint_tokens, side_tokens, tokenizer_fingerprint
-from .dropout import dropout_disabled
-from .precision import autocast, backward
-from .sharding import idle_backward, lockstep_count
+from ..compute import distributed as dist
+from ..preference.pair_tokens import joint_tokens, side_tokens, tokenizer_fingerprint
+from ..compute.dropout import dropout_disabled
+from ..compute.precision import autocast, backward
+from ..compute.sharding import idle_backward, lockstep_count
 
 
 def step_pairs(rollouts, cfg, key: str) -> list[list[JointPair]]:

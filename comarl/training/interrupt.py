@@ -58,6 +58,6 @@ class DeferredInterrupt:
         """Whether any rank got Ctrl-C (all ranks agree, so they stop at the same step)."""
         if not self.enabled:
             return False
-        from . import distributed as dist
+        from ..compute import distributed as dist
 
         return dist.all_reduce_sum(int(self.requested)) > 0 if dist.is_distributed() else self.requested

@@ -34,19 +34,19 @@ from ..reference import build_reference
 from ..rollout import RolloutSettings, check_tree_size, collect_rollout, join_rollout, rollout_metrics
 from ..runtime import check_mixed_precision
 from ..types import joined_samples
-from . import checkpoint as ckpt
-from . import distributed as dist
-from .dropout import dropout_disabled
-from . import run_dir
+from .. import checkpoint as ckpt
+from ..compute import distributed as dist
+from ..compute.dropout import dropout_disabled
+from .. import run_dir
 from .interrupt import DeferredInterrupt, TrainingInterrupted
 from .dpo import dpo_update
 from .rounds import Rounds, offline_pairs, offline_step
 from .logging import MetricsLogger, Progress
-from .micro_batches import micro_batch_spans
+from ..compute.micro_batches import micro_batch_spans
 from .optim import build_optimizer, build_scheduler, rebuild_scheduler
-from .placement import agent_device_names, check_shared_devices, place_references
-from .precision import autocast, backward, setup_memory_savers
-from .sharding import (AgentAtATime, built_on_rank0, full_state_dict, idle_backward, lockstep_count, shard_agents,
+from ..compute.placement import agent_device_names, check_shared_devices, place_references
+from ..compute.precision import autocast, backward, setup_memory_savers
+from ..compute.sharding import (AgentAtATime, built_on_rank0, full_state_dict, idle_backward, lockstep_count, shard_agents,
                        to_float)
 
 
@@ -249,7 +249,7 @@ class Trainer:
         chunks = [items[i:i + size] for i in range(0, len(items), size)] if size else []
         lockstep = self.settings.lockstep  # one agent gathered at a time: ranks with fewer chunks join the rest
         n_rollouts = lockstep.max(len(chunks)) if lockstep is not None else len(chunks)  # (a collective: first)
-        # sharded agents: gathered for the rollout (training/sharding.py); value heads on the agents' models value
+        # sharded agents: gathered for the rollout (compute/sharding.py); value heads on the agents' models value
         # in the same block, a separate critic in its own (whole agents and whole critic never together)
         critic = self.critic
         heads_now = critic is not None and critic.on_agents and lockstep is None
@@ -284,7 +284,7 @@ class Trainer:
     def _whole(self, models=None, rollout: bool = False, also=()):
         """Context in which sharded ``models`` (default: every agent's and the environment's rollout modules,
         e.g. a reward model, plus ``also``) are whole on every rank; a no-op without sharding
-        (training/sharding.py). ``rollout``: around a rollout, where ``train.fsdp_gather: agent`` gathers one
+        (compute/sharding.py). ``rollout``: around a rollout, where ``train.fsdp_gather: agent`` gathers one
         agent per generate call instead (``AgentAtATime``); the environment's modules stay gathered for the
         whole rollout."""
         if self.sharding is None:

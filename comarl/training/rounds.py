@@ -37,14 +37,14 @@ from ..config_io import ConfigError
 from ..envs.base import rollout_modules
 from ..preference.pairs import NodeRng, comparator_pairs, joint_returns, replay_weights
 from ..rollout import RolloutSettings, collect_rollout, join_rollout
-from . import checkpoint as ckpt
-from . import distributed as dist
+from .. import checkpoint as ckpt
+from ..compute import distributed as dist
 from .dpo import (all_ranks_pairs, check_text_pairs, dpo_step, node_items, node_rngs, step_pairs, text_pairs,
                   text_pairs_to_ids)
-from .pair_tokens import joint_tokens, tokenizer_fingerprint
-from .parallel_fit import ParallelFit
-from .placement import place_references
-from .sharding import built_on_rank0, full_state_dict
+from ..preference.pair_tokens import joint_tokens, tokenizer_fingerprint
+from ..preference.parallel_fit import ParallelFit
+from ..compute.placement import place_references
+from ..compute.sharding import built_on_rank0, full_state_dict
 
 
 def _joint_side(rollout, g: int, j: int, k: int, fingerprints: list[str] | None) -> tuple[list[str], dict | None]:

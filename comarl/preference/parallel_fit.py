@@ -7,9 +7,9 @@ this component, whose methods it calls at fixed points of ``fit`` and
 each batch (:meth:`ParallelFit.share`); losses are normalised by the whole
 batch, so summing gradients over ranks gives the single-process gradient:
 FSDP's reduce-scatter does it when the model is sharded (``sharding``, the
-run's :class:`~comarl.training.sharding.Sharding`), else an all-reduce after
+run's :class:`~comarl.compute.sharding.Sharding`), else an all-reduce after
 the backward. A sharded model's forward is a collective, so a rank without a
-pair in a batch runs :func:`~comarl.training.sharding.idle_backward`, and
+pair in a batch runs :func:`~comarl.compute.sharding.idle_backward`, and
 scoring (accuracy, rollouts) runs on the gathered model.
 """
 from __future__ import annotations
@@ -18,8 +18,8 @@ import contextlib
 
 import torch
 
-from . import distributed as dist
-from .sharding import Sharding, idle_backward
+from ..compute import distributed as dist
+from ..compute.sharding import Sharding, idle_backward
 
 
 class ParallelFit:

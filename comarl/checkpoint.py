@@ -40,7 +40,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..config_io import ConfigError, UserError
+from .config_io import ConfigError, UserError
 
 _NAME = re.compile(r"^checkpoint-(\d+)$")
 MANIFEST = "manifest.json"
@@ -485,7 +485,7 @@ def load_checkpoint(path: str | Path, agents, optimizers, schedulers, checksums:
     if not (path / "trainer_state.json").exists():
         raise FileNotFoundError(f"train.resume: {path} is not a complete checkpoint (no trainer_state.json)")
     verify_checkpoint(path, checksums)
-    from .sharding import is_sharded
+    from .compute.sharding import is_sharded
 
     for i, agent in enumerate(agents):
         folder = path / f"agent{i}"
@@ -552,7 +552,7 @@ def load_extra(path: str | Path, name: str):
 def load_agent_weights(agent, folder: Path) -> None:
     """Put saved weights (full model, or a peft adapter) back into the live model."""
     model = agent.model
-    from ..lora import AdapterModel
+    from .lora import AdapterModel
 
     if isinstance(model, AdapterModel):  # a LoRA agent on a shared base: its adapter only
         from peft.utils import load_peft_weights
@@ -607,7 +607,7 @@ def agents_from_folder(configs, folder: Path, key: str = "--checkpoint", meta: b
     rank 0's)."""
     import dataclasses
 
-    from ..agents import build_agents
+    from .agents import build_agents
 
     verify_checkpoint(folder)  # a checkpoint's manifest, where it has one (final/ folders have none)
     folders = [Path(folder) / f"agent{i}" for i in range(len(configs))]
