@@ -113,32 +113,63 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float, lam: float, l
     return out
 
 
+def node_baseline(values: torch.Tensor) -> torch.Tensor:
+    """The action-independent baseline of every node: ``b[g] = mean_j values[g, j]``.
+
+    A V critic gives every joint action of a node the same value, so ``b`` is
+    V(h). A Q critic gives each its own ``Q(h, a_j)``; their mean over the
+    node's J sampled joint actions is the sample estimate of
+    ``V(h) = E_a Q(h, a)`` under the policy that sampled them, and does not
+    change with which of them a sample's advantage is taken for. Subtracting
+    ``Q(h, a_j)`` itself instead would make the advantage Q's own TD error,
+    whose expected product with the score is zero once Q fits: no learning
+    signal. With J = 1 (K = 1) the mean is ``Q(h, a)`` itself, so a Q critic
+    needs K >= 2 (``critics.settings``).
+
+    Which values are averaged: IAC's per-agent ``Q_i(h_i, a_i)`` repeats each of
+    agent i's K samples equally often among the J joint actions (once aligned,
+    K^(N-1) times cross), so ``b`` is the mean over its K samples; MAAC's
+    central ``Q(h, a)`` is averaged over the J joint actions (cross: all K^N,
+    which is also the mean of COMA's per-agent counterfactual baseline
+    ``mean_k' Q(h, (a_i = k', a_-i))`` over the joint actions a sample is in).
+    Shape: [G, J, C] -> [G, C].
+    """
+    return values.to(torch.float64).mean(1)
+
+
 def gae_tree(rewards: torch.Tensor, values: torch.Tensor, child: torch.Tensor, gamma: float, lam: float,
              bootstrap: torch.Tensor | None = None) -> torch.Tensor:
     """GAE over every branch of a rollout tree (``gae`` on each root-to-leaf path, shared prefixes averaged).
 
-    A node's value is the mean of its joint actions' values, and the
-    continuation of joint action j is the mean over its child's joint actions,
-    as the tree's returns are (``G_j = r_j + gamma * mean_j' G_child,j'``)::
+    Every node is valued by its action-independent baseline ``b = mean_j v``
+    (:func:`node_baseline`: V(h) for a V critic, the mean of Q over the node's
+    J sampled joint actions for a Q critic), and the continuation of joint
+    action j is the mean over its child's joint actions, as the tree's returns
+    are (``G_j = r_j + gamma * mean_j' G_child,j'``)::
 
-        delta_j = r_j + gamma * V_next,j - v_j,     V_next,j = mean_j' v[child_j, j']  (0 if ended,
+        delta_j = r_j + gamma * V_next,j - b,       V_next,j = b[child_j]  (0 if ended,
                                                                bootstrap_j if truncated)
         A_j     = delta_j + gamma * lam * mean_j' A[child_j, j']   (0 past the end)
 
+    ``A_j + b`` is joint action j's lambda-return, the regression target of
+    ``v_j`` (of V(h) averaged over j; of ``Q(h, a_j)`` as it is). With lam = 1,
+    ``A_j`` is the tree return minus ``b``, with ``gamma^t * bootstrap`` added
+    where a branch was cut; with lam = 0 it is ``r_j + gamma * V_next,j - b``.
     Children come after their parents in group order.
     Shapes: rewards, values, bootstrap [G, J, C] (C columns: agents, or 1 for a
     team critic); child [G, J] (-1 where the branch ended) -> [G, J, C].
     """
     adv = torch.zeros_like(rewards, dtype=torch.float64)
+    base = node_baseline(values)  # [G, C]
     boot = torch.zeros_like(adv) if bootstrap is None else bootstrap.to(torch.float64)
     for g in reversed(range(rewards.shape[0])):
         for j in range(rewards.shape[1]):
             c = int(child[g, j])
             if c >= 0:
-                nxt, cont = values[c].to(torch.float64).mean(0), adv[c].mean(0)
+                nxt, cont = base[c], adv[c].mean(0)
             else:
                 nxt, cont = boot[g, j], torch.zeros_like(boot[g, j])
-            adv[g, j] = rewards[g, j] + gamma * nxt - values[g, j] + gamma * lam * cont
+            adv[g, j] = rewards[g, j] + gamma * nxt - base[g] + gamma * lam * cont
     return adv
 
 

@@ -81,9 +81,9 @@ def test_joint_input_from_an_import_path_and_the_default_template():
 
 @pytest.mark.parametrize("critic, k", [
     (CriticSettings(lr=1e-2), 4),  # value head, V(h)
-    (CriticSettings(lr=1e-2, critic_type="q", head_hidden_dim=8), 1),  # value head with a hidden layer, Q, K=1
-    (CriticSettings(model="tiny", lr=1e-2, value_clip=0.2, entropy_coef=0.01), 2),  # separate critic per agent
-], ids=["head_v", "head_q_k1", "separate_v"])
+    (CriticSettings(lr=1e-2, critic_type="q", head_hidden_dim=8), 2),  # value head with a hidden layer, Q
+    (CriticSettings(model="tiny", lr=1e-2, value_clip=0.2, entropy_coef=0.01), 1),  # separate critic per agent, K=1
+], ids=["head_v", "head_q", "separate_v_k1"])
 def test_value_head_and_separate_critic_variants_train(critic, k):
     t = trainer("iac", steps=2, critic=critic, k=k)
     before = [[p.detach().clone() for p in vm.parameters()] for vm in t.critic.models]
