@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from comarl.advantages import gae, gae_tree, node_baseline, whiten, whiten_across
+from comarl.advantages import gae, gae_tree, node_baseline, sample_advantages, whiten, whiten_across
 from comarl.losses import explained_variance, value_loss
 
 # one 3-turn branch: r = [1, 0, 2], V = [0.5, 1.0, 1.5], gamma = 0.9
@@ -128,31 +128,66 @@ def test_node_baseline_of_independent_q_in_cross_mode_is_the_mean_over_the_agent
     assert node_baseline(values).tolist() == [[2.0, 2.0]]
 
 
-def test_policy_gradient_of_a_q_critic_at_its_target_is_the_v_critics():
+def test_sample_advantages_leave_the_samples_own_joint_actions_out():
+    """One agent, aligned, K = J = 4, single turn (so A_j + b = r_j).
+
+    Q at its target (Q = r): A_k = r_k - mean of the other three r:
+    [1 - .75/3, 0 - 1.75/3, .5 - 1.25/3, .25 - 1.5/3] = [.75, -7/12, 1/12, -.25] = 4/3 * (r - .4375).
+    A V critic (V = .4375 everywhere): A_k = r_k - .4375, the GAE advantage itself.
+    A Q critic that overvalues sample 0 (Q = [5, 0, .5, .25]): sample 0's own advantage does not move,
+    1 - (0 + .5 + .25)/3 = .75; the others' baselines rise by 4/3: [.75, -23/12, -15/12, -19/12].
+    """
+    r = Q_R.reshape(1, 4)
+    child, one = torch.tensor([[-1] * 4]), torch.arange(4)
+    for values, expected in ((r, [0.75, -7 / 12, 1 / 12, -0.25]),
+                             (torch.full_like(r, 0.4375), [0.5625, -0.4375, 0.0625, -0.1875]),
+                             (torch.tensor([[5.0, 0.0, 0.5, 0.25]], dtype=torch.float64),
+                              [0.75, -23 / 12, -15 / 12, -19 / 12])):
+        adv = gae_tree(r.unsqueeze(-1), values.unsqueeze(-1), child, 0.9, 0.95)[..., 0]
+        assert sample_advantages(adv, values, one, 4).reshape(-1).tolist() == pytest.approx(expected)
+
+
+def test_sample_advantages_of_a_central_q_in_cross_mode_by_hand():
+    """N = 2, K = 2, cross: joint actions (0,0) (0,1) (1,0) (1,1) with Q = r = [3, 1, 2, 0], b = 1.5.
+    Agent 0, sample 0 holds joints 0, 1: mean Q 2, the others (2, 3) 1 -> 1; sample 1: 1 - 2 = -1.
+    Agent 1, sample 0 holds joints 0, 2: 2.5 - .5 = 2; sample 1: .5 - 2.5 = -2.
+    (The node mean would give [.5, -.5] and [1, -1]: K/(K-1) = 2 times smaller, the same direction.)"""
+    q = torch.tensor([[3.0, 1.0, 2.0, 0.0]], dtype=torch.float64)
+    joints = torch.tensor([[0, 0], [0, 1], [1, 0], [1, 1]])
+    adv = gae_tree(q.unsqueeze(-1), q.unsqueeze(-1), torch.tensor([[-1] * 4]), 1.0, 1.0)[..., 0]
+    assert sample_advantages(adv, q, joints[:, 0], 2).tolist() == [[1.0, -1.0]]
+    assert sample_advantages(adv, q, joints[:, 1], 2).tolist() == [[2.0, -2.0]]
+
+
+def test_sample_advantages_at_k1_use_the_node_value():
+    """K = 1 (a V critic; Q is refused there): nothing to leave out, A = r - V = [.5], [-.25] for two nodes."""
+    r = torch.tensor([[1.0], [0.25]], dtype=torch.float64)
+    v = torch.tensor([[0.5], [0.5]], dtype=torch.float64)
+    adv = gae_tree(r.unsqueeze(-1), v.unsqueeze(-1), torch.tensor([[-1], [-1]]), 1.0, 1.0)[..., 0]
+    assert sample_advantages(adv, v, torch.tensor([0]), 1).tolist() == [[0.5], [-0.25]]
+
+
+def test_policy_gradient_of_a_q_critic_at_its_target_points_where_the_v_critics_does():
     """The gradient test of issue #27 on a softmax policy over 4 actions (logits 0, pi = 1/4), one sample of each.
 
-    ``grad = 1/4 sum_k A_k (e_k - pi)``; with sum_k A_k = 0 that is A / 4. V critic at its target (the mean
-    .4375) and Q critic at its target (Q = r): A = [.5625, -.4375, .0625, -.1875] for both, so
-    grad = [.140625, -.109375, .015625, -.046875] for both (subtracting Q(h, a_k) gave A = 0, grad = 0).
+    ``grad = 1/4 sum_k A_k (e_k - pi)``; with sum_k A_k = 0 that is A / 4.
+    V critic at its target (V = .4375): A = [.5625, -.4375, .0625, -.1875], grad = [.140625, -.109375, .015625,
+    -.046875]. Q critic at its target (Q = r), leave-one-out: A = [.75, -7/12, 1/12, -.25] = 4/3 of V's,
+    grad = [.1875, -.1458, .0208, -.0625]: cosine 1. Subtracting Q(h, a_k) itself gave A = 0, grad = 0.
     """
     logits = torch.zeros(4, dtype=torch.float64, requires_grad=True)
     child = torch.tensor([[-1] * 4])
-    r = Q_R.reshape(1, 4, 1)
+    r = Q_R.reshape(1, 4)
     grads = {}
     for name, values in {"v": torch.full_like(r, 0.4375), "q": r}.items():
-        adv = gae_tree(r, values, child, 1.0, 0.95).reshape(-1)
+        adv = gae_tree(r.unsqueeze(-1), values.unsqueeze(-1), child, 1.0, 0.95)[..., 0]
+        a = sample_advantages(adv, values, torch.arange(4), 4).reshape(-1)
         logp = torch.log_softmax(logits, 0)  # sample k is action k
-        (grad,) = torch.autograd.grad((adv * logp).mean(), logits)
+        (grad,) = torch.autograd.grad((a * logp).mean(), logits)
         grads[name] = grad
-    expected = [0.140625, -0.109375, 0.015625, -0.046875]
-    assert grads["q"].tolist() == pytest.approx(expected) and grads["v"].tolist() == pytest.approx(expected)
-
-
-def test_single_turn_is_reward_minus_value():
-    rewards = torch.tensor([[[1.0, 0.0], [0.5, 2.0]]], dtype=torch.float64)
-    values = torch.tensor([[[0.25, 1.0], [0.25, 1.0]]], dtype=torch.float64)
-    out = gae_tree(rewards, values, torch.tensor([[-1, -1]]), 0.9, 0.95)
-    assert torch.equal(out, rewards - values)
+    assert grads["v"].tolist() == pytest.approx([0.140625, -0.109375, 0.015625, -0.046875])
+    assert grads["q"].tolist() == pytest.approx([0.1875, -7 / 48, 1 / 48, -0.0625])
+    assert float(torch.nn.functional.cosine_similarity(grads["q"], grads["v"], dim=0)) == pytest.approx(1.0)
 
 
 def test_value_loss_by_hand():

@@ -40,7 +40,8 @@ def test_sample_replay_draws_by_round_then_without_replacement():
     # 2 draws at lambda = 0: two different pairs of round 2
     two = sample_replay(pairs, 2, 0.0, random.Random(1))
     assert len(set(two)) == 2 and all(p.startswith("c") for p in two)
-    assert sample_replay(pairs, 0, 0.5, random.Random(0)) == [] and sample_replay({0: []}, 3, 0.5, random.Random(0)) == []
+    assert sample_replay(pairs, 0, 0.5, random.Random(0)) == []
+    assert sample_replay({0: []}, 3, 0.5, random.Random(0)) == []
     # frequencies follow the probabilities: rounds 0, 1, 2 with 1000, 10, 1000 pairs, lambda = .5 -> 1/7, 2/7, 4/7
     big = {0: [f"r0-{i}" for i in range(1000)], 1: [f"r1-{i}" for i in range(10)], 2: [f"r2-{i}" for i in range(1000)]}
     drawn = Counter(p.split("-")[0] for p in sample_replay(big, 7000, 0.5, random.Random(0)))

@@ -9,11 +9,12 @@ is called by the loop before each of agent ``agent``'s policy passes:
 independent critics update agent ``agent``'s critic; a central critic updates
 on agent 0's passes.
 
-A Q critic's advantages subtract an action-independent baseline ``b``, the
-mean of Q over the node's J sampled joint actions (``advantages.node_baseline``),
-in every TD term; subtracting ``Q(h, a)`` itself would leave Q's own TD error,
-which carries no expected signal once Q fits. So a Q critic acts as a V critic
-whose ``V(h)`` is estimated from Q. It needs K >= 2 (``CriticSettings.validate``)
+A Q critic's advantages must not subtract ``Q(h, a)`` itself: that leaves Q's
+own TD error, which carries no expected signal once Q fits. The node's value
+in the TD terms is the mean of Q over its J sampled joint actions
+(``advantages.node_baseline``), and each agent's sample is baselined by the
+values of the node's joint actions that do not hold it (leave-one-out,
+``advantages.sample_advantages``). It needs K >= 2 (``CriticSettings.validate``)
 and cannot bootstrap a branch cut by ``num_turns`` (no sampled action at the
 next prompts): the cut counts as terminal, with a warning once per critic.
 
@@ -38,7 +39,7 @@ from typing import Callable
 
 import torch
 
-from ..advantages import gae_tree, node_baseline, whiten_across
+from ..advantages import gae_tree, node_baseline, sample_advantages, whiten_across
 from ..losses import explained_variance, value_loss
 from .settings import CriticSettings
 from .value_model import ValueModel
@@ -176,10 +177,9 @@ class Critic:
                 ids[c] += unit_ids
                 old[c].append(v)
                 tgt[c].append(_mean_by_index(targets[:, :, c], units.index, len(unit_ids)))
-            for i in range(n):
-                onehot = (tree.joints[:, i].unsqueeze(1) == torch.arange(k)).to(torch.float64)  # [J, K]
-                per_sample = adv[:, :, inputs.column(i)] @ onehot / onehot.sum(0).clamp(min=1)  # [G, K]
-                raw_adv.setdefault(i, []).append(per_sample)
+            for i in range(n):  # [G, K]: its joint actions' lambda-returns minus the other joint actions' values
+                c = inputs.column(i)
+                raw_adv.setdefault(i, []).append(sample_advantages(adv[:, :, c], values[:, :, c], tree.joints[:, i], k))
         metrics: dict[str, float] = {}
         empty = torch.zeros(0, dtype=torch.float64)
         for c in cols:

@@ -16,7 +16,7 @@ class CriticSettings:
     model: Any = None
     """None: a value head on each agent's own model (iac); else a separate critic: hub id, local path, tiny."""
     critic_type: str = "v"
-    """v: V(h) from the prompt(s); q: Q(h, a) from prompts and responses, baselined by the node's mean Q (K >= 2)."""
+    """v: V(h) from the prompt(s); q: Q(h, a) from prompts and responses, baselined by the other samples' Q (K >= 2)."""
     lr: float = 1e-5
     """Learning rate of the critic (the value head, plus the separate critic model)."""
     weight_decay: float = 0.0
@@ -46,14 +46,14 @@ class CriticSettings:
 
     def validate(self, where: str = "train.critic", num_generations: int | None = None) -> None:
         """Check every field; with ``num_generations`` (K, given when an algorithm uses the critic) also that a Q
-        critic can form its baseline: the mean of Q over a node's J >= K joint actions is Q(h, a) itself at K = 1,
-        and ``Q(h, a) - Q(h, a)`` carries no learning signal."""
+        critic can form its baseline: the mean Q of the node's joint actions that do not hold the sample. At
+        K = 1 there are none, and ``Q(h, a)`` itself leaves only Q's own TD error (no learning signal)."""
         if self.critic_type not in CRITIC_TYPES:
             raise ConfigError(f"{where}.critic_type: must be v or q, got {self.critic_type!r}")
         if self.critic_type == "q" and num_generations is not None and num_generations < 2:
-            raise ConfigError(f"{where}.critic_type: q needs train.num_generations >= 2 (its baseline is the mean "
-                              f"of Q over each node's sampled joint actions; with K={num_generations} that is "
-                              f"Q(h, a) itself and every advantage is Q's own TD error); use critic_type: v")
+            raise ConfigError(f"{where}.critic_type: q needs train.num_generations >= 2 (a sample's baseline is "
+                              f"the mean Q of the node's other samples; with K={num_generations} there are none, "
+                              f"and Q(h, a) itself leaves Q's own TD error as the advantage); use critic_type: v")
         if not 0 <= self.gae_lambda <= 1:
             raise ConfigError(f"{where}.gae_lambda: must be in [0, 1], got {self.gae_lambda}")
         if self.lr <= 0:
