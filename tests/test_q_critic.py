@@ -111,8 +111,8 @@ def snapshot(t):
 def test_critics_at_their_targets_give_q_the_advantages_of_v(joint_mode):
     """One real rollout (2 tiny agents, K = 2, 4 items), four critics held at their targets: independent and
     central, V and Q. Single turn, a V critic's target is the node's mean reward, a Q critic's the reward of its
-    input (IAC: the mean over the joint actions holding the sample). With the node-mean baseline Q's
-    advantages are V's (so is the gradient they give); subtracting Q(h, a) gave 0 everywhere."""
+    input (IAC: the mean over the joint actions holding the sample). Q's leave-one-out advantages are V's times
+    K/(K-1) = 2, so whitened they are V's (and so is the gradient); subtracting Q(h, a) gave 0 everywhere."""
     t = trainer("iac", k=2, joint_mode=joint_mode)
     rollout = collect_rollout(t.agents, t.env, ITEMS[:4], t.settings)
     rewards = rollout.tree.rewards[..., 0]
@@ -127,10 +127,10 @@ def test_critics_at_their_targets_give_q_the_advantages_of_v(joint_mode):
 
 def test_exact_q_critic_moves_the_agents_as_the_group_mean_does():
     """The loop test of issue #27: MAAC with an exact Q critic (Q(h, a) = the reward) for one SGD step, against
-    MAGRPO on the same rollout (same seed). Single turn, the node-mean baseline gives A = r - mean_j r, MAGRPO's
-    advantage, then whitened per agent (one positive scale), so every agent's weight change points the same way:
-    cosine 1 (measured 1.000000 for both agents, |delta| ratio 1/std of the advantages). Subtracting Q(h, a)
-    itself gave A = 0 and the agents' weights did not move at all."""
+    MAGRPO on the same rollout (same seed). Single turn, leave-one-out gives A = K/(K-1) (r - mean_j r), MAGRPO's
+    advantage times 4/3, then whitened per agent (one positive scale), so every agent's weight change points the
+    same way: measured cosine 1.0000 for both agents, |delta| 1.354 vs 0.610 and 1.332 vs 0.600 (the ratio
+    2.219 is 1/std of MAGRPO's advantages). Subtracting Q(h, a) itself gave A = 0: the weights did not move."""
     tok = tiny_tokenizer()
     critic = CriticSettings(model=comarl.AgentConfig(model=ExactQForSequenceClassification(tok), tokenizer=tok),
                             critic_type="q", joint_input=joint_words, lr=1e-3)
