@@ -113,33 +113,89 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float, lam: float, l
     return out
 
 
+def node_baseline(values: torch.Tensor) -> torch.Tensor:
+    """The value of every node: ``b[g] = mean_j values[g, j]`` over its J joint actions.
+
+    A V critic gives every joint action of a node the same value, so ``b`` is
+    V(h). A Q critic gives each its own ``Q(h, a_j)``; their mean over the
+    node's J sampled joint actions is the sample estimate of
+    ``V(h) = E_a Q(h, a)`` under the policy that sampled them. :func:`gae_tree`
+    uses ``b`` as the node's value (in its own TD terms and as its parent's
+    continuation); the actor's baseline of a sample leaves the joint actions
+    holding that sample out (:func:`sample_advantages`).
+
+    Which values are averaged: IAC's per-agent ``Q_i(h_i, a_i)`` repeats each of
+    agent i's K samples equally often among the J joint actions (once aligned,
+    K^(N-1) times cross), so ``b`` is the mean over its K samples; MAAC's
+    central ``Q(h, a)`` is averaged over the J joint actions.
+    Shape: [G, J, C] -> [G, C].
+    """
+    return values.to(torch.float64).mean(1)
+
+
 def gae_tree(rewards: torch.Tensor, values: torch.Tensor, child: torch.Tensor, gamma: float, lam: float,
              bootstrap: torch.Tensor | None = None) -> torch.Tensor:
     """GAE over every branch of a rollout tree (``gae`` on each root-to-leaf path, shared prefixes averaged).
 
-    A node's value is the mean of its joint actions' values, and the
-    continuation of joint action j is the mean over its child's joint actions,
-    as the tree's returns are (``G_j = r_j + gamma * mean_j' G_child,j'``)::
+    Every node is valued by its action-independent baseline ``b = mean_j v``
+    (:func:`node_baseline`: V(h) for a V critic, the mean of Q over the node's
+    J sampled joint actions for a Q critic), and the continuation of joint
+    action j is the mean over its child's joint actions, as the tree's returns
+    are (``G_j = r_j + gamma * mean_j' G_child,j'``)::
 
-        delta_j = r_j + gamma * V_next,j - v_j,     V_next,j = mean_j' v[child_j, j']  (0 if ended,
+        delta_j = r_j + gamma * V_next,j - b,       V_next,j = b[child_j]  (0 if ended,
                                                                bootstrap_j if truncated)
         A_j     = delta_j + gamma * lam * mean_j' A[child_j, j']   (0 past the end)
 
+    ``A_j + b`` is joint action j's lambda-return, the regression target of
+    ``v_j`` (of V(h) averaged over j; of ``Q(h, a_j)`` as it is). With lam = 1,
+    ``A_j`` is the tree return minus ``b``, with ``gamma^t * bootstrap`` added
+    where a branch was cut; with lam = 0 it is ``r_j + gamma * V_next,j - b``.
     Children come after their parents in group order.
     Shapes: rewards, values, bootstrap [G, J, C] (C columns: agents, or 1 for a
     team critic); child [G, J] (-1 where the branch ended) -> [G, J, C].
     """
     adv = torch.zeros_like(rewards, dtype=torch.float64)
+    base = node_baseline(values)  # [G, C]
     boot = torch.zeros_like(adv) if bootstrap is None else bootstrap.to(torch.float64)
     for g in reversed(range(rewards.shape[0])):
         for j in range(rewards.shape[1]):
             c = int(child[g, j])
             if c >= 0:
-                nxt, cont = values[c].to(torch.float64).mean(0), adv[c].mean(0)
+                nxt, cont = base[c], adv[c].mean(0)
             else:
                 nxt, cont = boot[g, j], torch.zeros_like(boot[g, j])
-            adv[g, j] = rewards[g, j] + gamma * nxt - values[g, j] + gamma * lam * cont
+            adv[g, j] = rewards[g, j] + gamma * nxt - base[g] + gamma * lam * cont
     return adv
+
+
+def sample_advantages(adv: torch.Tensor, values: torch.Tensor, sample_of: torch.Tensor, k: int) -> torch.Tensor:
+    """One agent's advantage of each of its K samples at every node, against a baseline its sample cannot move.
+
+    ``adv`` and ``values`` are the agent's column of :func:`gae_tree`'s advantages and of the critic's values;
+    ``sample_of[j]`` is the agent's sample in joint action j. With ``G_j = A_j + b`` (joint action j's
+    lambda-return; ``b`` = :func:`node_baseline`)::
+
+        A_k = mean_{j holds k} G_j  -  mean_{j does not hold k} v_j
+
+    The baseline leaves out every joint action that holds sample k (leave-one-out, as RLOO does with
+    returns), so it does not depend on the action it is subtracted from, whatever the critic's errors.
+    A V critic (every ``v_j = V(h)``): ``A_k = mean_{j holds k} A_j``, the plain GAE credit. A Q critic:
+    subtracting ``Q(h, a_j)`` itself would leave Q's own TD error (no expected signal once Q fits), and the
+    node mean ``b`` would still hold the sample's own Q with weight 1/K (a bias of ``-1/K grad E[Q]`` while
+    Q is wrong). At Q's target in a single turn, ``A_k = K/(K-1) (mean_{j holds k} Q_j - b)``: the V
+    critic's advantage times K/(K-1) (cross mode: the mean over a sample's joint actions of COMA's
+    counterfactual baseline ``mean_k' Q(h, (k', a_-i))`` is ``b`` too). K = 1: no joint action is left
+    out; ``b`` is used (V(h); a Q critic is refused at K = 1, ``critics.settings``).
+    Shapes: adv, values [G, J]; sample_of [J] (in 0..K-1) -> [G, K].
+    """
+    onehot = (sample_of.unsqueeze(1) == torch.arange(k)).to(torch.float64)  # [J, K]
+    adv, values = adv.to(torch.float64), values.to(torch.float64)
+    base = values.mean(1, keepdim=True)  # [G, 1]
+    held, rest = onehot.sum(0), (1 - onehot).sum(0)  # [K]
+    credit = (adv + base) @ onehot / held.clamp(min=1)
+    others = torch.where(rest > 0, values @ (1 - onehot) / rest.clamp(min=1), base)
+    return torch.where(held > 0, credit - others, torch.zeros_like(credit))
 
 
 def whiten(x: torch.Tensor, eps: float = EPS) -> torch.Tensor:

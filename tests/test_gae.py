@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from comarl.advantages import gae, gae_tree, whiten, whiten_across
+from comarl.advantages import gae, gae_tree, node_baseline, sample_advantages, whiten, whiten_across
 from comarl.losses import explained_variance, value_loss
 
 # one 3-turn branch: r = [1, 0, 2], V = [0.5, 1.0, 1.5], gamma = 0.9
@@ -41,21 +41,23 @@ def test_tree_of_one_chain_is_the_branch(lam, terminal):
 
 
 def test_tree_averages_over_the_child_node():
-    """Root: 2 joint actions, j=0 continues into a node with 2 terminal joint actions, j=1 ends.
+    """Root: 2 joint actions, j=0 continues into a node with 2 terminal joint actions, j=1 ends (a V critic:
+    one value per node).
 
-    child: r = [1, 3], v = [.5, 1.5] -> A = [.5, 1.5]; root v = [1, 1], r = [0, 2], gamma = 1:
-    lambda = 1: A_root0 = 0 + mean(.5, 1.5) - 1 + mean(.5, 1.5) = 1 (= mean child return 2 - 1), A_root1 = 2 - 1 = 1;
+    child: r = [1, 3], V = 1 -> A = [0, 2]; root V = 1, r = [0, 2], gamma = 1:
+    lambda = 1: A_root0 = 0 + 1 - 1 + mean(0, 2) = 1 (= mean child return 2 - 1), A_root1 = 2 - 1 = 1;
     lambda = 0: A_root0 = 0 + 1 - 1 = 0.
     """
     rewards = torch.tensor([[[0.0], [2.0]], [[1.0], [3.0]]], dtype=torch.float64)
-    values = torch.tensor([[[1.0], [1.0]], [[0.5], [1.5]]], dtype=torch.float64)
+    values = torch.tensor([[[1.0], [1.0]], [[1.0], [1.0]]], dtype=torch.float64)
     child = torch.tensor([[1, -1], [-1, -1]])
-    assert gae_tree(rewards, values, child, 1.0, 1.0).reshape(-1).tolist() == pytest.approx([1, 1, 0.5, 1.5])
-    assert gae_tree(rewards, values, child, 1.0, 0.0).reshape(-1).tolist() == pytest.approx([0, 1, 0.5, 1.5])
+    assert gae_tree(rewards, values, child, 1.0, 1.0).reshape(-1).tolist() == pytest.approx([1, 1, 0, 2])
+    assert gae_tree(rewards, values, child, 1.0, 0.0).reshape(-1).tolist() == pytest.approx([0, 1, 0, 2])
 
 
-def test_lambda_one_is_tree_return_minus_value():
-    """With lambda = 1 the tree's GAE equals the rollout's backed-up return minus the value (random tree)."""
+def test_lambda_one_is_tree_return_minus_the_node_baseline():
+    """With lambda = 1 the tree's GAE equals the rollout's backed-up return minus each node's baseline, the mean
+    of its joint actions' values (random tree, values that differ by joint action as a Q critic's do)."""
     g = torch.Generator().manual_seed(0)
     rewards = torch.rand(3, 2, 2, generator=g, dtype=torch.float64)
     values = torch.rand(3, 2, 2, generator=g, dtype=torch.float64)
@@ -66,14 +68,126 @@ def test_lambda_one_is_tree_return_minus_value():
             c = int(child[node, j])
             if c >= 0:
                 returns[node, j] = rewards[node, j] + 0.8 * returns[c].mean(0)
-    assert torch.allclose(gae_tree(rewards, values, child, 0.8, 1.0), returns - values)
+    assert torch.allclose(gae_tree(rewards, values, child, 0.8, 1.0), returns - values.mean(1, keepdim=True))
 
 
-def test_single_turn_is_reward_minus_value():
-    rewards = torch.tensor([[[1.0, 0.0], [0.5, 2.0]]], dtype=torch.float64)
-    values = torch.tensor([[[0.25, 1.0], [0.25, 1.0]]], dtype=torch.float64)
-    out = gae_tree(rewards, values, torch.tensor([[-1, -1]]), 0.9, 0.95)
-    assert torch.equal(out, rewards - values)
+def test_lambda_one_with_a_cut_branch_is_not_return_minus_value():
+    """A branch cut by num_turns adds gamma * V(next prompts): r = [1, 0], V = 1, j=0 cut with V(next) = 2,
+    gamma = .5: lambda = 1 gives [1 + .5*2 - 1, 0 - 1] = [1, -1], not the return minus V, [0, -1]."""
+    rewards = torch.tensor([[[1.0], [0.0]]], dtype=torch.float64)
+    values = torch.ones(1, 2, 1, dtype=torch.float64)
+    boot = torch.tensor([[[2.0], [0.0]]], dtype=torch.float64)
+    out = gae_tree(rewards, values, torch.tensor([[-1, -1]]), 0.5, 1.0, boot)
+    assert out.reshape(-1).tolist() == pytest.approx([1.0, -1.0])
+
+
+# ---------------------------------------------------------------- a Q critic's baseline (issue #27)
+Q_R = torch.tensor([1.0, 0.0, 0.5, 0.25], dtype=torch.float64)  # one node, J = 4 terminal joint actions
+
+
+def test_q_critic_at_its_target_gives_the_v_critic_at_the_mean():
+    """A Q critic at its target (Q(h, a_j) = r_j) subtracts the node's mean Q, .4375, not Q(h, a_j) itself:
+    A = r - .4375 = [.5625, -.4375, .0625, -.1875], what a V critic at the mean gives (before: all 0)."""
+    r = Q_R.reshape(1, 4, 1)
+    child = torch.tensor([[-1] * 4])
+    expected = [0.5625, -0.4375, 0.0625, -0.1875]
+    for lam in (0.0, 0.95):
+        assert gae_tree(r, r, child, 0.9, lam).reshape(-1).tolist() == pytest.approx(expected)
+        v = torch.full_like(r, 0.4375)
+        assert gae_tree(r, v, child, 0.9, lam).reshape(-1).tolist() == pytest.approx(expected)
+
+
+def test_q_critic_two_turn_tree_by_hand():
+    """Root (J = 2) whose joint actions lead to nodes 1 and 2 (J = 2 each, terminal); one column, gamma = .5.
+
+    Q: root [2, 0] -> b = 1; node 1 [1, 3] -> b = 2; node 2 [0, 2] -> b = 1.
+    r: root [1, 0]; node 1 [2, 4]; node 2 [1, 0].
+    leaves: A = r - b: node 1 [0, 2], node 2 [0, -1].
+    root, lambda = 0: [1 + .5*2 - 1, 0 + .5*1 - 1] = [1, -.5];
+    root, lambda = 1: [1 + .5*mean(0, 2), -.5 + .5*mean(0, -1)] = [1.5, -.75]
+      (= return - b: 1 + .5*mean(2, 4) - 1 = 1.5, 0 + .5*mean(1, 0) - 1 = -.75).
+    Targets A + b: leaves [2, 4], [1, 0] (the rewards); root lambda = 0: [2, .5] = r + .5 * b(child).
+    (Subtracting each Q(h, a_j) instead gave the leaves [1, 1] and [1, -2].)
+    """
+    rewards = torch.tensor([[1.0, 0.0], [2.0, 4.0], [1.0, 0.0]], dtype=torch.float64).unsqueeze(-1)
+    q = torch.tensor([[2.0, 0.0], [1.0, 3.0], [0.0, 2.0]], dtype=torch.float64).unsqueeze(-1)
+    child = torch.tensor([[1, 2], [-1, -1], [-1, -1]])
+    td = gae_tree(rewards, q, child, 0.5, 0.0)
+    assert td.reshape(-1).tolist() == pytest.approx([1.0, -0.5, 0.0, 2.0, 0.0, -1.0])
+    mc = gae_tree(rewards, q, child, 0.5, 1.0)
+    assert mc.reshape(-1).tolist() == pytest.approx([1.5, -0.75, 0.0, 2.0, 0.0, -1.0])
+    targets = td + node_baseline(q).unsqueeze(1)
+    assert targets.reshape(-1).tolist() == pytest.approx([2.0, 0.5, 2.0, 4.0, 1.0, 0.0])
+
+
+def test_node_baseline_of_independent_q_in_cross_mode_is_the_mean_over_the_agents_samples():
+    """Cross mode, N = 2, K = 2: J = 4 joint actions (0,0) (0,1) (1,0) (1,1). Agent 0's Q_0 of its samples is
+    [3, 1], so its column reads [3, 3, 1, 1] over the joint actions: b = 2 = mean of [3, 1]; agent 1's Q_1 is
+    [0, 4]: [0, 4, 0, 4] -> b = 2."""
+    values = torch.tensor([[[3.0, 0.0], [3.0, 4.0], [1.0, 0.0], [1.0, 4.0]]])
+    assert node_baseline(values).tolist() == [[2.0, 2.0]]
+
+
+def test_sample_advantages_leave_the_samples_own_joint_actions_out():
+    """One agent, aligned, K = J = 4, single turn (so A_j + b = r_j).
+
+    Q at its target (Q = r): A_k = r_k - mean of the other three r:
+    [1 - .75/3, 0 - 1.75/3, .5 - 1.25/3, .25 - 1.5/3] = [.75, -7/12, 1/12, -.25] = 4/3 * (r - .4375).
+    A V critic (V = .4375 everywhere): A_k = r_k - .4375, the GAE advantage itself.
+    A Q critic that overvalues sample 0 (Q = [5, 0, .5, .25]): sample 0's own advantage does not move,
+    1 - (0 + .5 + .25)/3 = .75; the others' baselines rise by 4/3: [.75, -23/12, -15/12, -19/12].
+    """
+    r = Q_R.reshape(1, 4)
+    child, one = torch.tensor([[-1] * 4]), torch.arange(4)
+    for values, expected in ((r, [0.75, -7 / 12, 1 / 12, -0.25]),
+                             (torch.full_like(r, 0.4375), [0.5625, -0.4375, 0.0625, -0.1875]),
+                             (torch.tensor([[5.0, 0.0, 0.5, 0.25]], dtype=torch.float64),
+                              [0.75, -23 / 12, -15 / 12, -19 / 12])):
+        adv = gae_tree(r.unsqueeze(-1), values.unsqueeze(-1), child, 0.9, 0.95)[..., 0]
+        assert sample_advantages(adv, values, one, 4).reshape(-1).tolist() == pytest.approx(expected)
+
+
+def test_sample_advantages_of_a_central_q_in_cross_mode_by_hand():
+    """N = 2, K = 2, cross: joint actions (0,0) (0,1) (1,0) (1,1) with Q = r = [3, 1, 2, 0], b = 1.5.
+    Agent 0, sample 0 holds joints 0, 1: mean Q 2, the others (2, 3) 1 -> 1; sample 1: 1 - 2 = -1.
+    Agent 1, sample 0 holds joints 0, 2: 2.5 - .5 = 2; sample 1: .5 - 2.5 = -2.
+    (The node mean would give [.5, -.5] and [1, -1]: K/(K-1) = 2 times smaller, the same direction.)"""
+    q = torch.tensor([[3.0, 1.0, 2.0, 0.0]], dtype=torch.float64)
+    joints = torch.tensor([[0, 0], [0, 1], [1, 0], [1, 1]])
+    adv = gae_tree(q.unsqueeze(-1), q.unsqueeze(-1), torch.tensor([[-1] * 4]), 1.0, 1.0)[..., 0]
+    assert sample_advantages(adv, q, joints[:, 0], 2).tolist() == [[1.0, -1.0]]
+    assert sample_advantages(adv, q, joints[:, 1], 2).tolist() == [[2.0, -2.0]]
+
+
+def test_sample_advantages_at_k1_use_the_node_value():
+    """K = 1 (a V critic; Q is refused there): nothing to leave out, A = r - V = [.5], [-.25] for two nodes."""
+    r = torch.tensor([[1.0], [0.25]], dtype=torch.float64)
+    v = torch.tensor([[0.5], [0.5]], dtype=torch.float64)
+    adv = gae_tree(r.unsqueeze(-1), v.unsqueeze(-1), torch.tensor([[-1], [-1]]), 1.0, 1.0)[..., 0]
+    assert sample_advantages(adv, v, torch.tensor([0]), 1).tolist() == [[0.5], [-0.25]]
+
+
+def test_policy_gradient_of_a_q_critic_at_its_target_points_where_the_v_critics_does():
+    """The gradient test of issue #27 on a softmax policy over 4 actions (logits 0, pi = 1/4), one sample of each.
+
+    ``grad = 1/4 sum_k A_k (e_k - pi)``; with sum_k A_k = 0 that is A / 4.
+    V critic at its target (V = .4375): A = [.5625, -.4375, .0625, -.1875], grad = [.140625, -.109375, .015625,
+    -.046875]. Q critic at its target (Q = r), leave-one-out: A = [.75, -7/12, 1/12, -.25] = 4/3 of V's,
+    grad = [.1875, -.1458, .0208, -.0625]: cosine 1. Subtracting Q(h, a_k) itself gave A = 0, grad = 0.
+    """
+    logits = torch.zeros(4, dtype=torch.float64, requires_grad=True)
+    child = torch.tensor([[-1] * 4])
+    r = Q_R.reshape(1, 4)
+    grads = {}
+    for name, values in {"v": torch.full_like(r, 0.4375), "q": r}.items():
+        adv = gae_tree(r.unsqueeze(-1), values.unsqueeze(-1), child, 1.0, 0.95)[..., 0]
+        a = sample_advantages(adv, values, torch.arange(4), 4).reshape(-1)
+        logp = torch.log_softmax(logits, 0)  # sample k is action k
+        (grad,) = torch.autograd.grad((a * logp).mean(), logits)
+        grads[name] = grad
+    assert grads["v"].tolist() == pytest.approx([0.140625, -0.109375, 0.015625, -0.046875])
+    assert grads["q"].tolist() == pytest.approx([0.1875, -7 / 48, 1 / 48, -0.0625])
+    assert float(torch.nn.functional.cosine_similarity(grads["q"], grads["v"], dim=0)) == pytest.approx(1.0)
 
 
 def test_value_loss_by_hand():

@@ -6,14 +6,20 @@ frozen) or a separate critic model (``train.critic.model``: own tokenizer,
 lr, device). It reads agent i's prompt (V(h)) or prompt and response
 (Q(h, a)) and regresses agent i's GAE targets; with ``AgentRewards`` each
 agent's critic sees its own reward. Advantages are GAE(gamma, lambda) over
-each branch's turns; the actor loss is the shared clipped policy loss.
+each branch's turns against V(h), or for a Q critic against the mean of Q_i
+over agent i's other K - 1 samples at the node (K >= 2;
+``advantages.sample_advantages``). The actor loss is the shared clipped policy loss.
 
 Departures from CoMLRL 1.4.3's IAC: GAE instead of one-step TD only
-(``gae_lambda=0`` is CoMLRL's estimate); K >= 1 samples per node and the
-whole rollout tree (aligned or cross joint actions) instead of K = 1 in
-multi-turn; a branch cut by ``num_turns`` bootstraps from V(next prompts)
-(V critics); the loss normalisations, ratio clipping, KL and micro-batching
-are the loop's, as for every other algorithm.
+(``gae_lambda=0`` gives CoMLRL's raw V advantages; CoMLRL whitens them per
+turn and buffer, comarl per agent over the step's batch); a Q critic's
+advantages subtract the other samples' mean Q, not Q(h, a) (CoMLRL's, which
+carries no signal once Q fits); K >= 1 samples per node (V; K >= 2 for Q) and the whole
+rollout tree (aligned or cross joint actions) instead of K = 1 in multi-turn;
+a branch cut by ``num_turns`` bootstraps from V(next prompts) (V critics;
+CoMLRL ends it); the loss normalisations, ratio clipping, KL and
+micro-batching are the loop's, as for every other algorithm
+(docs/actor_critic.md).
 """
 from __future__ import annotations
 

@@ -14,7 +14,9 @@ values at the same weights, so all agents follow the gradient of one joint loss.
 The reference is the agent's starting policy (``comarl.reference``: a frozen
 copy, or the LoRA base with the adapter off).
 
-Departures from CoMLRL 1.4.3's MADPO: pairs come from the same breadth-first
+Departures from CoMLRL 1.4.3's MADPO: CoMLRL's MADPO (and MADPO-iter) is
+reference-free, comarl's default is not; ``train.preference.reference_free:
+true`` gives CoMLRL's loss. Pairs come from the same breadth-first
 rollout tree as every other algorithm (CoMLRL samples a separate candidate pool
 per item) and are rebuilt from the current policy every step (online); pairs
 are taken at every node of a multi-turn tree with the tree's joint returns as
@@ -22,7 +24,8 @@ scores; log-probs are at the agents' sampling temperature (as the reference's);
 the step uses the loop's micro-batching, clipping, precision and data parallelism.
 
 ``madpo_iter`` (iterative MADPO) runs the same pairs and DPO step in rounds with
-pairs on disk, replay of earlier rounds and a refreshed reference
+pairs on disk, replay of earlier rounds (``replay: decay_sample`` is CoMLRL's
+``lambda_decay`` draw, ``comarl.preference.replay``) and a refreshed reference
 (``comarl.training.rounds``); ``madpo_offline`` trains on a pairs file
 (``train.preference.pairs_in``) without sampling.
 """

@@ -4,9 +4,19 @@
 agent's update: it values every joint action of every tree (no gradient),
 computes GAE over each branch's turns (``advantages.gae_tree``), writes each
 agent's advantages to ``AgentSamples.critic_advantages`` and keeps the value
-targets ``A + V``. ``update(agent, iteration)`` is called by the loop before
-each of agent ``agent``'s policy passes: independent critics update agent
-``agent``'s critic; a central critic updates on agent 0's passes.
+targets ``A + b`` (each joint action's lambda-return). ``update(agent, iteration)``
+is called by the loop before each of agent ``agent``'s policy passes:
+independent critics update agent ``agent``'s critic; a central critic updates
+on agent 0's passes.
+
+A Q critic's advantages must not subtract ``Q(h, a)`` itself: that leaves Q's
+own TD error, which carries no expected signal once Q fits. The node's value
+in the TD terms is the mean of Q over its J sampled joint actions
+(``advantages.node_baseline``), and each agent's sample is baselined by the
+values of the node's joint actions that do not hold it (leave-one-out,
+``advantages.sample_advantages``). It needs K >= 2 (``CriticSettings.validate``)
+and cannot bootstrap a branch cut by ``num_turns`` (no sampled action at the
+next prompts): the cut counts as terminal, with a warning once per critic.
 
 With a value head on the agent's own model the value loss also reaches the
 agent's backbone (or LoRA adapter): those gradients stay in the agent's
@@ -22,13 +32,14 @@ rank out of inputs runs a zero-loss forward/backward of one token.
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-from ..advantages import gae_tree, whiten_across
+from ..advantages import gae_tree, node_baseline, sample_advantages, whiten_across
 from ..losses import explained_variance, value_loss
 from .settings import CriticSettings
 from .value_model import ValueModel
@@ -73,6 +84,7 @@ class Critic:
         self._targets: list[_Targets | None] = [None] * len(models)
         self.last_skipped = False  # the last update's step was skipped (a non-finite value loss on some rank)
         self.sharded = False  # set by ``shard_critic`` (FSDP mesh): ``update`` then runs in lockstep over ranks
+        self._warned_q_cut = False  # a Q critic warns once that a num_turns cut counts as terminal
 
     @property
     def central(self) -> bool:
@@ -106,11 +118,22 @@ class Critic:
         units = inputs.units(tree, [s.texts for s in r.agents], c, k)
         unit_ids = vm.encode(units.prompts, units.responses)
         boot = {}
+        if st.critic_type == "q" and st.bootstrap_truncated and tree.next_prompts:
+            self._warn_q_cut()
         if st.critic_type == "v" and st.bootstrap_truncated and tree.next_prompts:
             keys = sorted(tree.next_prompts)
             bv = self._values(vm, vm.encode([inputs.bootstrap(tree.next_prompts[key], c) for key in keys]))
             boot = dict(zip(keys, bv.tolist()))
         return units, unit_ids, self._values(vm, unit_ids), boot
+
+    def _warn_q_cut(self) -> None:
+        if self._warned_q_cut:
+            return
+        self._warned_q_cut = True
+        warnings.warn("train.critic.critic_type=q: a branch cut by train.num_turns (the environment would go on) "
+                      "is treated as terminal: a Q critic has no sampled action at the next prompts to value, so "
+                      "those returns miss the rest of the episode (bootstrap_truncated applies to v critics only; "
+                      "use critic_type: v, or raise num_turns). Warned once.", RuntimeWarning, stacklevel=3)
 
     def column_modules(self, c: int) -> list[torch.nn.Module]:
         """What column ``c``'s values run through: its backbone (an agent's model, for a head on the agent) and
@@ -149,15 +172,14 @@ class Critic:
                     boot[g, j, c] = val
                 unit_lists.append((units, unit_ids, v))
             adv = gae_tree(rewards, values, tree.child, self.gamma, st.gae_lambda, boot)
-            targets = adv + values
+            targets = adv + node_baseline(values).unsqueeze(1)  # lambda-return of each joint action
             for c, (units, unit_ids, v) in zip(cols, unit_lists):
                 ids[c] += unit_ids
                 old[c].append(v)
                 tgt[c].append(_mean_by_index(targets[:, :, c], units.index, len(unit_ids)))
-            for i in range(n):
-                onehot = (tree.joints[:, i].unsqueeze(1) == torch.arange(k)).to(torch.float64)  # [J, K]
-                per_sample = adv[:, :, inputs.column(i)] @ onehot / onehot.sum(0).clamp(min=1)  # [G, K]
-                raw_adv.setdefault(i, []).append(per_sample)
+            for i in range(n):  # [G, K]: its joint actions' lambda-returns minus the other joint actions' values
+                c = inputs.column(i)
+                raw_adv.setdefault(i, []).append(sample_advantages(adv[:, :, c], values[:, :, c], tree.joints[:, i], k))
         metrics: dict[str, float] = {}
         empty = torch.zeros(0, dtype=torch.float64)
         for c in cols:

@@ -7,7 +7,7 @@ from ..config_io import ConfigError
 from .marlhf import RewardModelSettings
 from .pairs import SELECTIONS
 
-REPLAY = ("none", "last_k", "all", "decay")
+REPLAY = ("none", "last_k", "all", "decay", "decay_sample")
 COMPARATORS = ("none", "current", "checkpoint", "model")
 REFITS = ("fresh", "continue")
 
@@ -33,11 +33,14 @@ class PreferenceSettings:
     steps_per_round: int = 1
     """Training steps per round: madpo_iter DPO steps on the whole pool; marlhf_iter RL steps on the RM's score."""
     replay: str = "none"
-    """madpo_iter, marlhf_iter: earlier rounds' pairs in the pool: none | last_k | all | decay (replay_decay^age)."""
+    """madpo_iter, marlhf_iter: earlier rounds' pairs: none | last_k | all | decay (weight replay_decay^age) |
+    decay_sample (CoMLRL's lambda_decay: replay_sample_size pairs drawn, round r with p ~ replay_decay^age)."""
     replay_rounds: int = 1
     """k of replay=last_k."""
     replay_decay: float = 0.5
-    """Weight factor per round of age under replay=decay."""
+    """Factor per round of age: decay (a pair's weight, in (0, 1]); decay_sample (CoMLRL's lambda, in [0, 1])."""
+    replay_sample_size: int | None = None
+    """replay=decay_sample: pairs drawn per round (None: as many as the round made, else the newest that made any)."""
     reference: str = "current"
     """madpo_iter: DPO reference: current (frozen copy of the policy at each round start) | initial."""
     comparator: str = "none"
@@ -72,8 +75,14 @@ class PreferenceSettings:
         for key in ("rounds", "round_batches", "steps_per_round", "replay_rounds"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"train.preference.{key}: must be >= 1, got {getattr(self, key)}")
-        if not 0 < self.replay_decay <= 1:
+        if self.replay == "decay_sample" and not 0 <= self.replay_decay <= 1:
+            raise ConfigError(f"train.preference.replay_decay: must be in [0, 1] with replay=decay_sample, "
+                              f"got {self.replay_decay}")
+        if self.replay != "decay_sample" and not 0 < self.replay_decay <= 1:
             raise ConfigError(f"train.preference.replay_decay: must be in (0, 1], got {self.replay_decay}")
+        if self.replay_sample_size is not None and (self.replay != "decay_sample" or self.replay_sample_size < 1):
+            raise ConfigError(f"train.preference.replay_sample_size: must be null, or >= 1 with "
+                              f"replay=decay_sample (replay is {self.replay!r}), got {self.replay_sample_size}")
         if not self.beta > 0:
             raise ConfigError(f"train.preference.beta: must be > 0, got {self.beta}")
         if self.comparator not in COMPARATORS:

@@ -125,6 +125,8 @@ class Trainer:
         cfg.validate(len(agents), max(self.algorithm.min_generations, outer.min_generations if outer else 1))
         rounds_kind = "rm" if outer is not None else "dpo" if self.algorithm.update == "dpo_rounds" else None
         check_tree_size(cfg.joint_mode, cfg.num_generations, len(agents), cfg.num_turns, cfg.max_samples_per_item)
+        if self.algorithm.critic:  # before any model loads: a Q critic's baseline needs K >= 2 (critics/settings.py)
+            cfg.critic.validate(num_generations=cfg.num_generations)
         if cfg.output_dir and int(os.environ.get("RANK", "0")) == 0:  # before data and models: fails at once
             run_dir.prepare_output_dir(cfg.output_dir, cfg.resume, cfg.overwrite)
         self.run_id = run_dir.new_run_id()  # a resumed run takes its checkpoint's id (resume)

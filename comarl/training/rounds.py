@@ -9,7 +9,7 @@ Round r covers training steps ``[r*S, (r+1)*S)`` (S = ``steps_per_round``;
    meets candidate j of the comparator at each root node; else pairs are taken among the policy's own
    candidates at every node (``preference.tree_pairs``);
 3. every rank's pairs go to ``<output_dir>/round-<r>/pairs.jsonl``; the pool is these plus the replayed earlier
-   rounds' (``replay``, weights from ``replay_weights``);
+   rounds' (``replay``: ``preference.replay.replay_pool``);
 4. ``marlhf_iter``: the joint reward model is fitted (fresh or continued) on the pool and its score becomes
    the reward of the round's steps (``RewardModelEnv``).
 
@@ -35,7 +35,8 @@ import torch
 
 from ..config_io import ConfigError
 from ..envs.base import rollout_modules
-from ..preference.pairs import NodeRng, comparator_pairs, joint_returns, replay_weights
+from ..preference.pairs import NodeRng, comparator_pairs, joint_returns
+from ..preference.replay import replay_pool
 from ..rollout import RolloutSettings, collect_rollout, join_rollout
 from .. import checkpoint as ckpt
 from ..compute import distributed as dist
@@ -297,11 +298,8 @@ class Rounds:
 
     def _build_pool(self, r: int, pairs: list[dict]) -> None:
         pref = self.trainer.config.preference
-        pool, weights = [], []
-        for past, w in sorted(replay_weights(r, pref.replay, pref.replay_rounds, pref.replay_decay).items()):
-            got = pairs if past == r else read_pairs(self.out / f"round-{past}" / "pairs.jsonl")
-            pool += got
-            weights += [w] * len(got)
+        pool, weights = replay_pool(r, lambda past: pairs if past == r else read_pairs(
+            self.out / f"round-{past}" / "pairs.jsonl"), pref, self.trainer.config.seed)
         self.pool, self.weights = pool, torch.tensor(weights, dtype=torch.float32)
         # madpo_iter: each rank trains on its share of the pool (data parallel; the loss is normalised globally)
         mine = dist.shard(list(range(len(pool))))
