@@ -287,7 +287,7 @@ class ExperimentConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def validate(self) -> None:
-        from .algorithms.base import loop_algorithms
+        from .algorithms.base import get_algorithm
 
         if not self.agents:
             raise ConfigError("agents: at least one agent is required (N >= 1)")
@@ -296,8 +296,9 @@ class ExperimentConfig:
         self.env.validate()
         if self.env.centralized_roles and len(self.agents) != 1:
             raise ConfigError(f"env.centralized_roles: a centralised actor is one agent; {len(self.agents)} are given")
-        alg, outer = loop_algorithms(self.train.algorithm, self.train.preference.rl_algorithm)
-        self.train.validate(len(self.agents), max(alg.min_generations, outer.min_generations if outer else 1))
+        alg = get_algorithm(self.train.algorithm)
+        self.train.validate(len(self.agents), alg.generations_needed(self.train))
+        alg.check_config(self.train, self.agents)
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> ExperimentConfig:

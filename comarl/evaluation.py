@@ -17,7 +17,8 @@ from .compute import distributed as dist
 
 @torch.no_grad()
 def evaluate_agents(agents: Sequence, env, items: Sequence[dict], num_generations: int, config,
-                    batch_size: int | None = None, shard: bool = False, lockstep=None) -> dict[str, Any]:
+                    batch_size: int | None = None, shard: bool = False, lockstep=None,
+                    generator=None) -> dict[str, Any]:
     """Returns ``{"metrics": mean metrics, "summary": env summary or {}, "records": EvalRecords}``.
 
     ``lockstep``: sharded agents gathered one at a time (``RolloutSettings.lockstep``); a rank with fewer
@@ -26,7 +27,7 @@ def evaluate_agents(agents: Sequence, env, items: Sequence[dict], num_generation
     if shard:
         items = dist.shard(items)
     settings = RolloutSettings.from_train_config(config, num_generations=num_generations, joint_mode="aligned",
-                                                 keep_records=True, lockstep=lockstep)
+                                                 keep_records=True, lockstep=lockstep, generator=generator)
     bs = batch_size or config.batch_size
     n_batches = -(-len(items) // bs)
     n_rollouts = lockstep.max(n_batches) if lockstep is not None else n_batches  # (a collective: first)

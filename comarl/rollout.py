@@ -34,7 +34,6 @@ samples record which completion tokens were forced (``AgentSamples.forced``).
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -43,8 +42,7 @@ from typing import Any, Sequence
 import torch
 
 from .envs.base import AgentRewards, EnvState, Environment, EvalRecord
-from .generation import (Completions, adapter_groups, device_groups, generate, generate_adapters,
-                         overlap_generation)
+from .generation.team import generate_for_agents
 from .schema import schema_of
 from .types import AgentSamples, Rollout, RolloutTree
 
@@ -138,11 +136,18 @@ class RolloutSettings:
     keep_records: bool = False
     batch_adapters: bool = True
     share_prefix: bool = True
+    generator: Any = None
+    """The team generator (``generation/team.py`` contract); None: Hugging Face ``generate``
+    (``generate_for_agents``)."""
     lockstep: Any = None
     """Sharded models gathered one agent at a time (``train.fsdp_gather: agent``): an object with
     ``scope(agents)`` (a context in which those agents' models are whole; every rank must enter the same
     scopes in the same order), ``any(flag)`` (whether ``flag`` is set on some rank) and ``max(n)``. None:
     the models are whole already (not sharded, or the whole team gathered around the rollout)."""
+
+    @property
+    def team_generator(self):
+        return self.generator if self.generator is not None else generate_for_agents
 
     @classmethod
     def from_train_config(cls, cfg, **changes) -> "RolloutSettings":
@@ -162,69 +167,6 @@ def prompt_schemas(agent, prompts: Sequence[str]) -> list | None:
         return None
     schemas = [schema_of(p) for p in prompts]
     return schemas if any(sc is not None for sc in schemas) else None
-
-
-def generate_for_agents(agents: Sequence, prompt_ids: list[list[list[int]]], k: int, greedy: bool = False,
-                        batch_size: int = 0, batch_adapters: bool = True, schemas: list | None = None,
-                        share_prefix: bool = False, scope=None) -> list:
-    """Completions per agent: ``prompt_ids[i]`` are agent i's prompts; results in agent order.
-
-    ``schemas``: optional, ``schemas[i]`` = agent i's per-prompt schemas or None (structured generation).
-
-    With ``batch_adapters``, LoRA agents that are adapters of one shared base
-    with identical generation settings make ONE ``generate`` call together
-    (peft mixed-adapter batch, ``comarl/generation/adapters.py``); every other
-    agent makes its own call. When the calls sit on two or more distinct CUDA
-    devices, each device's calls run in their own thread so that generation
-    overlaps across GPUs (the CUDA kernels release the GIL); otherwise (CPU,
-    one GPU) they run one after another. ``share_prefix`` prefills each prompt
-    once for its K samples (``comarl/generation/shared_prefix.py``).
-
-    ``scope`` (sharded agents gathered one at a time, ``RolloutSettings.lockstep``): each call runs inside
-    ``scope(its agents)``, one after another, and a call with no prompt still enters it (the rank joins
-    the all-gather of the others and generates nothing).
-    """
-    units = adapter_groups(agents, greedy) if batch_adapters else [[i] for i in range(len(agents))]
-    devices = [str(getattr(agents[u[0]], "device", "cpu")) for u in units]
-    out: list = [None] * len(agents)
-    schemas = schemas or [None] * len(agents)
-
-    def call(u: list[int]) -> None:
-        if not any(prompt_ids[i] for i in u):  # nothing to generate here (a sharded rank joining the others)
-            for i in u:
-                out[i] = Completions([], [], [], [], k)
-            return
-        if len(u) == 1:
-            extra = {"schemas": schemas[u[0]]} if schemas[u[0]] is not None else {}  # (test doubles lack it)
-            out[u[0]] = generate(agents[u[0]], prompt_ids[u[0]], k, greedy=greedy, batch_size=batch_size,
-                                 share_prefix=share_prefix, **extra)
-        else:
-            extra = {"schemas": [schemas[i] for i in u]} if any(schemas[i] is not None for i in u) else {}
-            comps = generate_adapters([agents[i] for i in u], [prompt_ids[i] for i in u], k, greedy=greedy,
-                                      batch_size=batch_size, share_prefix=share_prefix, **extra)
-            for i, c in zip(u, comps):
-                out[i] = c
-
-    def run(group: list[int]) -> None:
-        for g in group:
-            dev = torch.device(devices[g])
-            with scope([agents[i] for i in units[g]]) if scope is not None else contextlib.nullcontext():
-                if dev.type == "cuda" and torch.cuda.is_available():
-                    with torch.cuda.device(dev):
-                        call(units[g])
-                else:
-                    call(units[g])
-
-    if scope is None and overlap_generation(devices):  # gathers are collectives: one call at a time
-        from concurrent.futures import ThreadPoolExecutor
-
-        groups = device_groups(devices)
-        with ThreadPoolExecutor(max_workers=len(groups)) as pool:
-            for f in [pool.submit(run, g) for g in groups]:
-                f.result()
-    else:
-        run(list(range(len(units))))
-    return out
 
 
 @dataclass
@@ -251,9 +193,8 @@ def _greedy_turn(agents: Sequence, env: Environment, chains: list[_GreedyChain],
         return []
     prompts = [agent.encode_prompts([c.state.prompts[i] for c in chains]) for i, agent in enumerate(agents)]
     schemas = [prompt_schemas(agent, [c.state.prompts[i] for c in chains]) for i, agent in enumerate(agents)]
-    texts = [c.texts for c in generate_for_agents(agents, prompts, 1, greedy=True, batch_size=s.generation_batch_size,
-                                                 batch_adapters=s.batch_adapters, schemas=schemas,
-                                                 scope=_scope(s))]
+    texts = [c.texts for c in s.team_generator(agents, prompts, 1, greedy=True, batch_size=s.generation_batch_size,
+                                               batch_adapters=s.batch_adapters, schemas=schemas, scope=_scope(s))]
     joint = [tuple(texts[i][g] for i in range(n)) for g in range(len(chains))]
     trans = env.step_batch([c.state for c in chains], joint)
     if len(trans) != len(chains):
@@ -321,9 +262,9 @@ def _sample_level(agents, level: list[_Node], k: int, s: RolloutSettings, acc: _
     """One batched generate per agent for every node of this turn; stores the samples; returns texts per agent."""
     prompt_ids = [agent.encode_prompts([node.state.prompts[i] for node in level]) for i, agent in enumerate(agents)]
     schemas = [prompt_schemas(agent, [node.state.prompts[i] for node in level]) for i, agent in enumerate(agents)]
-    comps = generate_for_agents(agents, prompt_ids, k, batch_size=s.generation_batch_size,
-                                batch_adapters=s.batch_adapters, share_prefix=s.share_prefix, schemas=schemas,
-                                scope=_scope(s))
+    comps = s.team_generator(agents, prompt_ids, k, batch_size=s.generation_batch_size,
+                             batch_adapters=s.batch_adapters, share_prefix=s.share_prefix, schemas=schemas,
+                             scope=_scope(s))
     for store, p_ids, comp in zip(acc.samples, prompt_ids, comps):
         acc.num_completions += len(comp.ids)
         store["prompt_ids"] += [p for p in p_ids for _ in range(k)]
@@ -343,8 +284,8 @@ def _join_generation(agents: Sequence, k: int, s: RolloutSettings, greedy: bool 
     """Nothing to generate on this rank: enter the same per-agent scopes as the ranks that do
     (``s.lockstep``), so their gathers complete. A no-op without sharding."""
     if s.lockstep is not None:
-        generate_for_agents(agents, [[] for _ in agents], k, greedy=greedy, batch_adapters=s.batch_adapters,
-                            scope=s.lockstep.scope)
+        s.team_generator(agents, [[] for _ in agents], k, greedy=greedy, batch_adapters=s.batch_adapters,
+                         scope=s.lockstep.scope)
 
 
 def join_rollout(agents: Sequence, s: RolloutSettings) -> None:

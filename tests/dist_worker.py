@@ -27,12 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-import comarl.rollout as rollout  # noqa: E402
 from comarl import AgentConfig, FunctionEnv, TrainConfig, Trainer  # noqa: E402
-from comarl.generation import Completions  # noqa: E402
+from comarl.generation import Completions, generate  # noqa: E402
+from comarl.generation.team import generate_for_agents  # noqa: E402
 from comarl.compute import distributed as dist  # noqa: E402
-
-_real_generate = rollout.generate
 
 
 def per_prompt_generate(agent, prompt_ids, k, greedy=False, batch_size=0, share_prefix=False):
@@ -40,11 +38,16 @@ def per_prompt_generate(agent, prompt_ids, k, greedy=False, batch_size=0, share_
     ids, trunc, texts = [], [], []
     for p in prompt_ids:
         torch.manual_seed(zlib.crc32(repr((agent.name, p)).encode()))
-        c = _real_generate(agent, [p], k, greedy=greedy, share_prefix=share_prefix)
+        c = generate(agent, [p], k, greedy=greedy, share_prefix=share_prefix)
         ids += c.ids
         trunc += c.truncated
         texts += c.texts
     return Completions(prompt_ids, ids, trunc, texts, k)
+
+
+def seeded(agents, prompt_ids, k, **kw):
+    """The team generator of the distributed tests: every agent's prompts through :func:`per_prompt_generate`."""
+    return generate_for_agents(agents, prompt_ids, k, **kw, generate_one=per_prompt_generate)
 
 
 def reward(responses, item):
@@ -60,7 +63,6 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    rollout.generate = per_prompt_generate
     r = int(os.environ.get("RANK", "0"))
     agents = [AgentConfig(model="tiny", max_new_tokens=8, lr=1e-2, temperature=1.0,
                           model_kwargs={"seed": 10 * i + 100 * r, "hidden_size": 32, "num_layers": 1})
@@ -69,16 +71,16 @@ def main() -> None:
     items = [{"x": x} for x in range(5)]
     cfg = TrainConfig(num_generations=2, batch_size=args.batch_size, max_steps=args.steps, shuffle=False,
                       micro_batch_size=3, progress_bar=False, report_to=[], seed=0, output_dir=None)
-    trainer = Trainer(agents, env, items, cfg)
+    trainer = Trainer(agents, env, items, cfg, generator=seeded)
     first_draw = float(torch.rand(()))  # the sampling stream right after init: must differ per rank
     counts = []
-    real_step = trainer.training_step
+    real_step = trainer.update.step
 
-    def counting_step(batch):
-        counts.append(len(batch))
-        return real_step(batch)
+    def counting_step(team, batch, step):  # the items each step trains on, on this rank
+        counts.append(len(batch.items))
+        return real_step(team, batch, step)
 
-    trainer.training_step = counting_step
+    trainer.update.step = counting_step
     history = trainer.train()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -39,6 +39,7 @@ from comarl import AgentConfig, FunctionEnv, TrainConfig, Trainer  # noqa: E402
 from comarl.critics import CriticSettings  # noqa: E402
 from comarl.compute import distributed as dist  # noqa: E402
 from comarl.compute.sharding import full_state_dict  # noqa: E402
+from dist_worker import seeded  # noqa: E402
 from fsdp_worker import agent, nan_on_item_4, reward, worker_main  # noqa: E402
 
 
@@ -70,7 +71,7 @@ def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
     prompts = [lambda it: f"Say {it['x']} in few words.", lambda it: f"Say {it['x']} at length."]
     score = reward if cfg.algorithm == "iac" else nan_on_item_4
     trainer = Trainer([agent(0, False, r), agent(1, True, r)], FunctionEnv(prompts, score),
-                      [{"x": x} for x in range(5)], cfg)
+                      [{"x": x} for x in range(5)], cfg, generator=seeded)
     history = trainer.train()
     from torch.distributed.tensor import DTensor
 

@@ -30,7 +30,7 @@ Scenarios (each writes ``OUT/<name>/rank<r>.pt``: gathered final weights, metric
   is made NaN (:func:`nan_loss_on_call`): rank 0 (item 4's pair) backpropagates it, rank 1 (no item) runs idle
   passes, and both skip the step together.
 
-Sampling is independent of the split of items over ranks (``fsdp_worker.seeded_sampling``).
+Sampling is independent of the split of items over ranks (``dist_worker.seeded``).
 """
 from __future__ import annotations
 
@@ -46,11 +46,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 from torch.distributed.fsdp import FSDPModule  # noqa: E402
 
-import comarl.training.dpo as dpo  # noqa: E402
 from comarl import FunctionEnv, TrainConfig, Trainer  # noqa: E402
 from comarl.preference import CentralizedEnv, ParseError, PreferenceSettings  # noqa: E402
 from comarl.compute import distributed as dist  # noqa: E402
 from comarl.compute.sharding import full_state_dict  # noqa: E402
+from dist_worker import seeded  # noqa: E402
 from fsdp_worker import agent, record_meta_adds, reward, worker_main  # noqa: E402
 
 PROMPTS = [lambda it: f"Say {it['x']} in few words.", lambda it: f"Say {it['x']} at length."]
@@ -69,21 +69,16 @@ def char_reward(responses, item):
     return (sum(map(ord, "".join(responses))) + item["x"]) % 11 / 11.0
 
 
-@contextlib.contextmanager
-def nan_loss_on_call(k: int):
-    """The DPO losses of the k-th call (0-based, one call per step and pass on every rank) made NaN."""
-    real, calls = dpo.joint_dpo_loss, [0]
+def nan_loss_on_call(update, k: int) -> None:
+    """The update's DPO losses of the k-th call (0-based, one call per step and pass on every rank) made NaN."""
+    real, calls = update.joint_loss, [0]
 
     def loss(*args):
         losses, z = real(*args)
         calls[0] += 1
         return (losses * float("nan"), z) if calls[0] == k + 1 else (losses, z)
 
-    dpo.joint_dpo_loss = loss
-    try:
-        yield
-    finally:
-        dpo.joint_dpo_loss = real
+    update.joint_loss = loss
 
 
 def write_pairs(path: Path, n: int = 5) -> None:
@@ -139,11 +134,13 @@ def run(name: str, out: Path, batch_size: int, resume_from: Path | None = None) 
         kw.update(algorithm="madpo", max_steps=2)
     else:
         raise SystemExit(f"unknown scenario {name}")
-    trainer = Trainer(agents, env, [{"x": x} for x in range(5)], TrainConfig(**kw))
-    with nan_loss_on_call(1) if name == "central" else contextlib.nullcontext(), record_meta_adds() as later:
+    trainer = Trainer(agents, env, [{"x": x} for x in range(5)], TrainConfig(**kw), generator=seeded)
+    if name == "central":
+        nan_loss_on_call(trainer.update, 1)
+    with record_meta_adds() as later:
         history = trainer.train()  # later: modules sharded during training (a comparator model)
     weights = [full_state_dict(a.model, keep=True) for a in trainer.agents]
-    fixed = trainer.rounds._fixed_comparator if trainer.rounds is not None else None
+    fixed = trainer.rounds.sampler.fixed_comparator if trainer.rounds is not None else None
     (out / name).mkdir(parents=True, exist_ok=True)
     torch.save({"weights": weights, "history": history, "world_size": dist.world_size(),
                 "sharded": trainer.sharding is not None,

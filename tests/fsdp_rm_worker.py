@@ -41,6 +41,7 @@ from comarl.preference import PreferenceSettings  # noqa: E402
 from comarl.preference.marlhf import RewardModelSettings  # noqa: E402
 from comarl.compute import distributed as dist  # noqa: E402
 from comarl.compute.sharding import full_state_dict, is_sharded  # noqa: E402
+from dist_worker import seeded  # noqa: E402
 from fsdp_worker import agent, reward, worker_main  # noqa: E402  (tests/: the same agents and sampling)
 
 PROMPTS = [lambda it: f"Say {it['x']} in few words.", lambda it: f"Say {it['x']} at length."]
@@ -76,7 +77,7 @@ def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
         if name == "iter_resume":  # in iter's own folder, which holds the rounds' pair files
             run_dir = Path(resume_from or out) / "iter" / "run"
             kw.update(output_dir=str(run_dir), resume=str(run_dir / "checkpoint-3"))
-        trainer = Trainer(agents, env, [{"x": x} for x in range(8)], TrainConfig(**kw))
+        trainer = Trainer(agents, env, [{"x": x} for x in range(8)], TrainConfig(**kw), generator=seeded)
         history = trainer.train()
         rm_model = trainer.rounds.reward_model.model
     elif scenario == "rlhf":
@@ -84,7 +85,7 @@ def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
         cfg = ExperimentConfig(env=EnvConfig(reward_model=RewardModelSettings(
             model="tiny", pairs=str(out / "pairs.jsonl"), held_out=0.25, epochs=1, batch_size=4, lr=1e-3)),
             train=TrainConfig(**kw))
-        trainer = Trainer(agents, _reward_model_env(env, cfg), [{"x": x} for x in range(8)], cfg.train)
+        trainer = Trainer(agents, _reward_model_env(env, cfg), [{"x": x} for x in range(8)], cfg.train, generator=seeded)
         history = trainer.train()
         rm_model = trainer.env.reward_model.model
         if trainer.sharding is not None:  # the reward model, sharded before the trainer, is on the agents' mesh

@@ -4,8 +4,8 @@
         tests/fsdp_worker.py OUT --batch-size 2 SCENARIO...                        # 2 ranks x 2 = 4
     python tests/fsdp_worker.py OUT --batch-size 4 SCENARIO...                     # 1 process, global batch 4
 
-The test runs the single-process side in its own process (``run`` inside
-:func:`seeded_sampling`) to save a launch.
+The test runs the single-process side in its own process (``run``, sampling with
+``dist_worker.seeded`` as the ranks do) to save a launch.
 
 Scenarios (run one after another in this process; each writes ``OUT/<name>/rank<r>.pt``
 with the gathered final weights and the reduced metrics):
@@ -53,14 +53,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-import comarl.rollout as rollout  # noqa: E402
 from comarl import AgentConfig, FunctionEnv, TrainConfig, Trainer  # noqa: E402
 from comarl.lora import LoraSettings  # noqa: E402
 from comarl.compute import distributed as dist  # noqa: E402
 from comarl.compute.sharding import full_state_dict  # noqa: E402
-from dist_worker import per_prompt_generate  # noqa: E402  (tests/: the same split-independent sampling)
-
-_real_generate = rollout.generate
+from dist_worker import seeded  # noqa: E402  (tests/: the same split-independent sampling)
 
 def reward(responses, item):
     """Depends on the texts' lengths, so the K samples of a group get different rewards."""
@@ -93,7 +90,7 @@ def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
                                                                                         f"More {st.item['x']}."))
         kw.update(fsdp_gather="agent", algorithm="maremax", num_turns=2, eval_steps=3)
         trainer = Trainer(agents, env, [{"x": x} for x in range(5)], TrainConfig(**kw),
-                          eval_dataset=[{"x": x} for x in range(5)])
+                          eval_dataset=[{"x": x} for x in range(5)], generator=seeded)
         _finish(trainer, name, out)
         return
     if name in ("two", "resume", "plain", "from_plain"):
@@ -120,7 +117,7 @@ def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
             kw.update(gradient_checkpointing=True)
     score = reward if len(agents) == 2 else nan_on_item_4
     with fp16_on_cpu() if name == "fp16" else contextlib.nullcontext(), record_meta_adds() as meta_adds:
-        trainer = Trainer(agents, FunctionEnv(prompts, score), [{"x": x} for x in range(5)], TrainConfig(**kw))
+        trainer = Trainer(agents, FunctionEnv(prompts, score), [{"x": x} for x in range(5)], TrainConfig(**kw), generator=seeded)
     trainer.meta_adds = meta_adds
     if name == "two":
         trainer.train()
@@ -163,24 +160,14 @@ def record_meta_adds():
 def fp16_on_cpu():
     """The trainer's CUDA-only check of fp16 lifted: CPU autocast runs float16 (slowly), enough to test the
     loss scaler's sharded path on gloo."""
-    import comarl.training.loop as loop
+    import comarl.training.build as build
 
-    real = loop.check_mixed_precision
-    loop.check_mixed_precision = lambda *a, **k: None
+    real = build.check_mixed_precision
+    build.check_mixed_precision = lambda *a, **k: None
     try:
         yield
     finally:
-        loop.check_mixed_precision = real
-
-
-@contextlib.contextmanager
-def seeded_sampling():
-    """Sampling through :func:`per_prompt_generate` inside the block."""
-    rollout.generate = per_prompt_generate
-    try:
-        yield
-    finally:
-        rollout.generate = _real_generate
+        build.check_mixed_precision = real
 
 
 def worker_main(run) -> None:
@@ -194,9 +181,8 @@ def worker_main(run) -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <pid>: where a hung rank waits
-    with seeded_sampling():
-        for name in args.scenarios:
-            run(name, Path(args.out), args.batch_size, args.resume_from)
+    for name in args.scenarios:
+        run(name, Path(args.out), args.batch_size, args.resume_from)
 
 
 def main() -> None:

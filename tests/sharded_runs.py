@@ -8,7 +8,6 @@ from typing import Callable
 
 import torch
 
-from fsdp_worker import seeded_sampling
 from test_distributed import _launch, _wait
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
@@ -22,8 +21,7 @@ def launch_beside(tmp: Path, worker_file: str, scenarios: list[str], label: str,
     with open(tmp / "multi.log", "w") as log:
         multi = _launch(TORCHRUN + [worker_file, str(tmp / "multi"), "--batch-size", "2", *scenarios], log)
         try:
-            with seeded_sampling():
-                single()
+            single()
         finally:
             _wait(multi, tmp / "multi.log", label, timeout=LONG - 60)
 

@@ -6,11 +6,10 @@ import pytest
 import torch
 
 import comarl
-import comarl.rollout as rollout_mod
-import comarl.training.loop as loop_mod
 from comarl.algorithms import get_algorithm
 from comarl.envs.base import FunctionEnv
 from comarl.generation import Completions
+from comarl.generation.team import scripted
 from comarl.losses import clipped_policy_loss
 from comarl.rollout import RolloutSettings, collect_rollout
 
@@ -102,7 +101,7 @@ class _Agent:
         return [[len(t)] for t in texts]
 
 
-def test_greedy_baseline_runs_greedy_chains_to_the_end(monkeypatch):
+def test_greedy_baseline_runs_greedy_chains_to_the_end():
     """2 turns, gamma 0.5. Greedy replies "G" score 1 at turn 0 and 2 at turn 1; samples score 0.
 
     Root: greedy chain return 1 + 0.5 * 2 = 2; sampled returns 0. Each of the K=2 children (turn 1)
@@ -115,7 +114,6 @@ def test_greedy_baseline_runs_greedy_chains_to_the_end(monkeypatch):
         texts = ["G" if greedy else f"s{j}" for _ in prompt_ids for j in range(k)]
         return Completions(prompt_ids, [[1, 0]] * len(texts), [False] * len(texts), texts, k)
 
-    monkeypatch.setattr(rollout_mod, "generate", fake)
     env = FunctionEnv([lambda it: "p", lambda it: "p"],
                       lambda r, it: (1.0 if it.get("_t", 0) == 0 else 2.0) if r[0] == "G" else 0.0,
                       lambda st, r: ["again", "again"], max_turns=2)
@@ -124,9 +122,10 @@ def test_greedy_baseline_runs_greedy_chains_to_the_end(monkeypatch):
     def step_batch(states, responses):  # tell the reward which turn it is
         return real_step([s.__class__(**{**s.__dict__, "item": {"_t": s.turn}}) for s in states], responses)
 
-    monkeypatch.setattr(env, "step_batch", step_batch)
+    env.step_batch = step_batch
     out = collect_rollout([_Agent("a"), _Agent("b")], env, [{}],
-                          RolloutSettings(num_generations=2, num_turns=2, discount=0.5, greedy_baseline=True))
+                          RolloutSettings(num_generations=2, num_turns=2, discount=0.5, greedy_baseline=True,
+                                          generator=scripted(fake)))
     a = out.agents[0]
     assert a.turns.tolist() == [0, 1, 1]
     assert a.baseline.tolist() == [2.0, 2.0, 2.0]
@@ -170,16 +169,16 @@ def test_each_algorithm_trains_two_steps(algorithm):
         assert gen_calls == [(True, 2)] * 2
 
 
-def test_num_iterations_uses_old_logprobs_from_before_the_first_update(monkeypatch):
+def test_num_iterations_uses_old_logprobs_from_before_the_first_update():
     seen = []
-    real = loop_mod.clipped_policy_loss
+    t = _tiny_trainer("marloo", n_agents=1, num_iterations=3, max_steps=1, clip_low=0.5, clip_high=0.5)
+    real = t.update.loss
 
-    def spy(logp, old_logp, *a, **k):
+    def spy(logp, old_logp, *a, **k):  # the update's policy loss, watched
         seen.append((logp.detach().clone(), old_logp.detach().clone()))
         return real(logp, old_logp, *a, **k)
 
-    monkeypatch.setattr(loop_mod, "clipped_policy_loss", spy)
-    t = _tiny_trainer("marloo", n_agents=1, num_iterations=3, max_steps=1, clip_low=0.5, clip_high=0.5)
+    t.update.loss = spy
     t.train()
     assert len(seen) == 3  # one micro-batch, three passes
     old0 = seen[0][1]

@@ -125,19 +125,17 @@ def test_lora_reference_is_the_base_with_the_adapter_off():
 
 
 def test_kl_in_reward_lowers_the_returns_the_estimator_sees():
-    import dataclasses
-
     t = _kl_trainer(0.5, mode="reward", steps=2)
     t.config.kl_estimator = "k3"  # >= 0 per token, so the penalty can only lower a return
     seen = []
-    real = t.algorithm.advantage
+    real = t.update.advantage
 
-    def spy(samples, cfg):
+    def spy(samples, cfg):  # the update's estimator, watched
         raw = torch.tensor([len(x) / 10.0 for x in samples.texts]).reshape(samples.returns.shape)
         seen.append(raw - samples.returns)  # = beta * sequence KL
         return real(samples, cfg)
 
-    t.algorithm = dataclasses.replace(t.algorithm, advantage=spy)
+    t.update.advantage = spy
     t.train()
     assert torch.allclose(seen[0], torch.zeros_like(seen[0]), atol=1e-5)  # step 1: policy == reference
     assert (seen[1] > 0).all()  # step 2: every sample pays beta * KL > 0

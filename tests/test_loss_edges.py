@@ -7,38 +7,36 @@ import pytest
 import torch
 
 import comarl
-import comarl.training.loop as loop_mod
 from comarl.envs.base import FunctionEnv
+from comarl.generation.team import generate_for_agents
 from comarl.lora import LoraSettings
 from comarl.compute.dropout import dropout_disabled
 
 
-def _trainer(lora=None, **over):
+def _trainer(lora=None, generator=None, **over):
     kw = dict(algorithm="magrpo", num_generations=2, batch_size=2, max_steps=1, progress_bar=False, report_to=[],
               micro_batch_size=8, log_samples_steps=0)
     cfg = comarl.TrainConfig(**{**kw, **over})
     agent = comarl.AgentConfig(model="tiny", max_new_tokens=5, lr=1e-2, lora=lora,
                                model_kwargs={"hidden_size": 32, "num_layers": 1})
     env = FunctionEnv([lambda it: f"say {it['q']}"], lambda resps, it: len(resps[0]) / 10.0)
-    return comarl.Trainer([agent], env, [{"q": "a"}, {"q": "b"}], cfg)
+    return comarl.Trainer([agent], env, [{"q": "a"}, {"q": "b"}], cfg, generator=generator)
 
 
-def _truncate(monkeypatch, which):
-    """Mark completions as truncated after the rollout: ``which(n) -> bool mask`` over one chunk's samples."""
-    real = loop_mod.collect_rollout
-
-    def rollout(*a, **k):
-        out = real(*a, **k)
-        for s in out.agents:
-            s.truncated = which(len(s.truncated))
+def _truncating(which):
+    """A team generator that samples as usual, then flags completions as truncated: ``which(n) -> bool
+    mask`` over one call's samples (what a model hitting max_new_tokens reports)."""
+    def generator(agents, prompt_ids, k, **kw):
+        out = generate_for_agents(agents, prompt_ids, k, **kw)
+        for c in out:
+            c.truncated = which(len(c.truncated)).tolist()
         return out
 
-    monkeypatch.setattr(loop_mod, "collect_rollout", rollout)
+    return generator
 
 
-def test_fully_masked_batch_is_a_clean_skip(monkeypatch):
-    _truncate(monkeypatch, lambda n: torch.ones(n, dtype=torch.bool))
-    t = _trainer(mask_truncated=True)
+def test_fully_masked_batch_is_a_clean_skip():
+    t = _trainer(mask_truncated=True, generator=_truncating(lambda n: torch.ones(n, dtype=torch.bool)))
     before = [p.detach().clone() for p in t.agents[0].model.parameters()]
     with pytest.warns(RuntimeWarning, match=r"agent0 has no completion in the loss \(4 sequences") as rec:
         hist = t.train()
@@ -51,29 +49,30 @@ def test_fully_masked_batch_is_a_clean_skip(monkeypatch):
 
 
 @pytest.mark.parametrize("mode, expected", [("constant", 4), ("sequence", 3)])
-def test_constant_normaliser_counts_truncated_sequences(monkeypatch, mode, expected):
+def test_constant_normaliser_counts_truncated_sequences(mode, expected):
     """4 sequences (2 items x K=2), the first of the chunk truncated: constant divides by all 4, sequence by 3."""
-    _truncate(monkeypatch, lambda n: torch.arange(n) == 0)
     seen = []
-    real = loop_mod.token_weights
+    t = _trainer(mask_truncated=True, loss_normalization=mode, generator=_truncating(lambda n: torch.arange(n) == 0))
+    real = t.update.weights
 
-    def spy(lengths, width, m, num_sequences, *a):
+    def spy(lengths, width, m, num_sequences, *a):  # the update's token weighting, watched
         seen.append(num_sequences)
         return real(lengths, width, m, num_sequences, *a)
 
-    monkeypatch.setattr(loop_mod, "token_weights", spy)
-    _trainer(mask_truncated=True, loss_normalization=mode).train()
+    t.update.weights = spy
+    t.train()
     assert seen == [expected]
 
 
-def test_clip_metrics_are_token_means_averaged_over_passes(monkeypatch):
+def test_clip_metrics_are_token_means_averaged_over_passes():
     """2 passes x 2 micro-batches (n1, n2 real tokens). Pass 1 clips nothing; pass 2 clips every token of
     micro-batch 1 low and every token of micro-batch 2 high. Per pass: token means; then the mean of passes:
     low = n1 / (n1 + n2) / 2, high = n2 / (n1 + n2) / 2, region = (0 + 1) / 2."""
-    real = loop_mod.clipped_policy_loss
+    t = _trainer(num_iterations=2, micro_batch_size=2)
+    real = t.update.loss
     calls = []
 
-    def fake(*a, **k):
+    def fake(*a, **k):  # the update's policy loss, with scripted clip fractions
         loss, st = real(*a, **k)
         n = st["tokens"]
         calls.append(float(n))
@@ -83,8 +82,8 @@ def test_clip_metrics_are_token_means_averaged_over_passes(monkeypatch):
         return loss, {**st, "clip_low": torch.tensor(low), "clip_high": torch.tensor(high),
                       "clip_region": torch.tensor(low + high)}
 
-    monkeypatch.setattr(loop_mod, "clipped_policy_loss", fake)
-    m = _trainer(num_iterations=2, micro_batch_size=2).train()[0]
+    t.update.loss = fake
+    m = t.train()[0]
     n1, n2 = calls[0], calls[1]
     assert len(calls) == 4 and calls[2:] == [n1, n2]
     assert m["agent0/clip_ratio/low_mean"] == pytest.approx(n1 / (n1 + n2) / 2)
@@ -93,7 +92,7 @@ def test_clip_metrics_are_token_means_averaged_over_passes(monkeypatch):
 
 
 @pytest.mark.parametrize("disable", [True, False])
-def test_pass_one_ratio_is_one_with_lora_dropout(monkeypatch, disable):
+def test_pass_one_ratio_is_one_with_lora_dropout(disable):
     """LoRA dropout 0.3, num_iterations 2, a non-zero adapter (a fresh B = 0 would hide dropout).
 
     Old log-probs come from the deterministic sampling policy. With disable_dropout (default) the update
@@ -101,15 +100,15 @@ def test_pass_one_ratio_is_one_with_lora_dropout(monkeypatch, disable):
     forward with the old log-probs and the ratio is not 1: what the default avoids.
     """
     seen = []
-    real = loop_mod.clipped_policy_loss
+    torch.manual_seed(0)
+    t = _trainer(lora=LoraSettings(r=4, dropout=0.3), num_iterations=2, disable_dropout=disable)
+    real = t.update.loss
 
-    def spy(logp, old_logp, *a, **k):
+    def spy(logp, old_logp, *a, **k):  # the update's policy loss, watched
         seen.append((logp.detach().clone(), old_logp.detach().clone()))
         return real(logp, old_logp, *a, **k)
 
-    monkeypatch.setattr(loop_mod, "clipped_policy_loss", spy)
-    torch.manual_seed(0)
-    t = _trainer(lora=LoraSettings(r=4, dropout=0.3), num_iterations=2, disable_dropout=disable)
+    t.update.loss = spy
     with torch.no_grad():
         for n, p in t.agents[0].model.named_parameters():
             if "lora_B" in n:

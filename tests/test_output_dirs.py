@@ -38,17 +38,14 @@ def test_run_contents_recognises_a_run_and_ignores_other_files(tmp_path):
     assert run_dir.run_contents(tmp_path) == ["checkpoint-3", "checkpoint-4.tmp", "metrics.jsonl"]
 
 
-def test_second_fresh_run_is_refused_before_models_load(tmp_path, monkeypatch):
+def test_second_fresh_run_is_refused_before_models_load(tmp_path):
+    """The agents name a model that does not exist: building one first would fail with another error."""
     (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')
-    import comarl.training.loop as loop
-
-    def no_models(*a, **k):
-        raise AssertionError("a model was built before the output_dir check")
-
-    monkeypatch.setattr(loop, "build_agents", no_models)
+    agents, env, items, cfg = demo_setup("tiny", "writing", 2, str(tmp_path), 0)
+    cfg.progress_bar = False
     with pytest.raises(ConfigError, match=r"already holds a run \(metrics\.jsonl\).*train\.resume=latest.*"
                                           r"train\.overwrite=true.*new train\.output_dir"):
-        _trainer(tmp_path)
+        comarl.Trainer(["/no/such/model"] * len(agents), env, items, cfg)
 
 
 def test_overwrite_clears_only_run_files(tmp_path):
@@ -109,15 +106,15 @@ def test_interrupt_mid_step_reports_last_finished_step_and_checkpoint(tmp_path):
     from comarl.training.interrupt import TrainingInterrupted
 
     t = _trainer(tmp_path, steps=5, save_steps=2)
-    real, calls = t.training_step, []
+    real, calls = t.update.step, []
 
-    def step(items):
+    def step(team, batch, n):  # the update, interrupted in its third step
         calls.append(1)
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return real(items)
+        return real(team, batch, n)
 
-    t.training_step = step
+    t.update.step = step
     with pytest.raises(TrainingInterrupted) as e:
         t.train()
     assert (e.value.step, e.value.total, e.value.checkpoint) == (2, 5, tmp_path / "checkpoint-2")

@@ -4,7 +4,7 @@ import threading
 import pytest
 import torch
 
-import comarl.rollout as rollout_mod
+from comarl.generation.team import generate_for_agents
 from comarl import AgentConfig, ConfigError, FunctionEnv, TrainConfig, Trainer, load_config
 from comarl.generation import Completions, device_groups, overlap_generation
 from comarl.compute.placement import ReferenceOnDevice, check_shared_devices, place_references, resolve_device
@@ -94,7 +94,7 @@ class _FakeAgent:
         self.name, self.device = name, device
 
 
-def test_generate_for_agents_threads_per_gpu_and_keeps_agent_order(monkeypatch):
+def test_generate_for_agents_threads_per_gpu_and_keeps_agent_order():
     """Agents on cuda:0, cuda:1, cuda:0: two threads (one per device), results in agent order."""
     threads = {}
     barrier = threading.Barrier(2, timeout=10)  # both device threads must be running at once
@@ -106,14 +106,13 @@ def test_generate_for_agents_threads_per_gpu_and_keeps_agent_order(monkeypatch):
         texts = [f"{agent.name}{p[0]}-{j}" for p in prompt_ids for j in range(k)]
         return Completions(prompt_ids, [[1]] * len(texts), [False] * len(texts), texts, k)
 
-    monkeypatch.setattr(rollout_mod, "generate", fake)
     agents = [_FakeAgent("a", "cuda:0"), _FakeAgent("b", "cuda:1"), _FakeAgent("c", "cuda:0")]
-    out = rollout_mod.generate_for_agents(agents, [[[1]], [[2]], [[3]]], 2)
+    out = generate_for_agents(agents, [[[1]], [[2]], [[3]]], 2, generate_one=fake)
     assert [c.texts for c in out] == [["a1-0", "a1-1"], ["b2-0", "b2-1"], ["c3-0", "c3-1"]]
     assert threads["a"] == threads["c"] != threads["b"]
     # on CPU: sequential, in the caller's thread
     cpu = [_FakeAgent("x", "cpu"), _FakeAgent("y", "cpu")]
-    rollout_mod.generate_for_agents(cpu, [[[1]], [[2]]], 1)
+    generate_for_agents(cpu, [[[1]], [[2]]], 1, generate_one=fake)
     assert threads["x"] == threads["y"] == threading.get_ident()
 
 

@@ -9,7 +9,6 @@ from comarl.config_io import ConfigError
 from comarl.preference import PreferenceSettings
 from comarl.preference.pairs import comparator_pairs
 from comarl.tiny_model import tiny_model
-from comarl.training import rounds as rounds_mod
 from comarl.checkpoint import save_agent_weights
 from toy_tasks import same_word
 
@@ -44,7 +43,7 @@ def equal(a, b):
 
 
 @pytest.mark.parametrize("kind", ["current", "checkpoint", "path", "model"])
-def test_each_comparator_writes_the_other_side_of_the_pairs(kind, tmp_path, monkeypatch):
+def test_each_comparator_writes_the_other_side_of_the_pairs(kind, tmp_path):
     pref = {"path": {"comparator": "checkpoint"}}.get(kind, {"comparator": kind})
     if kind == "model":
         pref["comparator_model"] = "tiny"
@@ -59,14 +58,14 @@ def test_each_comparator_writes_the_other_side_of_the_pairs(kind, tmp_path, monk
     t = trainer(tmp_path / "run", **pref)
     start = params(t.agents)
     calls = []  # (round, agents object, their weights then, rollout)
-    real = rounds_mod.collect_rollout
+    real = t.rounds.sampler.collect
 
-    def spy(agents, env, items, settings):
+    def spy(agents, env, items, settings):  # the rounds' sampling, watched
         out = real(agents, env, items, settings)
         calls.append((t.state.step, agents, params(agents), out))
         return out
 
-    monkeypatch.setattr(rounds_mod, "collect_rollout", spy)
+    t.rounds.sampler.collect = spy
     t.train()
     assert len(calls) == 4  # per round: the policy's batch, then the comparator's on the same items
     for r in range(2):

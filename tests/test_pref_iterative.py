@@ -106,24 +106,21 @@ def test_max_steps_stops_inside_a_round_eval_steps_evaluate_and_resume_continues
         assert torch.allclose(a, b, atol=1e-6)
 
 
-def test_offline_position_counts_pairs_and_a_resume_with_another_global_batch_continues_after_them(tmp_path,
-                                                                                                    monkeypatch):
-    import comarl.training.rounds as rounds_mod
-
+def test_offline_position_counts_pairs_and_a_resume_with_another_global_batch_continues_after_them(tmp_path):
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text("".join(json.dumps({"prompts": [f"p{k}", f"q{k}"], "chosen": ["a", "b"], "rejected": ["c", "d"]})
                              + "\n" for k in range(12)))
     seen = []
-    to_ids = rounds_mod.text_pairs_to_ids
-    monkeypatch.setattr(rounds_mod, "text_pairs_to_ids",
-                        lambda agents, mine: seen.append([p["prompts"][0] for p in mine]) or to_ids(agents, mine))
 
     def run(batch_size, **kw):
         cfg = comarl.TrainConfig(algorithm="madpo_offline", batch_size=batch_size, epochs=1, shuffle=False,
                                  progress_bar=False, report_to=[], seed=0, output_dir=str(tmp_path / "run"), **kw)
         cfg.preference = PreferenceSettings(beta=0.5, pairs_in=str(pairs))
         agents = [comarl.AgentConfig(model="tiny", max_new_tokens=3, lr=1e-2, chat_template=False) for _ in range(2)]
-        return comarl.Trainer(agents, ENV, ITEMS, cfg)
+        t = comarl.Trainer(agents, ENV, ITEMS, cfg)
+        to_ids = t.source.to_ids  # which pairs each step trains on, watched
+        t.source.to_ids = lambda agents, mine: seen.append([p["prompts"][0] for p in mine]) or to_ids(agents, mine)
+        return t
 
     first = run(2, max_steps=4, save_steps=2)  # 12 pairs / 2 = 6 steps an epoch (not 8 items / 2 = 4)
     assert first.steps_per_epoch == 6

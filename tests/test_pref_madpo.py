@@ -10,7 +10,8 @@ from comarl.config_io import ConfigError
 from comarl.logprobs import completion_logprobs
 from comarl.preference import PreferenceSettings
 from comarl.rollout import collect_rollout
-from comarl.training.dpo import _pair_indices, dpo_update, step_pairs
+from comarl.preference.rollout_pairs import step_pairs
+from comarl.updates.dpo import _pair_indices
 from toy_tasks import same_word
 
 
@@ -52,7 +53,7 @@ def test_dpo_steps_raise_the_chosen_vs_rejected_margin():
     before = joint_margins(t, rollouts, pairs)
     m = {}
     for step in range(2):  # the same pairs again (fixed rng): each step must push the margin up
-        m = dpo_update(t, rollouts)
+        m = t.update.learn(t.team, rollouts, 0)
     after = joint_margins(t, rollouts, pairs)
     assert (after - before).mean() > 0.5, (before, after)
     assert m["pref/pairs"] == sum(len(p) for p in pairs) and np.isfinite(m["pref/loss"])
@@ -66,9 +67,9 @@ def test_micro_batches_do_not_change_the_update():
         torch.manual_seed(1)
         rollouts = [collect_rollout(t.agents, t.env, ITEMS[:4], t.settings)]
         seen = []
-        t._optimizer_step = lambda i, bad, t=t, seen=seen: seen.append(
+        t.team.optimizer_step = lambda i, bad, step, t=t, seen=seen: seen.append(  # the gradients, not the step
             [p.grad.clone() for p in t.agents[i].model.parameters() if p.grad is not None]) or 0.0
-        dpo_update(t, rollouts)
+        t.update.learn(t.team, rollouts, 0)
         grads.append([g for agent in seen for g in agent])
     assert len(grads[0]) == len(grads[1]) > 0
     for a, b in zip(*grads):

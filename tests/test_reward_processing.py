@@ -3,7 +3,6 @@ from pathlib import Path
 
 import pytest
 
-import comarl.rollout as rollout_mod
 from comarl.config import load_config
 from comarl.config_io import ConfigError
 from comarl.envs.base import AgentRewards, FunctionEnv
@@ -11,6 +10,7 @@ from comarl.envs.loading import check_no_overlap, item_keys
 from comarl.envs.reward_processing import ProcessedRewardEnv, process_reward, with_reward_processing
 from comarl.experiment import build_env, build_trainer
 from comarl.generation import Completions
+from comarl.generation.team import scripted
 from comarl.rollout import RolloutSettings, collect_rollout, siblings_end
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,14 +25,14 @@ class FakeAgent:
 
 
 @pytest.fixture
-def scripted(monkeypatch):
-    """generate() returns '<agent>-s<k>' texts."""
+def scripted_team():
+    """A team generator whose texts are '<agent>-s<k>'."""
 
     def fake(agent, prompt_ids, k, greedy=False, batch_size=0, share_prefix=False):
         texts = [f"{agent.name}-s{j}" for _ in prompt_ids for j in range(k)]
         return Completions(prompt_ids, [[1, 0] for _ in texts], [False] * len(texts), texts, k)
 
-    monkeypatch.setattr(rollout_mod, "generate", fake)
+    return scripted(fake)
 
 
 def two_turn_env():
@@ -78,28 +78,28 @@ def test_siblings_end_is_strict():
     assert siblings_end(r, 0.4) and not siblings_end(r, 0.5) and not siblings_end(r, None)
 
 
-def test_sibling_mean_ends_the_whole_node(scripted):
+def test_sibling_mean_ends_the_whole_node(scripted_team):
     agents = [FakeAgent("a"), FakeAgent("b")]
-    s = RolloutSettings(num_generations=2, num_turns=2, early_stop_sibling_mean=0.4)
+    s = RolloutSettings(num_generations=2, num_turns=2, early_stop_sibling_mean=0.4, generator=scripted_team)
     out = collect_rollout(agents, two_turn_env(), ITEMS, s)
     # hi: mean(1, 0) = 0.5 > 0.4 -> both branches end, even the one that scored 0; lo: mean 0 -> 2 children
     assert out.agents[0].turns.tolist() == [0, 0, 1, 1]
     # returns: hi [1, 0] (no future); lo r = [0, 0] + V(child) = 1 each
     assert out.agents[0].returns.tolist() == [[1.0, 0.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0]]
     # exactly on the threshold does not end: 2 + 4 children
-    on = collect_rollout(agents, two_turn_env(), ITEMS, RolloutSettings(2, num_turns=2, early_stop_sibling_mean=0.5))
+    on = collect_rollout(agents, two_turn_env(), ITEMS, RolloutSettings(2, num_turns=2, early_stop_sibling_mean=0.5, generator=scripted_team))
     assert on.agents[0].turns.tolist() == [0, 0, 1, 1, 1, 1]
     # early_stop_reward is per branch: hi's branch 0 ends (reward 1), branch 1 goes on
-    per = collect_rollout(agents, two_turn_env(), ITEMS, RolloutSettings(2, num_turns=2, early_stop_reward=1.0))
+    per = collect_rollout(agents, two_turn_env(), ITEMS, RolloutSettings(2, num_turns=2, early_stop_reward=1.0, generator=scripted_team))
     assert per.agents[0].turns.tolist() == [0, 0, 1, 1, 1]
 
 
-def test_processing_comes_before_returns_and_termination(scripted):
+def test_processing_comes_before_returns_and_termination(scripted_team):
     agents = [FakeAgent("a"), FakeAgent("b")]
     env = ProcessedRewardEnv(two_turn_env(), scale=2.0, shift=-1.0)
     # processed turn 0: hi [1, -1] (mean 0), lo [-1, -1] (mean -1); turn 1: 2 * 1 - 1 = 1.
     # Threshold -0.5 on processed rewards ends hi only (raw means 0.5 and 0 would end both).
-    s = RolloutSettings(num_generations=2, num_turns=2, early_stop_sibling_mean=-0.5)
+    s = RolloutSettings(num_generations=2, num_turns=2, early_stop_sibling_mean=-0.5, generator=scripted_team)
     out = collect_rollout(agents, env, ITEMS, s)
     assert out.agents[0].turns.tolist() == [0, 0, 1, 1]
     # hi: [1, -1]; lo: -1 + V(child) = -1 + 1 = 0

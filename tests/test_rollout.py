@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-import comarl.rollout as rollout_mod
 from comarl.envs.base import AgentRewards, FunctionEnv
 from comarl.generation import Completions
+from comarl.generation.team import scripted
 from comarl.rollout import (RolloutSettings, check_tree_size, collect_rollout, credit_returns, joint_actions,
                             samples_per_item)
 
@@ -50,8 +50,8 @@ class FakeAgent:
 
 
 @pytest.fixture
-def scripted_generate(monkeypatch):
-    """generate() returns '<agent>-t<turn>-s<k>' texts; the turn is counted per agent call."""
+def scripted_generate():
+    """A team generator whose texts are '<agent>-t<turn>-s<k>'; the turn is counted per agent call."""
     calls = {}
 
     def fake(agent, prompt_ids, k, greedy=False, batch_size=0, share_prefix=False):
@@ -61,8 +61,7 @@ def scripted_generate(monkeypatch):
         ids = [[1, 2, 0] for _ in texts]
         return Completions(prompt_ids, ids, [False] * len(texts), texts, k)
 
-    monkeypatch.setattr(rollout_mod, "generate", fake)
-    return calls
+    return scripted(fake)
 
 
 def test_multi_turn_reaches_turn_2_with_transition_prompts(scripted_generate):
@@ -75,7 +74,7 @@ def test_multi_turn_reaches_turn_2_with_transition_prompts(scripted_generate):
         return [f"turn2 for {i}: you wrote {r}" for i, r in enumerate(resps)]
 
     env = FunctionEnv([lambda it: "A:" + it["q"], lambda it: "B:" + it["q"]], reward, transition, max_turns=2)
-    s = RolloutSettings(num_generations=2, joint_mode="aligned", num_turns=2, discount=0.5)
+    s = RolloutSettings(num_generations=2, joint_mode="aligned", num_turns=2, discount=0.5, generator=scripted_generate)
     out = collect_rollout(agents, env, [{"q": "x"}], s)
     # turn 1 prompts, then one call with the 2 branch prompts of turn 2
     assert agents[0].seen_prompts == [["A:x"], ["turn2 for 0: you wrote a-t0-s0", "turn2 for 0: you wrote a-t0-s1"]]
@@ -94,7 +93,7 @@ def test_discount_zero_ignores_future_and_early_stop(scripted_generate):
     agents = [FakeAgent("a")]
     env = FunctionEnv([lambda it: "q"], lambda r, it: 1.0 if r[0].endswith("s0") else 0.0,
                       lambda st, r: ["again"], max_turns=3)
-    s = RolloutSettings(num_generations=2, num_turns=3, discount=0.0, early_stop_reward=1.0)
+    s = RolloutSettings(num_generations=2, num_turns=3, discount=0.0, early_stop_reward=1.0, generator=scripted_generate)
     out = collect_rollout(agents, env, [{}], s)
     # sample 0 scores 1 -> its branch stops; sample 1 continues: nodes per turn 1, 1, 1
     assert out.agents[0].turns.tolist() == [0, 1, 2]
@@ -106,7 +105,7 @@ def test_cross_mode_rollout_credits_per_agent(scripted_generate):
     table = {("a-t0-s0", "b-t0-s0"): 1.0, ("a-t0-s0", "b-t0-s1"): 3.0,
              ("a-t0-s1", "b-t0-s0"): 5.0, ("a-t0-s1", "b-t0-s1"): 7.0}
     env = FunctionEnv([lambda it: "p", lambda it: "p"], lambda r, it: table[tuple(r)])
-    out = collect_rollout(agents, env, [{}], RolloutSettings(num_generations=2, joint_mode="cross"))
+    out = collect_rollout(agents, env, [{}], RolloutSettings(num_generations=2, joint_mode="cross", generator=scripted_generate))
     assert out.agents[0].returns.tolist() == [[2.0, 6.0]]
     assert out.agents[1].returns.tolist() == [[3.0, 5.0]]
 
@@ -114,12 +113,12 @@ def test_cross_mode_rollout_credits_per_agent(scripted_generate):
 def test_per_agent_rewards_are_explicit(scripted_generate):
     agents = [FakeAgent("a"), FakeAgent("b")]
     env = FunctionEnv([lambda it: "p", lambda it: "p"], lambda r, it: AgentRewards((1.0, -1.0)))
-    out = collect_rollout(agents, env, [{}], RolloutSettings(num_generations=2))
+    out = collect_rollout(agents, env, [{}], RolloutSettings(num_generations=2, generator=scripted_generate))
     assert out.agents[0].returns.tolist() == [[1.0, 1.0]]
     assert out.agents[1].returns.tolist() == [[-1.0, -1.0]]
     bad = FunctionEnv([lambda it: "p", lambda it: "p"], lambda r, it: AgentRewards((1.0,)))
     with pytest.raises(ValueError, match="AgentRewards has 1 values for 2 agents"):
-        collect_rollout(agents, bad, [{}], RolloutSettings(num_generations=2))
+        collect_rollout(agents, bad, [{}], RolloutSettings(num_generations=2, generator=scripted_generate))
 
 
 def test_reward_fn_errors_name_the_item_and_turn():

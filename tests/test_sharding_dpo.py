@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import fsdp_dpo_worker
-from fsdp_worker import seeded_sampling
 from sharded_runs import LONG, launch_beside
 from sharded_runs import load_result as _load
 from sharded_runs import max_diff as _max_diff
@@ -29,8 +28,7 @@ def runs(tmp_path_factory):
 
     launch_beside(tmp, fsdp_dpo_worker.__file__, [*SCENARIOS, "iter_ckpt_lora", "iter_resume", "iter_agent"],
                   "torchrun with 2 sharded ranks (DPO family)", single)
-    with seeded_sampling():  # 2 ranks -> 1 process, inside round 1: the references come from DCP
-        fsdp_dpo_worker.run("iter_resume", tmp / "single", 4, resume_from=tmp / "multi")
+    fsdp_dpo_worker.run("iter_resume", tmp / "single", 4, resume_from=tmp / "multi")
     return tmp
 
 
@@ -154,7 +152,7 @@ def test_madpo_offline_splits_the_batch_and_saves_a_sharded_checkpoint(runs):
 
 def test_copy_weights_in_place_copies_every_tensor_and_refuses_other_shapes():
     from comarl.tiny_model import tiny_model
-    from comarl.training.rounds import copy_weights_in_place
+    from comarl.preference.rounds import copy_weights_in_place
 
     src, _ = tiny_model(hidden_size=32, num_layers=2, seed=1)
     dst, _ = tiny_model(hidden_size=32, num_layers=2, seed=2)
@@ -168,10 +166,11 @@ def test_copy_weights_in_place_copies_every_tensor_and_refuses_other_shapes():
 
 
 def test_offline_pairs_are_checked_whole_and_an_empty_share_gives_empty_data():
-    from comarl.training.dpo import check_text_pairs, text_pairs_to_ids
+    from comarl.preference.rollout_pairs import check_text_pairs, text_pairs_to_ids
 
     check_text_pairs([{"prompts": ["a", "b"], "chosen": ["x", "y"], "rejected": ["z", "w"]}], 2)
     with pytest.raises(ValueError, match="preference pair 1: 'chosen' needs 2 entries"):
         check_text_pairs([{"prompts": ["a", "b"], "chosen": ["x", "y"], "rejected": ["z", "w"]},
                           {"prompts": ["a", "b"], "chosen": ["x"], "rejected": ["z", "w"]}], 2)
-    assert text_pairs_to_ids([object(), object()], []) == [([], [], [], [], None), ([], [], [], [], None)]
+    from comarl.steps import AgentPairs
+    assert text_pairs_to_ids([object(), object()], []) == [AgentPairs([], [], [], [], None)] * 2

@@ -15,7 +15,6 @@ import pytest
 import torch
 
 import fsdp_rm_worker
-from fsdp_worker import seeded_sampling
 from sharded_runs import LONG, launch_beside
 from sharded_runs import load_result as _load
 from sharded_runs import max_diff as _max_diff
@@ -36,8 +35,7 @@ def runs(tmp_path_factory):
     # 2 ranks -> 1 process, in a copy of the 2-rank run's folder (it holds the rounds' pairs)
     shutil.copytree(tmp / "multi" / "iter" / "run", tmp / "from" / "iter" / "run", ignore=shutil.ignore_patterns(
         "checkpoint-4"))
-    with seeded_sampling():
-        fsdp_rm_worker.run("iter_resume", tmp / "single", 4, str(tmp / "from"))
+    fsdp_rm_worker.run("iter_resume", tmp / "single", 4, str(tmp / "from"))
     return tmp
 
 
@@ -131,7 +129,7 @@ def test_rank_shares_of_the_bradley_terry_loss_sum_to_the_batch_loss():
 def test_round_pairs_of_all_ranks_come_in_one_process_order(monkeypatch):
     """Rank r's item j of a batch is global item j*W + r; pairs sort by (batch, item, node order)."""
     from comarl.compute import distributed as dist
-    from comarl.training.dpo import all_ranks_pairs as _all_ranks_pairs
+    from comarl.preference.rollout_pairs import all_ranks_pairs as _all_ranks_pairs
 
     # (batch, [(item, pair)]): rank 1 had no item in batch 1 and sampled batches 0 and 2 only
     per_rank = {0: [(0, [(0, "b0 i0"), (1, "b0 i2 first"), (1, "b0 i2 second")]), (1, [(0, "b1 i0")]),
@@ -146,7 +144,7 @@ def test_round_pairs_of_all_ranks_come_in_one_process_order(monkeypatch):
 
 
 def test_node_items_follow_the_tree_from_the_roots():
-    from comarl.training.dpo import node_items as _node_items
+    from comarl.preference.rollout_pairs import node_items as _node_items
 
     # roots 0, 1 (items 0, 1); node 2 is a child of node 1, node 3 of node 0, node 4 of node 2
     ro = SimpleNamespace(tree=SimpleNamespace(prompts=[None] * 5, child=torch.tensor(

@@ -151,7 +151,7 @@ def _updates(t, rollout, share):
     start = [[p.detach().clone() for p in a.model.parameters()] for a in t.agents]
     deltas = []
     for i, agent in enumerate(t.agents):
-        t._update_agent(i, copy.deepcopy([rollout.agents[i]]))
+        t.update.update_agent(t.team, i, copy.deepcopy([rollout.agents[i]]), 0)
     for i, agent in enumerate(t.agents):
         deltas.append([p.detach() - s for p, s in zip(agent.model.parameters(), start[i])])
         with torch.no_grad():

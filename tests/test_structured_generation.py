@@ -152,13 +152,13 @@ def test_training_step_with_a_schema_learns_values_only():
                              config=comarl.TrainConfig(num_generations=4, batch_size=2, max_steps=1, seed=3,
                                                        progress_bar=False))
     seen = {}
-    real = trainer._update_agent
+    real = trainer.update.update_agent
 
-    def spy(i, samples):
+    def spy(team, i, samples, step):  # agent i's part of the update, watched
         seen["samples"] = samples
-        return real(i, samples)
+        return real(team, i, samples, step)
 
-    trainer._update_agent = spy
+    trainer.update.update_agent = spy
     [metrics] = trainer.train()
     s = seen["samples"][0]
     assert s.forced is not None and len(s.forced) == 8
@@ -168,7 +168,7 @@ def test_training_step_with_a_schema_learns_values_only():
 
 
 def test_dpo_sequence_logprobs_skip_forced_tokens():
-    from comarl.training.dpo import _sequence_logprobs
+    from comarl.updates.dpo import _sequence_logprobs
 
     def fn(prompts, comps):  # log-probs -1, -2, -4 for every sequence
         return torch.tensor([[-1.0, -2.0, -4.0]] * len(comps)), torch.ones(len(comps), 3)
@@ -246,7 +246,8 @@ def test_madpo_iter_pairs_keep_their_sampled_tokens_and_forced_flags(tmp_path):
     pairs = [json.loads(line) for line in (tmp_path / "round-0" / "pairs.jsonl").read_text().splitlines()]
     assert pairs
     fp = tokenizer_fingerprint(trainer.agents[0].tokenizer)
-    for i, (prompts, comps, chosen, rejected, forced) in enumerate(trainer.rounds.data):
+    for i, d in enumerate(trainer.rounds.data):
+        comps, chosen, rejected, forced = d.completions, d.chosen, d.rejected, d.forced
         assert forced is not None
         for k, p in enumerate(pairs):
             for side, idx in (("chosen", chosen[k]), ("rejected", rejected[k])):
@@ -259,18 +260,20 @@ def test_madpo_iter_pairs_keep_their_sampled_tokens_and_forced_flags(tmp_path):
 
 
 def test_text_pairs_use_only_records_of_their_own_tokenizer(agent):
-    from comarl.training.dpo import text_pairs_to_ids
+    from comarl.preference.rollout_pairs import text_pairs_to_ids
     from comarl.preference.pair_tokens import tokenizer_fingerprint
 
     rec = {"ids": [[7, 8, 9]], "forced": ["101"], "tokenizer": [tokenizer_fingerprint(agent.tokenizer)]}
     pair = {"prompts": ["P"], "chosen": ["ab"], "rejected": ["cd"],
             "tokens": {"chosen": rec, "rejected": {**rec, "ids": [[4, 5]], "forced": [""]}}}
-    [(prompts, comps, chosen, rejected, forced)] = text_pairs_to_ids([agent], [pair])
+    [d] = text_pairs_to_ids([agent], [pair])
+    prompts, comps, chosen, rejected, forced = d.prompts, d.completions, d.chosen, d.rejected, d.forced
     assert comps == [[7, 8, 9], [4, 5]] and forced == [[True, False, True], [False, False]]
     assert (chosen, rejected) == ([0], [1]) and prompts[0] == prompts[1]
     eos = agent.tokenizer.eos_token_id
     other = {**pair, "tokens": {"chosen": {**rec, "tokenizer": ["another"]}}}  # rejected: no record at all
-    [(_, comps, _, _, forced)] = text_pairs_to_ids([agent], [other])
+    [d] = text_pairs_to_ids([agent], [other])
+    comps, forced = d.completions, d.forced
     assert comps == [agent.tokenizer("ab", add_special_tokens=False)["input_ids"] + [eos],
                      agent.tokenizer("cd", add_special_tokens=False)["input_ids"] + [eos]]
     assert forced is None

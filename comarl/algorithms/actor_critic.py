@@ -8,3 +8,14 @@ def critic_advantage(samples, config):
         raise ValueError(f"{config.algorithm} needs the critic's advantages (AgentSamples.critic_advantages is None); "
                          "the loop fills them when the algorithm names a critic")
     return samples.critic_advantages
+
+
+def check_actor_critic(config, agents) -> None:
+    """The critic's settings (a Q critic needs K >= 2), and no KL in the reward: the critic's GAE is
+    computed before the KL-in-reward would change the rewards."""
+    from ..config_io import ConfigError
+
+    config.critic.validate(num_generations=config.num_generations)
+    if config.kl_beta > 0 and config.kl_mode == "reward":
+        raise ConfigError(f"train.kl_mode: {config.algorithm} takes the KL in the loss (kl_mode=loss); the critic's "
+                          f"GAE is computed before the KL-in-reward would change the rewards")

@@ -1,22 +1,30 @@
 """An algorithm is a record of the components that differ; the loop is shared.
 
-``advantage(samples, config) -> [G, K]`` turns one agent's credited returns
-into advantages. ``min_generations`` is the smallest K for which the estimator
-is defined (a group baseline needs K >= 2). ``greedy_baseline`` asks the
-rollout for one extra greedy joint response per node (MAReMax). ``critic``
-names the critic the loop builds for actor-critic methods: ``independent``
-(IAC, one per agent) or ``central`` (MAAC); None for critic-free methods.
-``update`` names the loop's update: ``policy_gradient`` (advantages and the
-clipped loss), ``dpo`` (preference pairs of joint actions, MADPO) or
-``dpo_rounds`` (iterative MADPO: rounds of pairs written to disk, then DPO)
-or ``dpo_offline`` (DPO on a pairs file); ``rm_rounds`` marks an outer record
-(``marlhf_iter``) whose steps run another, on-policy algorithm (:func:`loop_algorithms`).
+A record names:
+
+- ``advantage(samples, config) -> [G, K]``: the estimator that turns one agent's credited returns into
+  advantages (policy-gradient algorithms; ``min_generations`` is the smallest K it is defined for);
+- ``greedy_baseline``: the rollout also decodes one greedy joint response per node (MAReMax);
+- ``critic``: the critic the run builds, ``independent`` (IAC) or ``central`` (MAAC), or None;
+- ``reference(config)``: whether the update needs each agent's frozen reference policy (DPO does, unless
+  reference-free; any algorithm does when ``train.kl_beta`` > 0);
+- ``update(parts) -> Update``: what each step does (``comarl/updates/``; default: the policy gradient with
+  this record's estimator and critic);
+- ``source(parts) -> StepSource``: where each step's batch comes from (``comarl/sources.py``; default: prompt
+  batches; the iterative preference algorithms name their rounds, ``madpo_offline`` a pairs file);
+- ``steps_with(config) -> Algorithm``: for a record whose steps are another algorithm's (``marlhf_iter``
+  runs ``train.preference.rl_algorithm`` on a reward model's score): that algorithm supplies the estimator,
+  critic and update;
+- ``check(config, agents)``: every check that can be made from the config (and the agents' configs), run
+  when the config is loaded, before any model is built.
+
+``Parts`` is what the factories receive. No string in the loop says which family runs.
 """
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
 
@@ -24,15 +32,99 @@ from ..advantages import scale_by_group_std
 from ..config_io import ConfigError
 
 
+@dataclass
+class Parts:
+    """What an update or a source is built from.
+
+    Attributes:
+        config: the run's ``TrainConfig``.
+        team: the Team (``training/team.py``): agents, references, optimisers, sharding.
+        env: the environment.
+        items: the training items.
+        algorithm: the record whose estimator, critic and greedy baseline the steps use (for ``marlhf_iter``
+            its ``rl_algorithm``'s).
+        critic: the critic built for ``algorithm.critic``, or None.
+        generator: the team generator the rollouts use (``generation/team.py``); None: Hugging Face's.
+    """
+
+    config: Any
+    team: Any
+    env: Any
+    items: list[dict]
+    algorithm: "Algorithm"
+    critic: Any = None
+    generator: Any = None
+
+    def rollout_settings(self, **changes):
+        """The rollout settings of the steps (the team's lockstep; the algorithm's greedy baseline)."""
+        from ..rollout import RolloutSettings
+
+        return RolloutSettings.from_train_config(self.config, **{
+            "greedy_baseline": self.algorithm.greedy_baseline, "lockstep": self.team.lockstep,
+            "generator": self.generator, **changes})
+
+    def prompt_batches(self):
+        """Global batches of the training items (``sources.PromptBatches``)."""
+        from ..compute import distributed as dist
+        from ..sources import PromptBatches
+
+        cfg = self.config
+        return PromptBatches(self.items, self.env, cfg.batch_size * dist.world_size(), cfg.seed, cfg.shuffle,
+                             cfg.epochs, cfg.max_steps)
+
+
+def policy_gradient(parts: Parts):
+    """The policy-gradient update with the algorithm's estimator (and critic, when it has one)."""
+    from ..updates import PolicyGradient
+
+    return PolicyGradient(parts.config, parts.algorithm.advantage, parts.rollout_settings(), parts.critic)
+
+
+def prompt_batches(parts: Parts):
+    return parts.prompt_batches()
+
+
+def no_check(config, agents) -> None:
+    """Nothing beyond the config's own validation."""
+
+
+def no_reference(config) -> bool:
+    """The update itself needs no reference (the KL term adds one when ``train.kl_beta`` > 0)."""
+    return False
+
+
 @dataclass(frozen=True)
 class Algorithm:
     name: str
-    advantage: Callable[..., torch.Tensor]
+    advantage: Callable[..., torch.Tensor] | None = None
     min_generations: int = 1
     greedy_baseline: bool = False
     summary: str = ""
     critic: str | None = None
-    update: str = "policy_gradient"
+    update: Callable[[Parts], Any] = policy_gradient
+    source: Callable[[Parts], Any] = prompt_batches
+    steps_with: Callable[[Any], "Algorithm"] | None = None
+    check: Callable[[Any, list], None] = field(default=no_check)
+    reference: Callable[[Any], bool] = field(default=no_reference)
+
+    def step_algorithm(self, config) -> "Algorithm":
+        """The record whose estimator, critic and update run each step (itself, or ``steps_with``'s)."""
+        return self.steps_with(config) if self.steps_with is not None else self
+
+    def generations_needed(self, config) -> int:
+        """The smallest K (``train.num_generations``) this algorithm and the one its steps run accept."""
+        return max(self.min_generations, self.step_algorithm(config).min_generations)
+
+    def needs_reference(self, config) -> bool:
+        """Whether the run builds frozen references: the KL term, or an update that learns against one."""
+        return config.kl_beta > 0 or self.step_algorithm(config).reference(config) or self.reference(config)
+
+    def check_config(self, config, agents: list) -> None:
+        """Every check of this record (and of the one its steps run), before any model is built."""
+        self.check(config, agents)
+        inner = self.step_algorithm(config)
+        if inner is not self:
+            inner.check(config, agents)
 
 
 _REGISTRY: dict[str, Algorithm] = {}
@@ -80,19 +172,3 @@ def get_algorithm(name: str) -> Algorithm:
         raise ConfigError(f"train.algorithm: unknown algorithm {name!r}; known: "
                           f"{', '.join(sorted(set(_REGISTRY) | set(_BUILTIN_MODULES)))}")
     return _REGISTRY[name]
-
-
-def loop_algorithms(name: str, rl_algorithm: str = "magrpo") -> tuple[Algorithm, Algorithm | None]:
-    """(the algorithm every training step runs, the outer rounds record or None).
-
-    ``marlhf_iter`` (update ``rm_rounds``) runs rounds around the on-policy algorithm
-    ``rl_algorithm`` (``train.preference.rl_algorithm``); every other name is its own step.
-    """
-    alg = get_algorithm(name)
-    if alg.update != "rm_rounds":
-        return alg, None
-    inner = get_algorithm(rl_algorithm)
-    if inner.update != "policy_gradient":
-        raise ConfigError(f"train.preference.rl_algorithm: {name} runs an on-policy algorithm on the reward "
-                          f"model's score (magrpo, marloo, maremax, iac, maac...), got {rl_algorithm!r}")
-    return inner, alg

@@ -23,8 +23,9 @@ micro-batching are the loop's, as for every other algorithm
 """
 from __future__ import annotations
 
-from .actor_critic import critic_advantage
+from .actor_critic import check_actor_critic, critic_advantage
 from .base import Algorithm, register_algorithm
 
 IAC = register_algorithm(Algorithm("iac", critic_advantage, min_generations=1, critic="independent",
+                                   check=check_actor_critic,
                                    summary="GAE with a critic per agent (value head or separate model)"))

@@ -21,8 +21,9 @@ truncated branches bootstrap (V critics). See docs/actor_critic.md.
 """
 from __future__ import annotations
 
-from .actor_critic import critic_advantage
+from .actor_critic import check_actor_critic, critic_advantage
 from .base import Algorithm, register_algorithm
 
 MAAC = register_algorithm(Algorithm("maac", critic_advantage, min_generations=1, critic="central",
+                                    check=check_actor_critic,
                                     summary="GAE with one central critic over all agents' text"))

@@ -23,25 +23,95 @@ are taken at every node of a multi-turn tree with the tree's joint returns as
 scores; log-probs are at the agents' sampling temperature (as the reference's);
 the step uses the loop's micro-batching, clipping, precision and data parallelism.
 
-``madpo_iter`` (iterative MADPO) runs the same pairs and DPO step in rounds with
-pairs on disk, replay of earlier rounds (``replay: decay_sample`` is CoMLRL's
-``lambda_decay`` draw, ``comarl.preference.replay``) and a refreshed reference
-(``comarl.training.rounds``); ``madpo_offline`` trains on a pairs file
-(``train.preference.pairs_in``) without sampling.
+The three records differ from MAGRPO's in their update and their source, nothing
+else: ``madpo`` takes the step's rollout and learns from its pairs
+(``updates.OnlineDPO``); ``madpo_iter`` (iterative MADPO) draws its steps' pairs
+from rounds with pairs on disk, replay of earlier rounds (``replay: decay_sample``
+is CoMLRL's ``lambda_decay`` draw, ``comarl.preference.replay``) and a refreshed
+reference (``preference.rounds.DPORounds``) and learns with ``updates.PairDPO``;
+``madpo_offline`` walks a pairs file (``train.preference.pairs_in``,
+``sources.PairsFile``) without sampling. None has an advantage estimator.
 """
 from __future__ import annotations
 
-from .base import Algorithm, register_algorithm
+from ..config_io import ConfigError
+from .base import Algorithm, Parts, register_algorithm
 
 
-def no_advantage(samples, config):
-    """MADPO learns from pairs, not advantages (the loop calls ``training.dpo.dpo_update``)."""
-    raise ValueError("madpo has no advantage estimator: the loop's dpo update uses preference pairs")
+def check_dpo(config, agents) -> None:
+    """DPO keeps to its reference through its own loss: no KL term (``train.kl_beta`` must be 0)."""
+    if config.kl_beta > 0:
+        raise ConfigError(f"train.kl_beta: {config.algorithm} keeps to its reference through the DPO loss; "
+                          f"set train.preference.beta instead (kl_beta must be 0)")
 
 
-MADPO = register_algorithm(Algorithm("madpo", no_advantage, min_generations=2, update="dpo",
+def check_rounds(config, agents) -> None:
+    """Rounds write their pairs and checkpoints to ``train.output_dir``; ``reference: current`` copies the
+    policy, which a LoRA agent's reference (its base with the adapter off) cannot be."""
+    check_dpo(config, agents)
+    if not config.output_dir:
+        raise ConfigError(f"train.output_dir: {config.algorithm} writes each round's pairs and checkpoints there; "
+                          f"set it")
+    pref = config.preference
+    if pref.reference == "current" and not pref.reference_free and any(_is_lora(a) for a in agents):
+        raise ConfigError("train.preference.reference: 'current' needs a frozen copy of the policy; LoRA agents' "
+                          "reference is the base with the adapter off (use reference: initial)")
+
+
+def check_offline(config, agents) -> None:
+    """The pairs file must exist and hold pairs (read again by the source)."""
+    from ..sources import load_pairs_file
+
+    check_dpo(config, agents)
+    load_pairs_file(config.preference.pairs_in)
+
+
+def dpo_reference(config) -> bool:
+    """DPO learns against each agent's frozen reference, unless ``reference_free`` (CoMLRL's form)."""
+    return not config.preference.reference_free
+
+
+def _is_lora(agent) -> bool:
+    """An agent (config or built) whose reference is its own base with the adapter off."""
+    cfg = getattr(agent, "config", agent)
+    model = getattr(agent, "model", None) if hasattr(agent, "tokenizer") else getattr(cfg, "model", None)
+    return getattr(cfg, "lora", None) is not None or (hasattr(model, "disable_adapter") and hasattr(model, "peft_config"))
+
+
+def online_update(parts: Parts):
+    from ..updates import OnlineDPO
+
+    return OnlineDPO(parts.config, parts.rollout_settings())
+
+
+def pair_update(parts: Parts):
+    from ..updates import PairDPO
+
+    return PairDPO(parts.config)
+
+
+def dpo_rounds(parts: Parts):
+    from ..preference.rounds import DPORounds, RoundSampler
+
+    return DPORounds(RoundSampler(parts.config, parts.prompt_batches(), parts.team.lockstep, parts.generator))
+
+
+def pairs_file(parts: Parts):
+    from ..compute import distributed as dist
+    from ..sources import PairsFile, load_pairs_file
+
+    cfg = parts.config
+    pairs = load_pairs_file(cfg.preference.pairs_in)
+    return PairsFile(pairs, cfg.preference.pairs_in, parts.env, cfg.batch_size * dist.world_size(), cfg.seed,
+                     cfg.shuffle, cfg.epochs, cfg.max_steps)
+
+
+MADPO = register_algorithm(Algorithm("madpo", min_generations=2, update=online_update, check=check_dpo,
+                                     reference=dpo_reference,
                                      summary="DPO on joint preference pairs of the rollout (online)"))
-MADPO_ITER = register_algorithm(Algorithm("madpo_iter", no_advantage, min_generations=2, update="dpo_rounds",
+MADPO_ITER = register_algorithm(Algorithm("madpo_iter", min_generations=2, update=pair_update, source=dpo_rounds,
+                                          check=check_rounds, reference=dpo_reference,
                                           summary="rounds of sampling, pairs written to disk, DPO with replay"))
-MADPO_OFFLINE = register_algorithm(Algorithm("madpo_offline", no_advantage, min_generations=1, update="dpo_offline",
+MADPO_OFFLINE = register_algorithm(Algorithm("madpo_offline", min_generations=1, update=pair_update,
+                                             source=pairs_file, check=check_offline, reference=dpo_reference,
                                              summary="DPO on a pairs JSONL file (train.preference.pairs_in)"))

@@ -18,16 +18,48 @@ root nodes when a comparator is used), not a separate candidate pool; the reward
 model's weights go into every checkpoint, so a run killed inside a round's RL
 steps resumes at that step with the same reward model; ``max_steps`` caps the
 RL steps over all rounds.
+
+The record differs from MAGRPO's in its source (``preference.rounds.RewardModelRounds``, which also swaps
+the environment for the reward model's) and in running another record's steps (``steps_with``).
 """
 from __future__ import annotations
 
-from .base import Algorithm, register_algorithm
+from ..config_io import ConfigError
+from .base import Algorithm, Parts, get_algorithm, policy_gradient, register_algorithm
 
 
-def no_advantage(samples, config):
-    """The outer record has no estimator: each step runs ``train.preference.rl_algorithm``'s."""
-    raise ValueError("marlhf_iter has no advantage estimator: its steps use train.preference.rl_algorithm's")
+def rl_algorithm(config) -> Algorithm:
+    """The on-policy algorithm each step runs: ``train.preference.rl_algorithm``."""
+    inner = get_algorithm(config.preference.rl_algorithm)
+    if inner.steps_with is not None or inner.update is not policy_gradient or inner.advantage is None:
+        raise ConfigError(f"train.preference.rl_algorithm: {config.algorithm} runs an on-policy algorithm on the "
+                          f"reward model's score (magrpo, marloo, maremax, iac, maac...), got "
+                          f"{config.preference.rl_algorithm!r}")
+    return inner
 
 
-MARLHF_ITER = register_algorithm(Algorithm("marlhf_iter", no_advantage, min_generations=2, update="rm_rounds",
+def check_marlhf(config, agents) -> None:
+    """Rounds write pairs and checkpoints to ``train.output_dir``; a reward model must be named."""
+    rl_algorithm(config)
+    if not config.output_dir:
+        raise ConfigError(f"train.output_dir: {config.algorithm} writes each round's pairs and checkpoints there; "
+                          f"set it")
+    if config.preference.reward_model is None:
+        raise ConfigError("train.preference.reward_model: marlhf_iter fits a joint reward model each round; "
+                          "set its model (hub id, local path or tiny), e.g. train.preference.reward_model.model=tiny")
+
+
+def reward_model_rounds(parts: Parts):
+    from ..preference.rounds import RewardModelRounds, RoundSampler
+
+    return RewardModelRounds(RoundSampler(parts.config, parts.prompt_batches(), parts.team.lockstep, parts.generator))
+
+
+def inner_update(parts: Parts):
+    """The steps' update: ``rl_algorithm``'s (``parts.algorithm`` is already that record)."""
+    return parts.algorithm.update(parts)
+
+
+MARLHF_ITER = register_algorithm(Algorithm("marlhf_iter", min_generations=2, update=inner_update,
+                                           source=reward_model_rounds, steps_with=rl_algorithm, check=check_marlhf,
                                            summary="rounds of pairs, a joint reward model refitted, RL on its score"))

@@ -42,6 +42,11 @@ def local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", "0"))
 
 
+def launch_rank() -> int:
+    """The rank torchrun gave this process (``RANK``; 0 without torchrun), before the process group starts."""
+    return int(os.environ.get("RANK", "0"))
+
+
 def is_main() -> bool:
     return rank() == 0
 
@@ -234,3 +239,12 @@ def sampling_seed(seed: int, rank_: int, step: int = 0) -> int:
 def steps_left(epoch: int, batch_in_epoch: int, steps_per_epoch: int, epochs: int) -> int:
     """Training steps left in an ``epochs``-epoch run at (epoch, batch_in_epoch): (E - e) * S - b, at least 0."""
     return max(0, (epochs - epoch) * steps_per_epoch - batch_in_epoch)
+
+
+class Collectives:
+    """The collectives a component calls, as an object it holds (``critic.comm``), so a test can stand in a
+    fake for the other ranks' share without patching this module."""
+
+    all_reduce_sum = staticmethod(all_reduce_sum)
+    all_reduce_max = staticmethod(all_reduce_max)
+    all_reduce_grads = staticmethod(all_reduce_grads)

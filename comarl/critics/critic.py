@@ -40,6 +40,7 @@ from typing import Callable
 import torch
 
 from ..advantages import gae_tree, node_baseline, sample_advantages, whiten_across
+from ..compute import distributed as dist
 from ..losses import explained_variance, value_loss
 from .settings import CriticSettings
 from .value_model import ValueModel
@@ -83,6 +84,7 @@ class Critic:
         self.gamma, self.micro, self.max_grad_norm = gamma, micro_batch_size, max_grad_norm
         self._targets: list[_Targets | None] = [None] * len(models)
         self.last_skipped = False  # the last update's step was skipped (a non-finite value loss on some rank)
+        self.comm = dist.Collectives()  # the collectives (all_reduce_sum, all_reduce_max, all_reduce_grads); a test's fake ranks
         self.sharded = False  # set by ``shard_critic`` (FSDP mesh): ``update`` then runs in lockstep over ranks
         self._warned_q_cut = False  # a Q critic warns once that a num_turns cut counts as terminal
 
@@ -141,12 +143,11 @@ class Critic:
         vm = self.models[c]
         return list({id(m): m for m in [vm.backbone] + vm.modules()}.values())
 
-    def prepare(self, rollouts: list, all_reduce_sum: Callable = lambda x: x, scope: Callable | None = None
-                ) -> dict[str, float]:
+    def prepare(self, rollouts: list, scope: Callable | None = None) -> dict[str, float]:
         """Values, GAE advantages (into each ``AgentSamples.critic_advantages``) and value targets.
 
-        ``rollouts`` may be empty (a rank without items); ``all_reduce_sum`` (sum over ranks) whitens the
-        advantages over every rank's samples, so every rank must call this. ``scope(c)``: a context in which
+        ``rollouts`` may be empty (a rank without items); the advantages are whitened over every rank's
+        samples, so every rank must call this. ``scope(c)``: a context in which
         column ``c``'s value model is whole (sharded models gathered one column at a time); every rank enters
         each column's once, in column order, whatever its rollouts."""
         st, inputs = self.settings, self.inputs
@@ -193,7 +194,7 @@ class Critic:
             flat = torch.cat([p.reshape(-1) for p in parts] or [empty])
             if len(flat):
                 metrics[f"{self.agent_names[i]}/advantage_mean"] = float(flat.mean())
-            norm = whiten_across(flat, all_reduce_sum) if st.normalize_advantages else flat
+            norm = whiten_across(flat, self.comm.all_reduce_sum) if st.normalize_advantages else flat
             start = 0
             for r, p in zip(rollouts, parts):
                 r.agents[i].critic_advantages = norm[start:start + p.numel()].reshape(p.shape).float()
@@ -201,9 +202,7 @@ class Critic:
         return metrics
 
     # ----------------------------------------------------------------- update
-    def update(self, agent: int, iteration: int, all_reduce_sum: Callable = lambda x: x,
-               all_reduce_grads: Callable = lambda m: None, all_reduce_max: Callable = lambda x: x
-               ) -> dict[str, float]:
+    def update(self, agent: int, iteration: int) -> dict[str, float]:
         """One optimizer step of the critic attached to ``agent`` on this step's targets (see module doc).
 
         Every rank calls it: the value loss is normalised by the global count, a
@@ -217,9 +216,9 @@ class Critic:
         if data is None:
             raise RuntimeError("Critic.update before Critic.prepare: no value targets for this step")
         n = len(data.ids)
-        n_total = all_reduce_sum(n)
+        n_total = self.comm.all_reduce_sum(n)
         spans = [(a, min(a + self.micro, n)) for a in range(0, n, self.micro)]
-        count = int(all_reduce_max(len(spans))) if self.sharded else len(spans)
+        count = int(self.comm.all_reduce_max(len(spans))) if self.sharded else len(spans)
         total, finite = 0.0, True
         for m in range(count):
             if m >= len(spans) or not finite:
@@ -238,18 +237,18 @@ class Critic:
                 continue
             (st.value_loss_coef * loss).backward()
             total += float(loss.detach())
-        finite = all_reduce_sum(int(not finite)) == 0  # every rank steps, or every rank skips
+        finite = self.comm.all_reduce_sum(int(not finite)) == 0  # every rank steps, or every rank skips
         self.last_skipped = not finite
         params = vm.parameters()
         if finite:
             for m in vm.modules():
-                all_reduce_grads(m)  # leaves FSDP's (already reduced) DTensor gradients alone
+                self.comm.all_reduce_grads(m)  # leaves FSDP's (already reduced) DTensor gradients alone
             if any(p.grad is not None for p in params):
                 if self.max_grad_norm > 0:  # sharded: a norm over all shards
                     torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
                 opt.step()
         opt.zero_grad(set_to_none=True)
-        out = {f"{self.names[c]}/value_loss": all_reduce_sum(total)} if iteration == 0 else {}
+        out = {f"{self.names[c]}/value_loss": self.comm.all_reduce_sum(total)} if iteration == 0 else {}
         return out
 
     @staticmethod

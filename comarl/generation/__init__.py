@@ -1,4 +1,4 @@
-"""Generators turn per-agent prompt ids into sampled completions (HF by default)."""
+"""Generators turn per-agent prompt ids into sampled completions (HF by default; ``team.py`` for a team)."""
 from .adapters import adapter_groups, generate_adapters
 from .devices import device_groups, overlap_generation
 from .hf import Completions, cut_at_eos, generate, generation_kwargs, left_pad

@@ -1,0 +1,151 @@
+"""Building a run, in one place: every check the config allows first, then the Team, the critic, the update
+and the source, in the order that keeps every rank's models and random streams as they were.
+
+``check_run`` runs before any data row is rendered or any model is read (a bad key costs a second, not the
+minutes a 7B model takes to load and shard); ``build_run`` then builds, for the algorithm record:
+
+    agents (rank 0 reads them under sharding, the others build on meta) -> the critic the record names
+    -> fp16 scalers, memory savers -> references (the KL term, or an update that learns against one)
+    -> FSDP2 sharding of agents, references and critic -> optimisers -> the source (the run's length)
+    -> schedulers -> the update
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ..agents import Agent, AgentConfig, build_agents
+from ..algorithms.base import Algorithm, Parts
+from ..compute import distributed as dist
+from ..compute.placement import agent_device_names, check_shared_devices
+from ..compute.precision import setup_memory_savers
+from ..compute.sharding import built_on_rank0, shard_agents
+from ..config_io import ConfigError
+from ..critics import build_critic, shard_critic
+from ..envs.base import Environment
+from ..rollout import check_tree_size
+from ..runtime import check_mixed_precision
+from .optim import build_optimizer, build_scheduler
+from .team import Team
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2 ** 32))
+    torch.manual_seed(seed)
+
+
+def as_items(dataset: Any, what: str) -> list[dict]:
+    """A Hugging Face Dataset or a sequence of dicts -> list of dicts."""
+    if dataset is None:
+        return []
+    items = [dict(row) for row in dataset]
+    for i, row in enumerate(items[:1]):
+        if not isinstance(row, dict):
+            raise TypeError(f"{what}[{i}] must be a mapping (dict), got {type(row).__name__}")
+    return items
+
+
+def check_items(env: Environment, items: list[dict], what: str) -> None:
+    """Build every item's first prompts once, so a bad row fails before training, named by its index."""
+    for i, item in enumerate(items):
+        try:
+            state = env.reset(item)
+        except Exception as e:
+            raise ConfigError(f"{what}[{i}]: the environment cannot build prompts for this row "
+                              f"({type(e).__name__}: {e}); row keys: {sorted(item)}") from e
+        if len(state.prompts) != env.num_agents:
+            raise ConfigError(f"{what}[{i}]: env.reset gave {len(state.prompts)} prompts for {env.num_agents} agents")
+
+
+def check_run(cfg, algorithm: Algorithm, agents: Sequence, env: Environment) -> None:
+    """Every check that needs no model: the config, the algorithm's own (``Algorithm.check``), the tree size
+    and the team size the environment expects."""
+    cfg.validate(len(agents), algorithm.generations_needed(cfg))
+    check_tree_size(cfg.joint_mode, cfg.num_generations, len(agents), cfg.num_turns, cfg.max_samples_per_item)
+    algorithm.check_config(cfg, list(agents))
+    if getattr(env, "num_agents", len(agents)) != len(agents):
+        raise ConfigError(f"agents: the environment expects {env.num_agents} agents, {len(agents)} given")
+
+
+def place_agents(agents: Sequence, cfg, rank0_build: bool) -> list[Agent]:
+    """Build agents on their devices (``train.agent_devices`` over ``agents.<i>.device``), or move built ones.
+
+    ``rank0_build`` (sharded under torchrun): rank 0 builds the models on the CPU, the other ranks on
+    ``meta``; ``Sharding.add`` later fills every rank's shards from rank 0's weights."""
+    if all(isinstance(a, Agent) for a in agents):
+        built = list(agents)
+        if cfg.agent_devices is not None:
+            devices = agent_device_names([a.config for a in built], cfg.agent_devices)
+            owner: dict[int, int] = {}
+            for i, (a, d) in enumerate(zip(built, devices)):
+                j = owner.setdefault(id(a.model), i)
+                if devices[j] != d:
+                    raise ConfigError(f"train.agent_devices: agents {j} and {i} share one model object but are "
+                                      f"placed on {devices[j]} and {d}")
+                a.model.to(d)
+                a.config = dataclasses.replace(a.config, device=d)
+        return built
+    configs = [a if isinstance(a, AgentConfig) else AgentConfig(model=a) for a in agents]
+    devices = agent_device_names(configs, cfg.agent_devices)
+    check_shared_devices(configs, devices)
+    placed = [dataclasses.replace(c, device=d) for c, d in zip(configs, devices)]
+    return built_on_rank0(build_agents, placed) if rank0_build else build_agents(placed)
+
+
+@dataclass
+class Run:
+    """A built run: the team, the update each step runs, the source of each step's batch."""
+
+    team: Team
+    update: Any
+    source: Any
+    critic: Any = None
+
+
+def build_run(agents: Sequence, env: Environment, items: list[dict], cfg, algorithm: Algorithm,
+              generator=None) -> Run:
+    """The Team, critic, update and source of ``algorithm`` (``check_run`` has passed; the process group, if
+    any, is up). Every rank calls it. ``generator``: the team generator of the rollouts (None: Hugging
+    Face's)."""
+    step_alg = algorithm.step_algorithm(cfg)
+    # sharded: rank 0 builds the models on the CPU, the other ranks on `meta`, and every module is sharded
+    # with rank 0's weights (Sharding.add), so no rank holds an agent whole on its device
+    rank0_build = cfg.sharding == "fsdp" and dist.is_distributed()
+    seed_everything(cfg.seed)  # the same model init on every rank ...
+    built = place_agents(agents, cfg, rank0_build)
+    if not rank0_build:
+        for m in {id(a.model): a.model for a in built}.values():
+            dist.broadcast_parameters(m)  # ... made certain: rank 0's trainable weights everywhere
+    critic = build_critic(step_alg.critic, cfg.critic, built, cfg.discount, cfg.micro_batch_size,
+                          cfg.max_grad_norm) if step_alg.critic else None  # iac, maac
+    for m in critic.modules() if critic is not None and not rank0_build else []:
+        dist.broadcast_parameters(m)
+    check_mixed_precision(cfg.mixed_precision, [a.config.device if rank0_build else str(a.device)
+                                                for a in built])  # rank-0 build: not there yet
+    scalers = setup_memory_savers(built, cfg)
+    if dist.world_size() > 1:  # ... but a different sampling stream per rank
+        seed_everything(dist.sampling_seed(cfg.seed, dist.rank()))
+    team = Team(built, [None] * len(built), [], [], scalers, None, cfg.max_grad_norm, cfg.fsdp_gather,
+                cfg.share_prefix, cfg.reference_device)
+    if algorithm.needs_reference(cfg):
+        team.references = team.new_references()
+    team.place_references()
+    # FSDP2: references are copied whole first, then agents and references sharded, then optimisers built
+    team.sharding = shard_agents(team.agents, team.references, cfg)
+    if team.sharding is not None and critic is not None:  # on the same mesh; its optimisers rebuilt
+        shard_critic(critic, team.sharding)
+    team.optimizers = [build_optimizer(a.model, a.config, f"agents.{i}") for i, a in enumerate(team.agents)]
+    parts = Parts(cfg, team, env, items, step_alg, critic, generator)
+    source = algorithm.source(parts)
+    total_opt = source.total_steps * cfg.num_iterations
+    team.schedulers = [build_scheduler(o, cfg.lr_scheduler, cfg.warmup_steps, total_opt) for o in team.optimizers]
+    return Run(team, algorithm.update(parts), source, critic)
+
+
+__all__ = ["Run", "as_items", "build_run", "check_items", "check_run", "place_agents", "seed_everything"]
