@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -79,6 +80,34 @@ def test_configuration_page_has_an_anchor_per_key(site):
     html = (site / "reference/configuration/index.html").read_text()
     missing = [k.path for k in gen.all_keys(ExperimentConfig) if f'id="{gen._anchor(k.path)}"' not in html]
     assert not missing
+
+
+def load_hooks():
+    spec = importlib.util.spec_from_file_location("site_hooks", ROOT / "docs" / "site_hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("page, link, site_link", [
+    ("index.md", "[Q](docs/quickstart.md#install)", "[Q](quickstart.md#install)"),  # README as home
+    ("index.md", "[B](benchmarks/README.md)", "[B](benchmarks/index.md)"),
+    ("benchmarks/index.md", "[R](RESULTS.md)", "[R](results.md)"),
+    ("benchmarks/index.md", "[P](../docs/benchmarks_peers.md#how-to-run)", "[P](../benchmarks_peers.md#how-to-run)"),
+    ("shared_prefix.md", "[b](../benchmarks/README.md#a)", "[b](benchmarks/index.md#a)"),
+    ("api/envs.md", "[E](../environments.md)", "[E](../environments.md)"),
+    ("quickstart.md", "[cfg](../configs/demo/writing.yaml)", "cfg"),  # a repository file the site does not publish
+    ("quickstart.md", "[gone](../nothing/here.md)", "[gone](../nothing/here.md)"),  # left for --strict to name
+    ("quickstart.md", "[x](https://example.org/a.md)", "[x](https://example.org/a.md)"),
+    ("quickstart.md", "[x](#install)", "[x](#install)"),
+])
+def test_links_written_for_the_repository_point_into_the_site(page, link, site_link):
+    assert load_hooks().rewrite_links(f"see {link}.\n", page) == f"see {site_link}.\n"
+
+
+def test_links_inside_code_blocks_are_left_alone():
+    text = "```python\nx = a[0](docs/quickstart.md)\n```\n[Q](docs/quickstart.md)\n"
+    assert load_hooks().rewrite_links(text, "index.md") == "```python\nx = a[0](docs/quickstart.md)\n```\n[Q](quickstart.md)\n"
 
 
 # ---------------------------------------------------------------- in a real browser
