@@ -41,7 +41,7 @@ def run(mode: str, steps: int, warmup: int, threads: int) -> dict:
     torch.set_num_threads(threads)
     algorithm, critic = MODES[mode]
     agents, env, items, cfg = demo_setup("tiny", "writing", steps + warmup, None, 0)
-    cfg.progress_bar, cfg.algorithm, cfg.critic = False, algorithm, CriticSettings(**critic)
+    cfg.run.progress_bar, cfg.algorithm, cfg.critic = False, algorithm, CriticSettings(**critic)
     trainer = comarl.Trainer(agents, env, items, cfg)
     return {**time_training_steps(trainer, steps, warmup), "num_agents": len(trainer.agents)}
 

@@ -42,7 +42,7 @@ def run(mode: str, steps: int, warmup: int, threads: int) -> dict:
     torch.set_num_threads(threads)
     algorithm, pref = MODES[mode]
     agents, env, items, cfg = demo_setup("tiny", "writing", steps + warmup, None, 0)
-    cfg.progress_bar, cfg.algorithm, cfg.preference = False, algorithm, PreferenceSettings(**pref)
+    cfg.run.progress_bar, cfg.algorithm, cfg.preference = False, algorithm, PreferenceSettings(**pref)
     trainer = comarl.Trainer(agents, env, items, cfg)
     t = time_training_steps(trainer, steps, warmup, mean_keys=("pref/pairs",))
     return {"s_per_step": t["s_per_step"], "update_s": t["update_s"], "pairs_per_step": t["pref/pairs"]}

@@ -76,7 +76,7 @@ def setup(workload: str, model: str, k: int, prompt_tokens: int, items: int, sha
         from comarl.demo import demo_setup
 
         agents, env, its, cfg = demo_setup(model, "writing", items, None, 0)
-        cfg.progress_bar, cfg.report_to, cfg.log_samples_steps, cfg.share_prefix = False, [], 0, share
+        cfg.run.progress_bar, cfg.run.report_to, cfg.run.log_samples_steps, cfg.hardware.share_prefix = False, [], 0, share
         return agents, env, its, cfg
     return long_setup(model, k, prompt_tokens, items, share)
 
@@ -103,7 +103,7 @@ def run_floor(args) -> dict:
                                         args.steps + args.warmup, False)
     torch.manual_seed(0)
     agents = build_agents(agent_cfgs)
-    k, b = cfg.num_generations, cfg.batch_size
+    k, b = cfg.rollout.num_generations, cfg.run.batch_size
     times, lengths = [], []
     for s in range(args.steps + args.warmup):
         batch = [items[(s * b + j) % len(items)] for j in range(b)]

@@ -30,7 +30,7 @@ def run_comarl(steps: int, warmup: int) -> dict:
     from comarl.demo import demo_setup
 
     agents, env, items, cfg = demo_setup("tiny", "writing", steps + warmup, None, 0)
-    cfg.progress_bar = False
+    cfg.run.progress_bar = False
     trainer = comarl.Trainer(agents, env, items, cfg)
     times, tokens = [], 0
     for s in range(steps + warmup):
@@ -39,7 +39,7 @@ def run_comarl(steps: int, warmup: int) -> dict:
         m = trainer.training_step(batch)
         if s >= warmup:
             times.append(time.perf_counter() - t)
-            tokens += sum(m[f"{a.name}/completion_len"] for a in trainer.agents) * cfg.batch_size * cfg.num_generations
+            tokens += sum(m[f"{a.name}/completion_len"] for a in trainer.agents) * cfg.run.batch_size * cfg.rollout.num_generations
     return {"s_per_step": statistics.median(times), "tokens_per_s": tokens / sum(times)}
 
 
@@ -52,7 +52,7 @@ def run_floor(steps: int, warmup: int) -> dict:
     agent_cfgs, env, items, cfg = demo_setup("tiny", "writing", steps + warmup, None, 0)
     torch.manual_seed(0)
     agents = build_agents(agent_cfgs)
-    k, b = cfg.num_generations, cfg.batch_size
+    k, b = cfg.rollout.num_generations, cfg.run.batch_size
     times, tokens = [], 0
     for s in range(steps + warmup):
         batch = [items[(s * b + j) % len(items)] for j in range(b)]

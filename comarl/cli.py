@@ -44,8 +44,8 @@ def _train(args) -> int:
     if history:
         last = history[-1]
         print(f"done: {trainer.state.step} steps, reward {last.get('reward/mean', float('nan')):.4f}")
-    if cfg.train.output_dir:
-        out = trainer.save(Path(cfg.train.output_dir) / "final")
+    if cfg.train.run.output_dir:
+        out = trainer.save(Path(cfg.train.run.output_dir) / "final")
         print(f"saved final agents to {out}")
     return 0
 
@@ -63,7 +63,7 @@ def _evaluate(config: str, overrides: list[str], checkpoint: str | None, num_gen
     if not items:
         raise ConfigError(f"data.eval ({config}): no evaluation items")
     try:
-        result = evaluate_agents(agents, env, items, num_generations or cfg.train.eval_num_generations, cfg.train)
+        result = evaluate_agents(agents, env, items, num_generations or cfg.train.run.eval_num_generations, cfg.train)
     finally:
         _close(env)
     summary = result["summary"]
@@ -98,7 +98,7 @@ def _eval(args) -> int:
         print(comparison_table([(f"A: {Path(a['config']).stem}", a["metrics"], a["summary"]),
                                 (f"B: {Path(b['config']).stem}", b["metrics"], b["summary"])]))
     cfg = runs[0]["cfg"]
-    out = Path(args.out) if args.out else (Path(cfg.train.output_dir) / "eval.json" if cfg.train.output_dir else None)
+    out = Path(args.out) if args.out else (Path(cfg.train.run.output_dir) / "eval.json" if cfg.train.run.output_dir else None)
     if out:
         dumps = [{"config": r["config"], "metrics": r["metrics"], "summary": r["summary"],
                   "records": records_to_json(r["records"])} for r in runs]

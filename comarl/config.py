@@ -5,29 +5,34 @@ A YAML file has four sections::
     agents: [ {model: ..., max_new_tokens: ..., lr: ...}, ... ]   # AgentConfig each
     env:    {name: demo_writing, args: {...}}                      # EnvConfig
     data:   {train: {source, split, limit}, eval: {...}}           # DataConfig
-    train:  {algorithm: magrpo, num_generations: 4, ...}           # TrainConfig
+    train:  {algorithm: magrpo, rollout: {num_generations: 4}, run: {batch_size: 4}, ...}   # TrainConfig
+
+``train`` has one section per component (``rollout``, ``loss``, ``run``, ``hardware``, ``critic``,
+``preference``); the flat keys of earlier configs (``train.num_generations``) still work as aliases.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 
 from .agents import AgentConfig
-from .config_io import ConfigError, apply_overrides, from_dict, read_yaml
+from .config_io import ConfigError, aliased, apply_overrides, canonical, canonical_key, from_dict, read_yaml
 from .critics.settings import CriticSettings
 from .losses import KL_ESTIMATORS, NORMALISATIONS
 from .preference.marlhf import RewardModelSettings
 from .preference.settings import PreferenceSettings
 
 
-@dataclass
-class TrainConfig:
-    """How to train. One docstring line per field."""
 
-    algorithm: str = "magrpo"
-    """Algorithm name (magrpo, grpo, ...; see comarl.algorithms)."""
+def _bad(key: str, msg: str):
+    raise ConfigError(f"train.{key}: {msg}")
+
+
+@dataclass
+class RolloutConfig:
+    """``train.rollout``: how a step samples: the rollout tree (read by ``rollout.RolloutSettings``)."""
     num_generations: int = 4
     """K: samples per agent per node (per item at turn 1)."""
     joint_mode: str = "aligned"
@@ -42,6 +47,24 @@ class TrainConfig:
     """Every branch of a node ends when the mean reward of the node's joint actions exceeds this (reference rule); None = never."""
     max_samples_per_item: int = 4096
     """Refuse configs whose tree would generate more completions per item than this."""
+
+    def validate(self) -> None:
+        if self.num_generations < 1:
+            _bad("num_generations", f"must be >= 1, got {self.num_generations}")
+        if self.joint_mode not in ("aligned", "cross"):
+            _bad("joint_mode", f"must be aligned or cross, got {self.joint_mode!r}")
+        if self.num_turns < 1:
+            _bad("num_turns", f"must be >= 1, got {self.num_turns}")
+        if not 0 <= self.discount <= 1:
+            _bad("discount", f"must be in [0, 1], got {self.discount}")
+        if self.max_samples_per_item < 0:
+            _bad("max_samples_per_item", f"must be >= 0, got {self.max_samples_per_item}")
+
+
+@dataclass
+class LossConfig:
+    """``train.loss``: how the policy learns from a rollout (read by ``updates.PolicyGradient``, the estimators
+    and ``Team.optimizer_step``)."""
     scale_advantages: bool = False
     """Divide advantages by the group std of the returns, every estimator (off: see docs/algorithms.md)."""
     loss_normalization: str = "sequence"
@@ -64,6 +87,34 @@ class TrainConfig:
     """Drop completions that hit max_new_tokens without EOS from the loss (their tokens get weight 0)."""
     disable_dropout: bool = True
     """Dropout off in the update forward too (sampling, old and reference log-probs never use it)."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping per agent (0 = off)."""
+
+    def validate(self) -> None:
+        if self.loss_normalization not in NORMALISATIONS:
+            _bad("loss_normalization", f"must be one of {list(NORMALISATIONS)}, got {self.loss_normalization!r}")
+        if self.ratio_level not in ("token", "sequence"):
+            _bad("ratio_level", f"must be token or sequence, got {self.ratio_level!r}")
+        if self.clip_low < 0 or self.clip_high < 0:
+            _bad("clip_low", "clip epsilons must be >= 0")
+        if self.kl_beta < 0:
+            _bad("kl_beta", f"must be >= 0, got {self.kl_beta}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            _bad("kl_estimator", f"must be one of {list(KL_ESTIMATORS)}, got {self.kl_estimator!r}")
+        if self.kl_mode not in ("loss", "reward"):
+            _bad("kl_mode", f"must be loss or reward, got {self.kl_mode!r}")
+        if self.kl_beta > 0 and self.kl_estimator == "k1" and self.kl_mode == "loss":
+            _bad("kl_estimator", "k1 as a loss term has zero expected gradient (it regularises nothing); "
+                                 "use kl_estimator: k3, or kl_mode: reward with k1")
+        if self.num_iterations < 1:
+            _bad("num_iterations", f"must be >= 1, got {self.num_iterations}")
+        if self.max_grad_norm < 0:
+            _bad("max_grad_norm", f"must be >= 0, got {self.max_grad_norm}")
+
+
+@dataclass
+class RunConfig:
+    """``train.run``: how long the run is and what it writes (read by the loop, the sources and the logger)."""
     epochs: int = 1
     """Passes over the training set (ignored when max_steps > 0)."""
     max_steps: int = 0
@@ -72,12 +123,6 @@ class TrainConfig:
     """Items per training step (per rank)."""
     gradient_accumulation_steps: int = 1
     """Split each step's items into this many rollout chunks (memory), one optimizer step after all."""
-    micro_batch_size: int = 16
-    """Sequences per forward/backward pass (memory only; the loss is identical)."""
-    generation_batch_size: int = 0
-    """Prompts per generate call (0 = all of a turn in one call)."""
-    max_grad_norm: float = 1.0
-    """Gradient clipping per agent (0 = off)."""
     lr_scheduler: str = "constant"
     """constant | cosine | linear (all with warmup_steps of linear warm-up)."""
     warmup_steps: int = 0
@@ -114,6 +159,32 @@ class TrainConfig:
     """W&B project when report_to has wandb."""
     progress_bar: bool = True
     """Show a progress bar with step, reward and s/step."""
+
+    def validate(self) -> None:
+        for key in ("batch_size", "gradient_accumulation_steps", "epochs", "eval_num_generations", "logging_steps"):
+            if getattr(self, key) < 1:
+                _bad(key, f"must be >= 1, got {getattr(self, key)}")
+        for key in ("max_steps", "warmup_steps", "eval_steps", "save_steps", "log_samples_steps"):
+            if getattr(self, key) < 0:
+                _bad(key, f"must be >= 0, got {getattr(self, key)}")
+        if self.batch_size % self.gradient_accumulation_steps:
+            _bad("gradient_accumulation_steps", f"must divide batch_size ({self.batch_size}), "
+                                                f"got {self.gradient_accumulation_steps}")
+        if self.lr_scheduler not in ("constant", "cosine", "linear"):
+            _bad("lr_scheduler", f"must be constant, cosine or linear, got {self.lr_scheduler!r}")
+        for sink in self.report_to:
+            if sink not in ("jsonl", "tensorboard", "wandb"):
+                _bad("report_to", f"unknown sink {sink!r} (jsonl, tensorboard, wandb)")
+
+
+@dataclass
+class HardwareConfig:
+    """``train.hardware``: where and how the models run: devices, memory, precision, sharding (read by
+    ``training/build.py``, the Team and generation). None of it changes what is learnt, up to float rounding."""
+    micro_batch_size: int = 16
+    """Sequences per forward/backward pass (memory only; the loss is identical)."""
+    generation_batch_size: int = 0
+    """Prompts per generate call (0 = all of a turn in one call)."""
     agent_devices: list[str] | None = None
     """One device per agent (cpu, cuda, cuda:1) overriding agents.<i>.device; torchrun: cuda = the rank's GPU."""
     reference_device: str | None = None
@@ -134,69 +205,15 @@ class TrainConfig:
     """Encode each prompt once for its K samples (generation, update); models that cannot fall back (docs/shared_prefix.md)."""
     batch_adapters: bool = True
     """LoRA agents on one base with equal generation settings share one generate call (docs/lora.md)."""
-    critic: CriticSettings = field(default_factory=CriticSettings)
-    """Critic of the actor-critic algorithms iac/maac (docs/actor_critic.md); ignored by the others."""
-    preference: PreferenceSettings = field(default_factory=PreferenceSettings)
-    """Pairs, DPO and round settings of madpo, madpo_iter, madpo_offline (docs/preference.md); ignored by the others."""
 
-    def validate(self, num_agents: int, min_generations: int = 1) -> None:
-        def bad(key, msg):
-            raise ConfigError(f"train.{key}: {msg}")
-
-        if num_agents < 1:
-            raise ConfigError("agents: at least one agent is required (N >= 1)")
-        if self.num_generations < min_generations:
-            bad("num_generations", f"{self.algorithm} needs K >= {min_generations} (a group baseline), "
-                                   f"got {self.num_generations}")
-        if self.num_generations < 1:
-            bad("num_generations", f"must be >= 1, got {self.num_generations}")
-        if self.joint_mode not in ("aligned", "cross"):
-            bad("joint_mode", f"must be aligned or cross, got {self.joint_mode!r}")
-        if self.num_turns < 1:
-            bad("num_turns", f"must be >= 1, got {self.num_turns}")
-        if not 0 <= self.discount <= 1:
-            bad("discount", f"must be in [0, 1], got {self.discount}")
-        if self.loss_normalization not in NORMALISATIONS:
-            bad("loss_normalization", f"must be one of {list(NORMALISATIONS)}, got {self.loss_normalization!r}")
-        if self.ratio_level not in ("token", "sequence"):
-            bad("ratio_level", f"must be token or sequence, got {self.ratio_level!r}")
-        if self.clip_low < 0 or self.clip_high < 0:
-            bad("clip_low", "clip epsilons must be >= 0")
-        if self.kl_beta < 0:
-            bad("kl_beta", f"must be >= 0, got {self.kl_beta}")
-        if self.kl_estimator not in KL_ESTIMATORS:
-            bad("kl_estimator", f"must be one of {list(KL_ESTIMATORS)}, got {self.kl_estimator!r}")
-        if self.kl_mode not in ("loss", "reward"):
-            bad("kl_mode", f"must be loss or reward, got {self.kl_mode!r}")
-        if self.kl_beta > 0 and self.kl_estimator == "k1" and self.kl_mode == "loss":
-            bad("kl_estimator", "k1 as a loss term has zero expected gradient (it regularises nothing); "
-                                "use kl_estimator: k3, or kl_mode: reward with k1")
-        for key in ("num_iterations", "batch_size", "gradient_accumulation_steps", "micro_batch_size",
-                    "epochs", "eval_num_generations", "logging_steps"):
-            if getattr(self, key) < 1:
-                bad(key, f"must be >= 1, got {getattr(self, key)}")
-        for key in ("max_steps", "generation_batch_size", "warmup_steps", "eval_steps", "save_steps",
-                    "log_samples_steps", "max_samples_per_item"):
-            if getattr(self, key) < 0:
-                bad(key, f"must be >= 0, got {getattr(self, key)}")
-        if self.batch_size % self.gradient_accumulation_steps:
-            bad("gradient_accumulation_steps", f"must divide batch_size ({self.batch_size}), "
-                                               f"got {self.gradient_accumulation_steps}")
-        if self.lr_scheduler not in ("constant", "cosine", "linear"):
-            bad("lr_scheduler", f"must be constant, cosine or linear, got {self.lr_scheduler!r}")
-        for sink in self.report_to:
-            if sink not in ("jsonl", "tensorboard", "wandb"):
-                bad("report_to", f"unknown sink {sink!r} (jsonl, tensorboard, wandb)")
-        if self.max_grad_norm < 0:
-            bad("max_grad_norm", f"must be >= 0, got {self.max_grad_norm}")
-        self._validate_scale_out(num_agents)
-        self.critic.validate()
-        self.preference.validate()
-
-    def _validate_scale_out(self, num_agents: int) -> None:
-        """Device, precision and backend keys (docs/distributed.md)."""
+    def validate(self, num_agents: int) -> None:
+        """Device, precision, memory and backend keys (docs/distributed.md)."""
         from .runtime import MIXED_PRECISION, check_agent_devices
 
+        if self.micro_batch_size < 1:
+            _bad("micro_batch_size", f"must be >= 1, got {self.micro_batch_size}")
+        if self.generation_batch_size < 0:
+            _bad("generation_batch_size", f"must be >= 0, got {self.generation_batch_size}")
         check_agent_devices(self.agent_devices, num_agents)
         if self.reference_device is not None and not isinstance(self.reference_device, str):
             raise ConfigError(f"train.reference_device: must be a device string or null, got {self.reference_device!r}")
@@ -205,21 +222,68 @@ class TrainConfig:
                               f"got {self.mixed_precision!r}")
         if self.dist_backend not in (None, "nccl", "gloo"):
             raise ConfigError(f"train.dist_backend: must be nccl, gloo or null, got {self.dist_backend!r}")
-        self._validate_sharding()
-
-    def _validate_sharding(self) -> None:
-        """``train.sharding`` and what it does not combine with (docs/distributed.md)."""
         if self.sharding not in ("none", "fsdp"):
             raise ConfigError(f"train.sharding: must be none or fsdp, got {self.sharding!r}")
         if self.fsdp_shard_size < 0:
             raise ConfigError(f"train.fsdp_shard_size: must be >= 0, got {self.fsdp_shard_size}")
         if self.fsdp_gather not in ("team", "agent"):
             raise ConfigError(f"train.fsdp_gather: must be team or agent, got {self.fsdp_gather!r}")
-        if self.sharding != "fsdp":
-            return
-        if self.reference_device is not None:
+        if self.sharding == "fsdp" and self.reference_device is not None:
             raise ConfigError("train.reference_device: a sharded reference lives on the ranks' devices; "
                               "leave it null with train.sharding=fsdp")
+
+
+SECTIONS = {"rollout": RolloutConfig, "loss": LossConfig, "run": RunConfig, "hardware": HardwareConfig}
+
+
+def _section_aliases() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for section, cls in SECTIONS.items():
+        for f in fields(cls):
+            assert f.name not in out, f"two sections hold {f.name}"
+            out[f.name] = f"{section}.{f.name}"
+    return out
+
+
+@aliased
+@dataclass
+class TrainConfig:
+    """How to train: the algorithm and one section per component that reads it. One docstring line per field.
+
+    The keys that were flat before the sections (``train.num_generations``, ``train.batch_size`` ...) are
+    aliases of their section's (``train.rollout.num_generations``, ``train.run.batch_size``), in YAML, in
+    ``key=value`` overrides, as keyword arguments (``TrainConfig(num_generations=4)``) and as attributes.
+    """
+
+    algorithm: str = "magrpo"
+    """Algorithm name (magrpo, grpo, ...; see comarl.algorithms)."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """How a step samples (the rollout tree)."""
+    loss: LossConfig = field(default_factory=LossConfig)
+    """How the policy learns from a rollout (advantages, clipped loss, KL)."""
+    run: RunConfig = field(default_factory=RunConfig)
+    """Length, data order, evaluation, logging and checkpoints of the run."""
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    """Devices, memory savers, precision and sharding."""
+    critic: CriticSettings = field(default_factory=CriticSettings)
+    """Critic of the actor-critic algorithms iac/maac (docs/actor_critic.md); ignored by the others."""
+    preference: PreferenceSettings = field(default_factory=PreferenceSettings)
+    """Pairs, DPO and round settings of madpo, madpo_iter, madpo_offline (docs/preference.md); ignored by the others."""
+
+    ALIASES: ClassVar[dict[str, str]] = _section_aliases()
+
+    def validate(self, num_agents: int, min_generations: int = 1) -> None:
+        if num_agents < 1:
+            raise ConfigError("agents: at least one agent is required (N >= 1)")
+        if self.rollout.num_generations < min_generations:
+            _bad("num_generations", f"{self.algorithm} needs K >= {min_generations} (a group baseline), "
+                                    f"got {self.rollout.num_generations}")
+        self.rollout.validate()
+        self.loss.validate()
+        self.run.validate()
+        self.hardware.validate(num_agents)
+        self.critic.validate()
+        self.preference.validate()
 
 
 @dataclass
@@ -311,7 +375,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         data = read_yaml(p) or {}
         if not isinstance(data, dict):
             raise ConfigError(f"{p}: top level must be a mapping with agents/env/data/train")
-    apply_overrides(data, overrides or [])
+    data = canonical(ExperimentConfig, data)  # old flat keys into their sections, so overrides of either meet
+    overrides = [canonical_key(ExperimentConfig, ov.split("=", 1)[0].strip()) + "=" + ov.split("=", 1)[1]
+                 if "=" in ov else ov for ov in overrides or []]
+    apply_overrides(data, overrides)
     cfg = from_dict(ExperimentConfig, data)
     cfg.validate()
     return cfg

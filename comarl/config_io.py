@@ -3,6 +3,11 @@
 Dataclasses are the source of truth. Unknown keys, wrong types and bad values
 raise :class:`ConfigError` naming the dotted key (``train.num_generations``).
 
+A dataclass may declare ``ALIASES`` (old key -> dotted path inside it): a config made
+before its fields moved into sections keeps working (``train.num_generations`` is
+``train.rollout.num_generations``), in files, in ``key=value`` overrides (:func:`canonical`,
+:func:`canonical_key`) and, with :func:`aliased`, as keyword arguments and attributes.
+
 Values are read as YAML 1.2 (core schema), in files and in overrides alike: ``12:30``,
 ``no``, ``on`` and ``2026-01-01`` are strings, ``1e-3`` is a number. Then the field's type
 decides: a ``str`` field takes the text as written (``data.eval.split=[4:8]`` is
@@ -240,16 +245,163 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
 _BOOL_WORDS = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False}
 
 
+# ----------------------------------------------------------------- aliases (keys that moved into sections)
+
+def aliases(cls) -> dict[str, str]:
+    """``cls.ALIASES``: old key -> dotted path inside ``cls`` (empty for a class without)."""
+    found = getattr(cls, "ALIASES", None)
+    return found if isinstance(found, dict) else {}
+
+
+def _is_alias(cls, key: str, value: Any = None, last: bool = True) -> bool:
+    """An alias applies to ``key`` unless ``key`` is also a field and names that section (a mapping, or a
+    path that goes on): ``preference.rounds: 3`` is the count, ``preference.rounds: {...}`` the section."""
+    if key not in aliases(cls):
+        return False
+    if key in {f.name for f in dataclasses.fields(cls)}:
+        return last and not isinstance(value, dict)
+    return True
+
+
+def _field_class(cls, name: str):
+    """The dataclass a field of ``cls`` holds (also inside Optional / list), else None."""
+    try:
+        tp = typing.get_type_hints(cls).get(name)
+    except Exception:
+        return None
+    _, tp = _is_optional(tp)
+    origin = typing.get_origin(tp)
+    if origin in (list, tuple):
+        args = typing.get_args(tp)
+        tp = args[0] if args else None
+    return tp if dataclasses.is_dataclass(tp) else None
+
+
+def canonical(cls, data: Any, prefix: str = "") -> Any:
+    """``data`` (a YAML mapping for dataclass ``cls``) with every aliased key moved to its section, at every
+    level; a key given both ways is an error that names both."""
+    if not isinstance(data, dict) or not dataclasses.is_dataclass(cls):
+        return data
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items() if not _is_alias(cls, k, v)}
+    for k, v in data.items():
+        if not _is_alias(cls, k, v):
+            continue
+        path = aliases(cls)[k].split(".")
+        node = out
+        for part in path[:-1]:
+            if not isinstance(node.setdefault(part, {}), dict):
+                node[part] = dict(node[part]) if isinstance(node[part], dict) else {}
+            node = node[part]
+        if path[-1] in node:
+            where = f"{prefix}." if prefix else ""
+            raise ConfigError(f"{where}{k} and {where}{'.'.join(path)} are the same key (the first is its old "
+                              f"name); give it once")
+        node[path[-1]] = v
+    for k, v in out.items():
+        sub = _field_class(cls, k)
+        key = f"{prefix}.{k}" if prefix else k
+        if sub is not None and isinstance(v, dict):
+            out[k] = canonical(sub, v, key)
+        elif sub is not None and isinstance(v, list):
+            out[k] = [canonical(sub, x, f"{key}.{i}") for i, x in enumerate(v)]
+    return out
+
+
+def canonical_key(cls, key: str) -> str:
+    """A dotted override key with every aliased part replaced by its path (``train.num_generations`` ->
+    ``train.rollout.num_generations``); list indices and ``*`` pass through."""
+    parts, out = key.split("."), []
+    i = 0
+    while i < len(parts):
+        part = parts[i]
+        if cls is not None and _is_alias(cls, part, last=i == len(parts) - 1):
+            parts[i:i + 1] = aliases(cls)[part].split(".")
+            continue
+        out.append(part)
+        if cls is not None and dataclasses.is_dataclass(cls) and not (part.isdigit() or part == "*"):
+            sub = _field_class(cls, part)
+            if sub is not None:
+                try:
+                    tp = typing.get_type_hints(cls).get(part)
+                    _, tp = _is_optional(tp)
+                    listed = typing.get_origin(tp) in (list, tuple)
+                except Exception:
+                    listed = False
+                if listed and i + 1 < len(parts):
+                    out.append(parts[i + 1])  # the index
+                    i += 1
+            cls = sub
+        i += 1
+    return ".".join(out)
+
+
+def aliased(cls):
+    """Class decorator for a sectioned config dataclass with ``ALIASES``: its constructor also takes the old
+    flat keys as keyword arguments, and reading or setting an old name reaches the field in its section
+    (``TrainConfig(num_generations=4).num_generations`` is ``.rollout.num_generations``)."""
+    init = cls.__init__
+    names = {f.name for f in dataclasses.fields(cls)}
+
+    def __init__(self, *args, **kwargs):
+        flat = {k: kwargs.pop(k) for k in list(kwargs) if k in aliases(cls) and not (
+            k in names and dataclasses.is_dataclass(kwargs[k]))}
+        init(self, *args, **kwargs)
+        for k, v in flat.items():
+            setattr(self, k, v)
+
+    def __getattr__(self, name):
+        path = aliases(cls).get(name)
+        if path is None or name.startswith("__"):
+            raise AttributeError(f"{cls.__name__} has no attribute {name!r}")
+        obj = self
+        for part in path.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    def __setattr__(self, name, value):
+        path = aliases(cls).get(name)
+        if path is None or (name in names and dataclasses.is_dataclass(value)):
+            object.__setattr__(self, name, value)
+            return
+        *head, last = path.split(".")
+        obj = self
+        for part in head:
+            obj = getattr(obj, part)
+        setattr(obj, last, value)
+
+    __init__.__doc__ = init.__doc__
+    cls.__init__, cls.__getattr__, cls.__setattr__ = __init__, __getattr__, __setattr__
+    return cls
+
+
 def from_dict(cls, data: dict, prefix: str = ""):
-    """Build dataclass ``cls`` from ``data``; unknown keys are errors."""
+    """Build dataclass ``cls`` from ``data`` (old keys of ``ALIASES`` accepted); unknown keys are errors."""
+    data = canonical(cls, data, prefix)
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - names)
     if unknown:
         where = f"{prefix}." if prefix else ""
-        raise ConfigError(f"unknown config key {where}{unknown[0]} (known: {', '.join(sorted(names))})")
-    kwargs = {k: coerce(v, hints[k], f"{prefix}.{k}" if prefix else k) for k, v in data.items()}
+        known = ", ".join(sorted(names | set(aliases(cls))))
+        raise ConfigError(f"unknown config key {where}{unknown[0]} (known: {known})")
+    kwargs = {}
+    for k, v in data.items():
+        try:
+            kwargs[k] = coerce(v, hints[k], f"{prefix}.{k}" if prefix else k)
+        except ConfigError as e:
+            raise ConfigError(_with_old_name(str(e), cls, prefix)) from None
     return cls(**kwargs)
+
+
+def _with_old_name(message: str, cls, prefix: str) -> str:
+    """An error about a key that moved into a section names it by its short name, as every message did before
+    the sections and as the key may still be written: ``train.batch_size: ...`` for ``train.run.batch_size``."""
+    where = f"{prefix}." if prefix else ""
+    for old, path in aliases(cls).items():
+        full = where + path
+        if message.startswith(full + ":") or message.startswith(full + " "):
+            return f"{where}{old}{message[len(full):]}"
+    return message
 
 
 def parse_value(text: str) -> Any:

@@ -173,8 +173,8 @@ def run_demo(model: str = "tiny", task: str = "writing", steps: int = 0, output_
     agents, env, items, cfg = demo_setup(model, task, steps, output_dir, seed)
     _, heldout = demo_items(task)
     greedy = model != "tiny"  # a random tiny model decoded greedily repeats itself: score its samples instead
-    print(f"comarl demo: 2 agents ({model}), task {task}, {cfg.max_steps} steps, K={cfg.num_generations}, "
-          f"batch {cfg.batch_size} items, {len(items)} training posts, {len(heldout)} held-out posts, "
+    print(f"comarl demo: 2 agents ({model}), task {task}, {cfg.run.max_steps} steps, K={cfg.rollout.num_generations}, "
+          f"batch {cfg.run.batch_size} items, {len(items)} training posts, {len(heldout)} held-out posts, "
           f"output {output_dir}")
     t0 = time.perf_counter()
     trainer = Trainer(agents, env, items, cfg)

@@ -28,7 +28,7 @@ def evaluate_agents(agents: Sequence, env, items: Sequence[dict], num_generation
         items = dist.shard(items)
     settings = RolloutSettings.from_train_config(config, num_generations=num_generations, joint_mode="aligned",
                                                  keep_records=True, lockstep=lockstep, generator=generator)
-    bs = batch_size or config.batch_size
+    bs = batch_size or config.run.batch_size
     n_batches = -(-len(items) // bs)
     n_rollouts = lockstep.max(n_batches) if lockstep is not None else n_batches  # (a collective: first)
     rollouts, records = [], []

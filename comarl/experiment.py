@@ -16,8 +16,8 @@ def build_env(cfg: ExperimentConfig):
     except KeyError as e:
         raise ConfigError(str(e.args[0])) from None
     args = dict(cfg.env.args)
-    if cfg.train.num_turns > 1:
-        args.setdefault("max_turns", cfg.train.num_turns)
+    if cfg.train.rollout.num_turns > 1:
+        args.setdefault("max_turns", cfg.train.rollout.num_turns)
     roles = cfg.env.centralized_roles or len(cfg.agents)
     try:
         env = entry.build(num_agents=roles, **args)
@@ -51,16 +51,16 @@ def _reward_model_env(env, cfg: ExperimentConfig):
     from .compute.sharding import run_sharding
 
     parallel = None
-    if dist.init_from_env(cfg.train.dist_backend):
+    if dist.init_from_env(cfg.train.hardware.dist_backend):
         parallel = ParallelFit(run_sharding(cfg.train, torch.device(cfg.env.reward_model.device).type))
-    env, report = reward_model_env(env, cfg.env.reward_model, cfg.train.seed, parallel)
+    env, report = reward_model_env(env, cfg.env.reward_model, cfg.train.run.seed, parallel)
     if not dist.is_main():
         return env
     print(f"reward model: held-out pairwise accuracy {report['rm/accuracy']:.3f} "
           f"({int(report['rm/held_out_pairs'])} pairs; trained on {int(report['rm/train_pairs'])})")
-    if cfg.train.output_dir:
-        Path(cfg.train.output_dir).mkdir(parents=True, exist_ok=True)
-        (Path(cfg.train.output_dir) / "reward_model.json").write_text(json.dumps(report, indent=2))
+    if cfg.train.run.output_dir:
+        Path(cfg.train.run.output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(cfg.train.run.output_dir) / "reward_model.json").write_text(json.dumps(report, indent=2))
     return env
 
 

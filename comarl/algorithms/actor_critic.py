@@ -15,7 +15,7 @@ def check_actor_critic(config, agents) -> None:
     computed before the KL-in-reward would change the rewards."""
     from ..config_io import ConfigError
 
-    config.critic.validate(num_generations=config.num_generations)
-    if config.kl_beta > 0 and config.kl_mode == "reward":
+    config.critic.validate(num_generations=config.rollout.num_generations)
+    if config.loss.kl_beta > 0 and config.loss.kl_mode == "reward":
         raise ConfigError(f"train.kl_mode: {config.algorithm} takes the KL in the loss (kl_mode=loss); the critic's "
                           f"GAE is computed before the KL-in-reward would change the rewards")

@@ -69,8 +69,8 @@ class Parts:
         from ..sources import PromptBatches
 
         cfg = self.config
-        return PromptBatches(self.items, self.env, cfg.batch_size * dist.world_size(), cfg.seed, cfg.shuffle,
-                             cfg.epochs, cfg.max_steps)
+        return PromptBatches(self.items, self.env, cfg.run.batch_size * dist.world_size(), cfg.run.seed, cfg.run.shuffle,
+                             cfg.run.epochs, cfg.run.max_steps)
 
 
 def policy_gradient(parts: Parts):
@@ -117,7 +117,7 @@ class Algorithm:
 
     def needs_reference(self, config) -> bool:
         """Whether the run builds frozen references: the KL term, or an update that learns against one."""
-        return config.kl_beta > 0 or self.step_algorithm(config).reference(config) or self.reference(config)
+        return config.loss.kl_beta > 0 or self.step_algorithm(config).reference(config) or self.reference(config)
 
     def check_config(self, config, agents: list) -> None:
         """Every check of this record (and of the one its steps run), before any model is built."""
@@ -156,10 +156,10 @@ def register_algorithm(alg: Algorithm, aliases: tuple[str, ...] = ()) -> Algorit
 
 def optionally_scaled(estimator: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """``advantage(samples, config)`` from ``estimator(samples) -> [G, K]``: divided by the group std of the
-    returns when ``config.scale_advantages`` (``advantages.scale_by_group_std``), one switch for every estimator."""
+    returns when ``config.loss.scale_advantages`` (``advantages.scale_by_group_std``), one switch for every estimator."""
     def advantage(samples, config):
         adv = estimator(samples)
-        return scale_by_group_std(adv, samples.returns) if config.scale_advantages else adv
+        return scale_by_group_std(adv, samples.returns) if config.loss.scale_advantages else adv
 
     advantage.__doc__ = estimator.__doc__
     return advantage

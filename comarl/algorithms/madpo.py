@@ -40,7 +40,7 @@ from .base import Algorithm, Parts, register_algorithm
 
 def check_dpo(config, agents) -> None:
     """DPO keeps to its reference through its own loss: no KL term (``train.kl_beta`` must be 0)."""
-    if config.kl_beta > 0:
+    if config.loss.kl_beta > 0:
         raise ConfigError(f"train.kl_beta: {config.algorithm} keeps to its reference through the DPO loss; "
                           f"set train.preference.beta instead (kl_beta must be 0)")
 
@@ -49,11 +49,11 @@ def check_rounds(config, agents) -> None:
     """Rounds write their pairs and checkpoints to ``train.output_dir``; ``reference: current`` copies the
     policy, which a LoRA agent's reference (its base with the adapter off) cannot be."""
     check_dpo(config, agents)
-    if not config.output_dir:
+    if not config.run.output_dir:
         raise ConfigError(f"train.output_dir: {config.algorithm} writes each round's pairs and checkpoints there; "
                           f"set it")
     pref = config.preference
-    if pref.reference == "current" and not pref.reference_free and any(_is_lora(a) for a in agents):
+    if pref.iterative.reference == "current" and not pref.dpo.reference_free and any(_is_lora(a) for a in agents):
         raise ConfigError("train.preference.reference: 'current' needs a frozen copy of the policy; LoRA agents' "
                           "reference is the base with the adapter off (use reference: initial)")
 
@@ -63,12 +63,12 @@ def check_offline(config, agents) -> None:
     from ..sources import load_pairs_file
 
     check_dpo(config, agents)
-    load_pairs_file(config.preference.pairs_in)
+    load_pairs_file(config.preference.pairs.pairs_in)
 
 
 def dpo_reference(config) -> bool:
     """DPO learns against each agent's frozen reference, unless ``reference_free`` (CoMLRL's form)."""
-    return not config.preference.reference_free
+    return not config.preference.dpo.reference_free
 
 
 def _is_lora(agent) -> bool:
@@ -101,9 +101,9 @@ def pairs_file(parts: Parts):
     from ..sources import PairsFile, load_pairs_file
 
     cfg = parts.config
-    pairs = load_pairs_file(cfg.preference.pairs_in)
-    return PairsFile(pairs, cfg.preference.pairs_in, parts.env, cfg.batch_size * dist.world_size(), cfg.seed,
-                     cfg.shuffle, cfg.epochs, cfg.max_steps)
+    pairs = load_pairs_file(cfg.preference.pairs.pairs_in)
+    return PairsFile(pairs, cfg.preference.pairs.pairs_in, parts.env, cfg.run.batch_size * dist.world_size(), cfg.run.seed,
+                     cfg.run.shuffle, cfg.run.epochs, cfg.run.max_steps)
 
 
 MADPO = register_algorithm(Algorithm("madpo", min_generations=2, update=online_update, check=check_dpo,

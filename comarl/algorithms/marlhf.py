@@ -30,21 +30,21 @@ from .base import Algorithm, Parts, get_algorithm, policy_gradient, register_alg
 
 def rl_algorithm(config) -> Algorithm:
     """The on-policy algorithm each step runs: ``train.preference.rl_algorithm``."""
-    inner = get_algorithm(config.preference.rl_algorithm)
+    inner = get_algorithm(config.preference.iterative.rl_algorithm)
     if inner.steps_with is not None or inner.update is not policy_gradient or inner.advantage is None:
         raise ConfigError(f"train.preference.rl_algorithm: {config.algorithm} runs an on-policy algorithm on the "
                           f"reward model's score (magrpo, marloo, maremax, iac, maac...), got "
-                          f"{config.preference.rl_algorithm!r}")
+                          f"{config.preference.iterative.rl_algorithm!r}")
     return inner
 
 
 def check_marlhf(config, agents) -> None:
     """Rounds write pairs and checkpoints to ``train.output_dir``; a reward model must be named."""
     rl_algorithm(config)
-    if not config.output_dir:
+    if not config.run.output_dir:
         raise ConfigError(f"train.output_dir: {config.algorithm} writes each round's pairs and checkpoints there; "
                           f"set it")
-    if config.preference.reward_model is None:
+    if config.preference.iterative.reward_model is None:
         raise ConfigError("train.preference.reward_model: marlhf_iter fits a joint reward model each round; "
                           "set its model (hub id, local path or tiny), e.g. train.preference.reward_model.model=tiny")
 

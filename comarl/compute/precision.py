@@ -162,9 +162,9 @@ def setup_memory_savers(agents, train_cfg) -> dict[int, LossScaler]:
         if id(agent.model) in seen:  # shared weights: hooks once
             continue
         seen.add(id(agent.model))
-        if train_cfg.gradient_checkpointing:
+        if train_cfg.hardware.gradient_checkpointing:
             enable_gradient_checkpointing(agent.model, agent.name)
-        if train_cfg.mixed_precision == "fp16":
-            sharded = train_cfg.sharding == "fsdp" and dist.is_distributed()
+        if train_cfg.hardware.mixed_precision == "fp16":
+            sharded = train_cfg.hardware.sharding == "fsdp" and dist.is_distributed()
             scalers[id(agent.model)] = LossScaler(sharded=sharded).install(agent.model)
     return scalers

@@ -236,9 +236,9 @@ class AgentAtATime:
 def run_sharding(cfg, device_type: str) -> Sharding | None:
     """The run's :class:`Sharding` with no module yet: mesh and mixed-precision policy of ``cfg``
     (``train.*``); None when not sharding or not distributed (call ``dist.init_from_env`` first)."""
-    if cfg.sharding == "none" or not dist.is_distributed():
+    if cfg.hardware.sharding == "none" or not dist.is_distributed():
         return None
-    return Sharding(build_mesh(cfg.fsdp_shard_size, device_type), mixed_precision_policy(cfg.mixed_precision))
+    return Sharding(build_mesh(cfg.hardware.fsdp_shard_size, device_type), mixed_precision_policy(cfg.hardware.mixed_precision))
 
 
 def built_on_rank0(build, configs: list) -> list:

@@ -24,8 +24,8 @@ def step_pairs(rollouts, cfg, key: str) -> list[list[JointPair]]:
     """Pairs of every rollout chunk (sample indices local to the chunk); ``key`` names the batch for the
     per-node streams of ``pair_selection: random`` (:func:`node_rngs`)."""
     pref = cfg.preference
-    return [tree_pairs(r.tree.rewards, r.tree.child, r.tree.joints, cfg.num_generations, cfg.discount,
-                       pref.pair_selection, pref.pairs_per_item, rng)
+    return [tree_pairs(r.tree.rewards, r.tree.child, r.tree.joints, cfg.rollout.num_generations, cfg.rollout.discount,
+                       pref.pairs.pair_selection, pref.pairs.pairs_per_item, rng)
             for r, rng in zip(rollouts, chunk_node_rngs(rollouts, key))]
 
 
@@ -170,13 +170,13 @@ def comparison_pairs_of(ro, co, cfg, rng: random.Random | NodeRng, step: int, r:
                       fingerprints: tuple[list[str], list[str]] | None = None) -> list[tuple[int, dict]]:
     """``(root node, pair)`` of one policy rollout against the comparator's (:func:`comparison_pairs`);
     ``rng``: one stream, or one per node (``node -> Random``) for ``pair_selection: random``."""
-    pref, k = cfg.preference, cfg.num_generations
-    rp = joint_returns(ro.tree.rewards, ro.tree.child, cfg.discount)
-    rc = joint_returns(co.tree.rewards, co.tree.child, cfg.discount)
+    pref, k = cfg.preference, cfg.rollout.num_generations
+    rp = joint_returns(ro.tree.rewards, ro.tree.child, cfg.rollout.discount)
+    rc = joint_returns(co.tree.rewards, co.tree.child, cfg.rollout.discount)
     out = []
     for g in [g for g in range(len(ro.tree.prompts)) if int(ro.agents[0].turns[g]) == 0]:
-        for j, policy_wins, gap in comparator_pairs(rp[g].tolist(), rc[g].tolist(), pref.pair_selection,
-                                                    pref.pairs_per_item, rng(g) if callable(rng) else rng):
+        for j, policy_wins, gap in comparator_pairs(rp[g].tolist(), rc[g].tolist(), pref.pairs.pair_selection,
+                                                    pref.pairs.pairs_per_item, rng(g) if callable(rng) else rng):
             mine = joint_side(ro, g, j, k, fingerprints[0] if fingerprints else None)
             theirs = joint_side(co, g, j, k, fingerprints[1] if fingerprints else None)
             won, lost = (mine, theirs) if policy_wins else (theirs, mine)

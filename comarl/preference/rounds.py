@@ -85,7 +85,7 @@ class RoundSampler:
 
     def __init__(self, config, prompts: PromptBatches, lockstep=None, generator=None):
         self.config, self.prompts = config, prompts
-        self.out = Path(config.output_dir)
+        self.out = Path(config.run.output_dir)
         self.base_env = prompts.env  # the environment's own reward picks the winners
         # pair sampling: no greedy baseline; fsdp_gather=agent: one agent gathered per generate call, as in the steps
         self.settings = RolloutSettings.from_train_config(config, lockstep=lockstep, generator=generator)
@@ -95,10 +95,10 @@ class RoundSampler:
 
     @property
     def steps_per_round(self) -> int:
-        return self.config.preference.steps_per_round
+        return self.config.preference.iterative.steps_per_round
 
     def total_steps(self) -> int:
-        return self.config.max_steps or self.config.preference.rounds * self.steps_per_round
+        return self.config.run.max_steps or self.config.preference.iterative.rounds * self.steps_per_round
 
     def ends_round(self, step: int) -> bool:
         """Whether ``step`` (steps done) closes a round."""
@@ -122,7 +122,7 @@ class RoundSampler:
         whole = [] if lockstep is not None else [a.model for a in team.agents] + (
             [a.model for a in comparator] if comparator is not None and comparator is not team.agents else [])
         with team.gathered(whole + rollout_modules(self.base_env)):
-            for b in range(pref.round_batches):
+            for b in range(pref.iterative.round_batches):
                 items = self.prompts.next_items()
                 if not items:  # this rank's share of the batch is empty (end of an epoch under torchrun)
                     if lockstep is not None:  # one agent at a time: join the other ranks' gathers
@@ -133,7 +133,7 @@ class RoundSampler:
                 rollouts.append(self.collect(team.agents, self.base_env, items, self.settings))
                 if comparator is not None:
                     others.append(self.collect(comparator, self.base_env, items, self.settings))
-        keys = [f"{cfg.seed}/round{r}/batch{b}" for b in sampled]  # pair_selection: random
+        keys = [f"{cfg.run.seed}/round{r}/batch{b}" for b in sampled]  # pair_selection: random
         fps = [tokenizer_fingerprint(a.tokenizer) for a in team.agents]  # pairs keep their sampled tokens
         if comparator is None:
             batches = [text_pairs(ro, step_pairs([ro], cfg, key)[0], step, r, fps) for ro, key in zip(rollouts, keys)]
@@ -171,7 +171,7 @@ class RoundSampler:
         """Round r's pool (its pairs and the replayed earlier rounds', ``replay.replay_pool``) and a weight
         per pair."""
         pairs_of = lambda past: pairs if past == r else read_pairs(self.out / f"round-{past}" / "pairs.jsonl")  # noqa: E731
-        pool, weights = replay_pool(r, pairs_of, self.config.preference, self.config.seed)
+        pool, weights = replay_pool(r, pairs_of, self.config.preference, self.config.run.seed)
         return pool, torch.tensor(weights, dtype=torch.float32)
 
     # ----------------------------------------------------------- checkpoints
@@ -184,7 +184,7 @@ class RoundSampler:
     def comparator_agents(self, team, r: int):
         """Who writes the other side of round r's pairs (None: the policy's own candidates are paired)."""
         pref = self.config.preference
-        kind = pref.comparator
+        kind = pref.iterative.comparator
         if kind == "none":
             return None
         if kind == "current":  # sampled before the round's first update: the frozen copy is the policy itself
@@ -194,7 +194,7 @@ class RoundSampler:
             if self.fixed_comparator is None:
                 from ..agents import build_agents
 
-                plain = [dataclasses.replace(c, model=pref.comparator_model, tokenizer=None, lora=None,
+                plain = [dataclasses.replace(c, model=pref.iterative.comparator_model, tokenizer=None, lora=None,
                                              share_weights_with=None, gguf_file=None, model_kwargs={})
                          for c in configs]
                 with torch.random.fork_rng(devices=[]):
@@ -203,13 +203,13 @@ class RoundSampler:
                     dist.broadcast_parameters(m)  # as the agents' (sharded: Sharding.add sends rank 0's)
                 self.fixed_comparator = self._shard(team, built)
             return self.fixed_comparator
-        if pref.comparator_path:  # a fixed checkpoint
+        if pref.iterative.comparator_path:  # a fixed checkpoint
             if self.fixed_comparator is None:
-                self.fixed_comparator = self._shard(team, self._load_folder(team, Path(pref.comparator_path),
+                self.fixed_comparator = self._shard(team, self._load_folder(team, Path(pref.iterative.comparator_path),
                                                                             "train.preference.comparator_path"))
             return self.fixed_comparator
         # the policy of comparator_rounds_back rounds earlier: snapshots taken at each round's start
-        k = pref.comparator_rounds_back
+        k = pref.iterative.comparator_rounds_back
         snap = self.out / f"round-{r}" / "policy"
         full = [full_state_dict(a.model, keep=dist.is_main()) if team.sharding is not None else None
                 for a in team.agents]  # sharded: gathered onto rank 0 (collective)
@@ -275,7 +275,7 @@ class DPORounds:
     @property
     def refreshes_reference(self) -> bool:
         pref = self.sampler.config.preference
-        return pref.reference == "current" and not pref.reference_free
+        return pref.iterative.reference == "current" and not pref.dpo.reference_free
 
     def next(self, step: int, team) -> PairBatch | SkipStep:
         r, offset = divmod(step, self.sampler.steps_per_round)
@@ -404,20 +404,20 @@ class RewardModelRounds:
         from .reward_model import JointRewardModel
 
         cfg, pref = self.sampler.config, self.sampler.config.preference
-        s = pref.reward_model
+        s = pref.iterative.reward_model
         if not self.pool:  # nothing to learn from: last round's model stays (none yet: the steps are skipped)
             self.metrics["rm/refit"] = 0.0
             return
         with torch.random.fork_rng(devices=[]):  # the policy's sampling stream is not touched
-            torch.manual_seed(cfg.seed * 1009 + r)
-            if self.reward_model is None or pref.reward_model_refit == "fresh":
+            torch.manual_seed(cfg.run.seed * 1009 + r)
+            if self.reward_model is None or pref.iterative.reward_model_refit == "fresh":
                 model, tok = load_classifier(s.model, s.device)
                 self.reward_model = self._data_parallel(team, JointRewardModel(
                     model, tok, resolve_joint_input(s.joint_input), s.freeze_backbone, s.max_length))
             cut = len(self.pool) - int(round(len(self.pool) * s.held_out))
             train, held = self.pool[:cut], self.pool[cut:]
             if train:
-                self.reward_model.fit(train, s.epochs, s.batch_size, s.lr, cfg.seed + r,
+                self.reward_model.fit(train, s.epochs, s.batch_size, s.lr, cfg.run.seed + r,
                                       weights=self.weights[:cut].tolist())
             acc = self.reward_model.accuracy(held) if held else float("nan")
         report = {"rm/accuracy": acc, "rm/train_pairs": float(len(train)), "rm/held_out_pairs": float(len(held))}
@@ -443,7 +443,7 @@ class RewardModelRounds:
         from .marlhf import load_classifier
         from .reward_model import JointRewardModel
 
-        s, where = self.sampler.config.preference.reward_model, Path(self.sampler.resumed_from)
+        s, where = self.sampler.config.preference.iterative.reward_model, Path(self.sampler.resumed_from)
         with torch.random.fork_rng(devices=[]):
             model, tok = load_classifier(s.model, s.device)
         if (where / "reward_model.pt").exists():

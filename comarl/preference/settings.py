@@ -1,9 +1,10 @@
 """Settings of the preference algorithms (``train.preference``), one docstring line per field."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
+from typing import ClassVar
 
-from ..config_io import ConfigError
+from ..config_io import ConfigError, aliased
 from .marlhf import RewardModelSettings
 from .pairs import SELECTIONS
 
@@ -13,19 +14,33 @@ REFITS = ("fresh", "continue")
 
 
 @dataclass
-class PreferenceSettings:
-    beta: float = 0.1
-    """DPO beta: the inverse temperature of the joint log-ratio (larger = stay closer to the reference)."""
+class PairSettings:
+    """``train.preference.pairs``: which (chosen, rejected) joint pairs a step or round keeps, and the pair files."""
+
     pair_selection: str = "reward_gap"
     """reward_gap (largest return gap first) | all (every positive-gap pair) | random."""
     pairs_per_item: int | None = 1
     """Pairs kept per tree node (None = all; must be None with pair_selection=all)."""
-    reference_free: bool = False
-    """Drop the reference log-probs from the DPO margin (no reference model is built)."""
     pairs_out: str | None = None
     """Append every step's pairs (texts, returns) to this JSONL file (None = keep none)."""
     pairs_in: str | None = None
     """madpo_offline: the pairs JSONL file to train on ({"prompts": [N], "chosen": [N], "rejected": [N]} per line)."""
+
+
+@dataclass
+class DPOSettings:
+    """``train.preference.dpo``: the joint DPO loss."""
+
+    beta: float = 0.1
+    """DPO beta: the inverse temperature of the joint log-ratio (larger = stay closer to the reference)."""
+    reference_free: bool = False
+    """Drop the reference log-probs from the DPO margin (no reference model is built)."""
+
+
+@dataclass
+class IterativeSettings:
+    """``train.preference.iterative``: the rounds of madpo_iter and marlhf_iter: schedule, replay, reference refresh, comparator, reward model."""
+
     rounds: int = 2
     """madpo_iter, marlhf_iter: rounds of (sample the current policy, build pairs, train on them)."""
     round_batches: int = 1
@@ -58,6 +73,27 @@ class PreferenceSettings:
     """marlhf_iter: the joint reward model fitted each round on the pool (its pairs key stays null)."""
     reward_model_refit: str = "fresh"
     """marlhf_iter: fresh (a new reward model each round) | continue (go on training last round's)."""
+
+
+SECTIONS = {"pairs": PairSettings, "dpo": DPOSettings, "iterative": IterativeSettings}
+
+
+@aliased
+@dataclass
+class PreferenceSettings:
+    """``train.preference``: pairs, the DPO loss, and the rounds of the iterative algorithms. The keys that were
+    flat before the sections (``train.preference.beta``) are aliases of their section's
+    (``train.preference.dpo.beta``), in YAML, overrides, keyword arguments and attributes."""
+
+    pairs: PairSettings = field(default_factory=PairSettings)
+    """Which pairs are kept, and the pair files."""
+    dpo: DPOSettings = field(default_factory=DPOSettings)
+    """The joint DPO loss."""
+    iterative: IterativeSettings = field(default_factory=IterativeSettings)
+    """Rounds of madpo_iter and marlhf_iter."""
+
+    ALIASES: ClassVar[dict[str, str]] = {f.name: f"{sec}.{f.name}" for sec, cls in SECTIONS.items()
+                                         for f in fields(cls)}
 
     def validate(self) -> None:
         if self.pair_selection not in SELECTIONS:

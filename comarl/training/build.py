@@ -67,7 +67,7 @@ def check_run(cfg, algorithm: Algorithm, agents: Sequence, env: Environment) -> 
     """Every check that needs no model: the config, the algorithm's own (``Algorithm.check``), the tree size
     and the team size the environment expects."""
     cfg.validate(len(agents), algorithm.generations_needed(cfg))
-    check_tree_size(cfg.joint_mode, cfg.num_generations, len(agents), cfg.num_turns, cfg.max_samples_per_item)
+    check_tree_size(cfg.rollout.joint_mode, cfg.rollout.num_generations, len(agents), cfg.rollout.num_turns, cfg.rollout.max_samples_per_item)
     algorithm.check_config(cfg, list(agents))
     if getattr(env, "num_agents", len(agents)) != len(agents):
         raise ConfigError(f"agents: the environment expects {env.num_agents} agents, {len(agents)} given")
@@ -80,8 +80,8 @@ def place_agents(agents: Sequence, cfg, rank0_build: bool) -> list[Agent]:
     ``meta``; ``Sharding.add`` later fills every rank's shards from rank 0's weights."""
     if all(isinstance(a, Agent) for a in agents):
         built = list(agents)
-        if cfg.agent_devices is not None:
-            devices = agent_device_names([a.config for a in built], cfg.agent_devices)
+        if cfg.hardware.agent_devices is not None:
+            devices = agent_device_names([a.config for a in built], cfg.hardware.agent_devices)
             owner: dict[int, int] = {}
             for i, (a, d) in enumerate(zip(built, devices)):
                 j = owner.setdefault(id(a.model), i)
@@ -92,7 +92,7 @@ def place_agents(agents: Sequence, cfg, rank0_build: bool) -> list[Agent]:
                 a.config = dataclasses.replace(a.config, device=d)
         return built
     configs = [a if isinstance(a, AgentConfig) else AgentConfig(model=a) for a in agents]
-    devices = agent_device_names(configs, cfg.agent_devices)
+    devices = agent_device_names(configs, cfg.hardware.agent_devices)
     check_shared_devices(configs, devices)
     placed = [dataclasses.replace(c, device=d) for c, d in zip(configs, devices)]
     return built_on_rank0(build_agents, placed) if rank0_build else build_agents(placed)
@@ -116,23 +116,23 @@ def build_run(agents: Sequence, env: Environment, items: list[dict], cfg, algori
     step_alg = algorithm.step_algorithm(cfg)
     # sharded: rank 0 builds the models on the CPU, the other ranks on `meta`, and every module is sharded
     # with rank 0's weights (Sharding.add), so no rank holds an agent whole on its device
-    rank0_build = cfg.sharding == "fsdp" and dist.is_distributed()
-    seed_everything(cfg.seed)  # the same model init on every rank ...
+    rank0_build = cfg.hardware.sharding == "fsdp" and dist.is_distributed()
+    seed_everything(cfg.run.seed)  # the same model init on every rank ...
     built = place_agents(agents, cfg, rank0_build)
     if not rank0_build:
         for m in {id(a.model): a.model for a in built}.values():
             dist.broadcast_parameters(m)  # ... made certain: rank 0's trainable weights everywhere
-    critic = build_critic(step_alg.critic, cfg.critic, built, cfg.discount, cfg.micro_batch_size,
-                          cfg.max_grad_norm) if step_alg.critic else None  # iac, maac
+    critic = build_critic(step_alg.critic, cfg.critic, built, cfg.rollout.discount, cfg.hardware.micro_batch_size,
+                          cfg.loss.max_grad_norm) if step_alg.critic else None  # iac, maac
     for m in critic.modules() if critic is not None and not rank0_build else []:
         dist.broadcast_parameters(m)
-    check_mixed_precision(cfg.mixed_precision, [a.config.device if rank0_build else str(a.device)
+    check_mixed_precision(cfg.hardware.mixed_precision, [a.config.device if rank0_build else str(a.device)
                                                 for a in built])  # rank-0 build: not there yet
     scalers = setup_memory_savers(built, cfg)
     if dist.world_size() > 1:  # ... but a different sampling stream per rank
-        seed_everything(dist.sampling_seed(cfg.seed, dist.rank()))
-    team = Team(built, [None] * len(built), [], [], scalers, None, cfg.max_grad_norm, cfg.fsdp_gather,
-                cfg.share_prefix, cfg.reference_device)
+        seed_everything(dist.sampling_seed(cfg.run.seed, dist.rank()))
+    team = Team(built, [None] * len(built), [], [], scalers, None, cfg.loss.max_grad_norm, cfg.hardware.fsdp_gather,
+                cfg.hardware.share_prefix, cfg.hardware.reference_device)
     if algorithm.needs_reference(cfg):
         team.references = team.new_references()
     team.place_references()
@@ -143,8 +143,8 @@ def build_run(agents: Sequence, env: Environment, items: list[dict], cfg, algori
     team.optimizers = [build_optimizer(a.model, a.config, f"agents.{i}") for i, a in enumerate(team.agents)]
     parts = Parts(cfg, team, env, items, step_alg, critic, generator)
     source = algorithm.source(parts)
-    total_opt = source.total_steps * cfg.num_iterations
-    team.schedulers = [build_scheduler(o, cfg.lr_scheduler, cfg.warmup_steps, total_opt) for o in team.optimizers]
+    total_opt = source.total_steps * cfg.loss.num_iterations
+    team.schedulers = [build_scheduler(o, cfg.run.lr_scheduler, cfg.run.warmup_steps, total_opt) for o in team.optimizers]
     return Run(team, algorithm.update(parts), source, critic)
 
 

@@ -67,8 +67,8 @@ class Trainer:
         self.config = cfg = config or TrainConfig()
         self.algorithm = get_algorithm(cfg.algorithm)
         check_run(cfg, self.algorithm, agents, env)  # every config check, before data and models
-        if cfg.output_dir and dist.launch_rank() == 0:
-            run_dir.prepare_output_dir(cfg.output_dir, cfg.resume, cfg.overwrite)
+        if cfg.run.output_dir and dist.launch_rank() == 0:
+            run_dir.prepare_output_dir(cfg.run.output_dir, cfg.run.resume, cfg.run.overwrite)
         self.run_id = run_dir.new_run_id()  # a resumed run takes its checkpoint's id (resume)
         self._resumed_from: str | None = None
         # data first: a bad row fails in a second, before any model is loaded
@@ -78,7 +78,7 @@ class Trainer:
             raise ConfigError("data.train: the training set is empty")
         check_items(env, self.train_items, "train_dataset")
         check_items(env, self.eval_items, "eval_dataset")
-        dist.init_from_env(cfg.dist_backend)
+        dist.init_from_env(cfg.hardware.dist_backend)
         run = build_run(agents, env, self.train_items, cfg, self.algorithm, generator)
         self.generator = generator
         self.team, self.update, self.source, self.critic = run.team, run.update, run.source, run.critic
@@ -86,8 +86,8 @@ class Trainer:
         self.state = TrainState(self.source.cursor, self.team.counters)
         self.history: list[dict[str, float]] = []
         self._last_examples: list[dict] = []
-        if cfg.resume:
-            self.resume(cfg.resume)
+        if cfg.run.resume:
+            self.resume(cfg.run.resume)
 
     # the team's and the source's members, as a user reads them
     agents = property(lambda self: self.team.agents)
@@ -121,34 +121,34 @@ class Trainer:
         """Run until ``max_steps`` / the epochs are done; returns the per-step metrics."""
         cfg = self.config
         main = dist.is_main()
-        if main and cfg.output_dir:
-            run_dir.write_marker(cfg.output_dir, self.run_id, self._resumed_from)
-        logger = MetricsLogger(cfg.output_dir, cfg.report_to, enabled=main, wandb_project=cfg.wandb_project,
+        if main and cfg.run.output_dir:
+            run_dir.write_marker(cfg.run.output_dir, self.run_id, self._resumed_from)
+        logger = MetricsLogger(cfg.run.output_dir, cfg.run.report_to, enabled=main, wandb_project=cfg.run.wandb_project,
                                run_config={"train": to_dict(cfg), "agents": [to_dict(a.config) for a in self.agents]})
-        bar = Progress(self.total_steps, self.state.step, enabled=main and cfg.progress_bar)
-        stop = DeferredInterrupt(cfg.save_on_interrupt and bool(cfg.output_dir)).start()
+        bar = Progress(self.total_steps, self.state.step, enabled=main and cfg.run.progress_bar)
+        stop = DeferredInterrupt(cfg.run.save_on_interrupt and bool(cfg.run.output_dir)).start()
         saved_at = None
         try:
             while self.state.step < self.total_steps:
                 metrics = self._one_step()
                 step = self.state.step
-                if cfg.eval_steps and self.eval_items and step % cfg.eval_steps == 0:
+                if cfg.run.eval_steps and self.eval_items and step % cfg.run.eval_steps == 0:
                     metrics.update({f"eval/{k}": v for k, v in self.evaluate()["metrics"].items()})
                 self.history.append(metrics)
-                if step % cfg.logging_steps == 0 or step == self.total_steps:
+                if step % cfg.run.logging_steps == 0 or step == self.total_steps:
                     logger.log(step, metrics)
-                if cfg.log_samples_steps and (step == 1 or step % cfg.log_samples_steps == 0):
+                if cfg.run.log_samples_steps and (step == 1 or step % cfg.run.log_samples_steps == 0):
                     logger.log_samples(step, self._last_examples)
                 bar.update(metrics)
                 round_end = self.source.ends_round(step)
-                if cfg.output_dir and ((cfg.save_steps and step % cfg.save_steps == 0) or round_end):
+                if cfg.run.output_dir and ((cfg.run.save_steps and step % cfg.run.save_steps == 0) or round_end):
                     path, saved_at = self.save_checkpoint(), step
                     self.source.saved(path, step)  # rounds: rounds.json
                 if stop.requested_on_all_ranks():  # train.save_on_interrupt: checkpoint at a step boundary
                     if saved_at != step:
                         self.save_checkpoint()
                     raise KeyboardInterrupt
-            if cfg.output_dir and saved_at != self.state.step:
+            if cfg.run.output_dir and saved_at != self.state.step:
                 self.save_checkpoint()
         except KeyboardInterrupt:
             raise self._interrupted() from None
@@ -177,7 +177,7 @@ class Trainer:
 
     def _interrupted(self) -> TrainingInterrupted:
         """The exception a Ctrl-C ends training with: step reached and newest checkpoint of this run."""
-        out = self.config.output_dir
+        out = self.config.run.output_dir
         last = ckpt.latest_checkpoint(out, self.run_id) if out else None
         return TrainingInterrupted(self.state.step, self.total_steps, last)
 
@@ -187,7 +187,7 @@ class Trainer:
         ``{"metrics": {...}, "summary": env.summarize(records) or {}}``."""
         items = list(items) if items is not None else self.eval_items
         with self.team.gathered(env=self.env, rollout=True):
-            return evaluate_agents(self.agents, self.env, items, num_generations or self.config.eval_num_generations,
+            return evaluate_agents(self.agents, self.env, items, num_generations or self.config.run.eval_num_generations,
                                    self.config, shard=True, lockstep=self.team.lockstep, generator=self.generator)
 
     # ----------------------------------------------------------------- files
@@ -203,18 +203,18 @@ class Trainer:
             modules.update(m)
             extra.update(e)
         if team.sharding is not None:  # every rank writes its shards
-            path = ckpt.save_sharded_checkpoint(cfg.output_dir, st.step, team.agents, team.optimizers,
-                                                team.schedulers, state, keep=cfg.save_total_limit, modules=modules,
-                                                extra=extra, checksums=cfg.checkpoint_checksums)
+            path = ckpt.save_sharded_checkpoint(cfg.run.output_dir, st.step, team.agents, team.optimizers,
+                                                team.schedulers, state, keep=cfg.run.save_total_limit, modules=modules,
+                                                extra=extra, checksums=cfg.run.checkpoint_checksums)
             return path if dist.is_main() else None
         if not dist.is_main():
             return None
-        return ckpt.save_checkpoint(cfg.output_dir, st.step, team.agents, team.optimizers, team.schedulers, state,
-                                    keep=cfg.save_total_limit, extra=extra or None, checksums=cfg.checkpoint_checksums)
+        return ckpt.save_checkpoint(cfg.run.output_dir, st.step, team.agents, team.optimizers, team.schedulers, state,
+                                    keep=cfg.run.save_total_limit, extra=extra or None, checksums=cfg.run.checkpoint_checksums)
 
     def resume(self, where: str) -> None:
         cfg, team = self.config, self.team
-        out = cfg.output_dir or "."
+        out = cfg.run.output_dir or "."
         path = ckpt.resume_checkpoint(where, out, run_dir.read_run_id(out))  # verified; latest: newest that verifies
         saved = ckpt.load_checkpoint(path, team.agents, team.optimizers, team.schedulers, checksums=False)
         self.update.restore(path, team)
@@ -225,19 +225,19 @@ class Trainer:
         team.counters.clear()
         team.counters.update(saved["counters"])
         # checkpoints before global_batch was saved: the per-rank batch is assumed unchanged
-        saved_global = saved.get("global_batch", saved.get("world_size", 1) * cfg.batch_size)
+        saved_global = saved.get("global_batch", saved.get("world_size", 1) * cfg.run.batch_size)
         self.source.cursor.restore(saved, saved_global)
-        if saved_global != self.global_batch and not cfg.max_steps and self.source.epoch_based:
+        if saved_global != self.global_batch and not cfg.run.max_steps and self.source.epoch_based:
             # another global batch (ranks x batch_size): run the rest of the epochs in the new batch size
-            self.total_steps = self.state.step + self.source.cursor.steps_left(cfg.epochs)
-            total_opt = self.total_steps * cfg.num_iterations
-            team.schedulers = [rebuild_scheduler(o, sch, cfg.lr_scheduler, cfg.warmup_steps, total_opt)
+            self.total_steps = self.state.step + self.source.cursor.steps_left(cfg.run.epochs)
+            total_opt = self.total_steps * cfg.loss.num_iterations
+            team.schedulers = [rebuild_scheduler(o, sch, cfg.run.lr_scheduler, cfg.run.warmup_steps, total_opt)
                                for o, sch in zip(team.optimizers, team.schedulers)]
         if dist.world_size() > 1:  # the checkpoint holds rank 0's RNG: give each rank its own stream again
-            seed_everything(dist.sampling_seed(cfg.seed, dist.rank(), self.state.step))
+            seed_everything(dist.sampling_seed(cfg.run.seed, dist.rank(), self.state.step))
         if dist.is_main():
-            if cfg.output_dir:  # rows the interrupted run logged after this checkpoint
-                run_dir.truncate_logs(cfg.output_dir, self.state.step)
+            if cfg.run.output_dir:  # rows the interrupted run logged after this checkpoint
+                run_dir.truncate_logs(cfg.run.output_dir, self.state.step)
             print(f"resumed from {path.name} (step {self.state.step} of {self.total_steps})", flush=True)
 
     def save(self, path: str | Path) -> Path:

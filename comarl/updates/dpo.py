@@ -78,56 +78,56 @@ def dpo_step(team, config, batch: PairBatch, step: int, loss_fn=joint_dpo_loss) 
     ref_seq = []
     for i, (d, needed, _, _) in enumerate(sel):
         ref = team.references[i]
-        if pref.reference_free or ref is None:
+        if pref.dpo.reference_free or ref is None:
             ref_seq.append(torch.zeros(len(needed)))
         else:  # a frozen copy, or (LoRA) the agent's own base with the adapter off
             whole = [ref.model] if getattr(ref, "model", None) is not None else [agents[i].model]
-            with team.gathered(whole), autocast(cfg.mixed_precision, agents[i].device):
+            with team.gathered(whole), autocast(cfg.hardware.mixed_precision, agents[i].device):
                 ref_seq.append(_sequence_logprobs(ref.logprobs, d.prompts, d.completions, needed,
-                                                  cfg.micro_batch_size, d.forced))
-    for it in range(cfg.num_iterations):
+                                                  cfg.hardware.micro_batch_size, d.forced))
+    for it in range(cfg.loss.num_iterations):
         pol_seq = []
         for i, (d, needed, _, _) in enumerate(sel):
             agent = agents[i]
             agent.model.train()
             fn = lambda p, c, a=agent: completion_logprobs(a.model, p, c, a.tokenizer.pad_token_id,
-                                                           a.config.temperature, cfg.share_prefix)
-            with torch.no_grad(), team.gathered([agent.model]), autocast(cfg.mixed_precision, agent.device), \
-                    dropout_disabled(agent.model, cfg.disable_dropout):  # the same policy the backward pass sees
-                pol_seq.append(_sequence_logprobs(fn, d.prompts, d.completions, needed, cfg.micro_batch_size,
+                                                           a.config.temperature, cfg.hardware.share_prefix)
+            with torch.no_grad(), team.gathered([agent.model]), autocast(cfg.hardware.mixed_precision, agent.device), \
+                    dropout_disabled(agent.model, cfg.loss.disable_dropout):  # the same policy the backward pass sees
+                pol_seq.append(_sequence_logprobs(fn, d.prompts, d.completions, needed, cfg.hardware.micro_batch_size,
                                                   d.forced))
         # the [P, N] problem: d loss / d (each agent's sequence log-prob), loss = sum over pairs / global pairs
         leaves = [s.clone().requires_grad_(True) for s in pol_seq]
         pc = torch.stack([leaves[i][s[2]] for i, s in enumerate(sel)], dim=1)
         pr = torch.stack([leaves[i][s[3]] for i, s in enumerate(sel)], dim=1)
-        if pref.reference_free:
-            losses, z = reference_free_dpo_loss(pc, pr, pref.beta)
+        if pref.dpo.reference_free:
+            losses, z = reference_free_dpo_loss(pc, pr, pref.dpo.beta)
         else:
             rc = torch.stack([ref_seq[i][s[2]] for i, s in enumerate(sel)], dim=1)
             rr = torch.stack([ref_seq[i][s[3]] for i, s in enumerate(sel)], dim=1)
-            losses, z = loss_fn(pc, pr, rc, rr, pref.beta)
+            losses, z = loss_fn(pc, pr, rc, rr, pref.dpo.beta)
         loss = (losses * batch.weights.to(losses.dtype)).sum() / w_total
         coefs = torch.autograd.grad(loss, leaves, allow_unused=True) if n_pairs else [None] * len(leaves)
         if it == 0:  # over every rank's pairs
             n_all = dist.all_reduce_sum(n_pairs)
             z = z.detach()
             out.update({"pref/loss": dist.all_reduce_sum(float(loss.detach())),
-                        "pref/margin": dist.all_reduce_sum(float(z.sum())) / pref.beta / max(n_all, 1),
+                        "pref/margin": dist.all_reduce_sum(float(z.sum())) / pref.dpo.beta / max(n_all, 1),
                         "pref/accuracy": dist.all_reduce_sum(float((z > 0).sum())) / max(n_all, 1)})
         for i, (d, needed, _, _) in enumerate(sel):
             agent = agents[i]
             bad = False
             coef = coefs[i] if coefs[i] is not None else torch.zeros(len(needed))
-            mb, pad = cfg.micro_batch_size, agent.tokenizer.pad_token_id
+            mb, pad = cfg.hardware.micro_batch_size, agent.tokenizer.pad_token_id
             n_micro = -(-len(needed) // mb)
             # sharded: every rank runs as many forwards/backwards (FSDP collectives), each copy of a prompt encoded
-            share = cfg.share_prefix and not sharded
+            share = cfg.hardware.share_prefix and not sharded
             for m in range(lockstep_count(n_micro) if sharded else n_micro):
                 if m >= n_micro or bad:  # sharded: out of samples (or already non-finite)
                     idle_backward(agent.model, pad)
                     continue
                 idx = needed[m * mb:(m + 1) * mb]
-                with autocast(cfg.mixed_precision, agent.device), dropout_disabled(agent.model, cfg.disable_dropout):
+                with autocast(cfg.hardware.mixed_precision, agent.device), dropout_disabled(agent.model, cfg.loss.disable_dropout):
                     logp, mask = completion_logprobs(agent.model, [d.prompts[s] for s in idx],
                                                      [d.completions[s] for s in idx], pad,
                                                      agent.config.temperature, share)
@@ -187,7 +187,7 @@ class OnlineDPO:
     def step(self, team, batch: PromptBatch, step: int) -> StepOutput:
         cfg = self.config
         t0 = time.perf_counter()
-        rollouts, _, t_roll = roll_out(team, batch.env, batch.items, self.settings, cfg.gradient_accumulation_steps)
+        rollouts, _, t_roll = roll_out(team, batch.env, batch.items, self.settings, cfg.run.gradient_accumulation_steps)
         metrics, counts = rollout_step_metrics(rollouts, {})
         team.count("completions", sum(r.num_completions for r in rollouts))
         metrics.update(self.learn(team, rollouts, step))
@@ -200,12 +200,12 @@ class OnlineDPO:
     def learn(self, team, rollouts, step: int) -> dict[str, float]:
         """The pairs of ``rollouts`` (every tree node's), then ``dpo_step`` on them."""
         cfg = self.config
-        chunk_pairs = step_pairs(rollouts, cfg, f"{cfg.seed}/step{step}")
+        chunk_pairs = step_pairs(rollouts, cfg, f"{cfg.run.seed}/step{step}")
         n_pairs = sum(len(p) for p in chunk_pairs)
         out = {"pref/pairs": float(n_pairs),
                "pref/gap": sum(p.gap for ps in chunk_pairs for p in ps) / max(n_pairs, 1)}
-        if cfg.preference.pairs_out:  # every rank's pairs (collective)
-            write_pairs(cfg.preference.pairs_out, step, rollouts, chunk_pairs,
+        if cfg.preference.pairs.pairs_out:  # every rank's pairs (collective)
+            write_pairs(cfg.preference.pairs.pairs_out, step, rollouts, chunk_pairs,
                         [tokenizer_fingerprint(a.tokenizer) for a in team.agents])
         agents = []
         for i in range(len(team.agents)):

@@ -82,7 +82,7 @@ class PolicyGradient:
         cfg = self.config
         t0 = time.perf_counter()
         rollouts, values, t_roll = roll_out(team, batch.env, batch.items, self.settings,
-                                            cfg.gradient_accumulation_steps, self.critic)
+                                            cfg.run.gradient_accumulation_steps, self.critic)
         metrics, counts = rollout_step_metrics(rollouts, values)
         team.count("completions", sum(r.num_completions for r in rollouts))
         trained_tokens = 0
@@ -112,38 +112,38 @@ class PolicyGradient:
         # tokens in the loss per sequence: all of it, or (structured generation) the sampled ones only
         lengths = torch.tensor([len(c) for c in comps] if forced is None else
                                [len(c) - sum(f) for c, f in zip(comps, forced)], dtype=torch.long)
-        if cfg.mask_truncated and samples:  # truncated completions leave the loss and its normalisation
+        if cfg.loss.mask_truncated and samples:  # truncated completions leave the loss and its normalisation
             lengths = lengths * (~torch.cat([s.truncated for s in samples])).long()
         batch = LossBatch(prompts, comps, lengths, micro_batch_spans(group_sizes(samples, len(comps)),
-                                                                     cfg.micro_batch_size, cfg.share_prefix),
+                                                                     cfg.hardware.micro_batch_size, cfg.hardware.share_prefix),
                           n_seq=dist.all_reduce_sum(int((lengths > 0).sum())),
                           n_tok=dist.all_reduce_sum(int(lengths.sum())), n_all=dist.all_reduce_sum(len(comps)),
                           forced=forced)
         if batch.n_seq == 0 or batch.n_tok == 0:  # the counts are global: every rank skips together
             return self._skip_empty_batch(team, i, batch, step)
         ref = team.references[i]
-        kl_in_reward = ref is not None and cfg.kl_mode == "reward"
+        kl_in_reward = ref is not None and cfg.loss.kl_mode == "reward"
         old = None
         with team.gathered([model] + ([ref.model] if getattr(ref, "model", None) is not None else [])):
-            with autocast(cfg.mixed_precision, agent.device):
+            with autocast(cfg.hardware.mixed_precision, agent.device):
                 ref_out = [ref.logprobs(prompts[a:b], comps[a:b]) for a, b in batch.spans] if ref is not None else []
             if forced is not None:  # the KL counts sampled tokens only, like the loss
                 ref_out = [(r, m * (1 - forced_mask(forced[a:b], m.shape[1])).to(m))
                            for (r, m), (a, b) in zip(ref_out, batch.spans)]
-            if cfg.num_iterations > 1 or kl_in_reward:
+            if cfg.loss.num_iterations > 1 or kl_in_reward:
                 model.eval()  # the sampling policy: no dropout (as in generate and the reference)
-                with torch.no_grad(), autocast(cfg.mixed_precision, agent.device):
+                with torch.no_grad(), autocast(cfg.hardware.mixed_precision, agent.device):
                     old = [completion_logprobs(model, prompts[a:b], comps[a:b], agent.tokenizer.pad_token_id,
-                                               agent.config.temperature, cfg.share_prefix)[0]
+                                               agent.config.temperature, cfg.hardware.share_prefix)[0]
                            for a, b in batch.spans]
         model.train()
         if kl_in_reward:  # R <- R - beta * sum_t kl_t, before the advantages
-            seq_kl = torch.cat([sequence_kl(o, r, mask.to(o.dtype), cfg.kl_estimator).cpu()
+            seq_kl = torch.cat([sequence_kl(o, r, mask.to(o.dtype), cfg.loss.kl_estimator).cpu()
                                 for o, (r, mask) in zip(old, ref_out)])
             start = 0
             for s in samples:
                 part = seq_kl[start:start + s.num_samples].reshape(s.returns.shape)
-                s.returns = s.returns - cfg.kl_beta * part.to(s.returns.dtype)
+                s.returns = s.returns - cfg.loss.kl_beta * part.to(s.returns.dtype)
                 start += s.num_samples
         for s in samples:
             s.advantages = self.advantage(s, cfg)
@@ -152,8 +152,8 @@ class PolicyGradient:
         name = agent.name
         ref_lp = [lp for lp, _ in ref_out]
         clip_passes: list[dict[str, float]] = []
-        for it in range(cfg.num_iterations):
-            with dropout_disabled(model, cfg.disable_dropout):
+        for it in range(cfg.loss.num_iterations):
+            with dropout_disabled(model, cfg.loss.disable_dropout):
                 if self.critic is not None:  # first, so a value head's backbone gradients join this agent's step
                     out.update(self.critic.update(i, it))
                     if self.critic.last_skipped:
@@ -184,33 +184,33 @@ class PolicyGradient:
         model, pad, temp = agent.model, agent.tokenizer.pad_token_id, agent.config.temperature
         total, kl_sum, kl_tokens = 0.0, 0.0, 0
         clip_sums, clip_tokens = {"low": 0.0, "high": 0.0, "region": 0.0}, 0.0
-        n_norm = batch.n_all if cfg.loss_normalization == "constant" else batch.n_seq  # docs/algorithms.md
+        n_norm = batch.n_all if cfg.loss.loss_normalization == "constant" else batch.n_seq  # docs/algorithms.md
         bad = False
         sharded = team.sharding is not None
         # sharded: every rank must run the same forwards (FSDP collectives), and whether a micro-batch shares its
         # prompts depends on that rank's items, so the sharded update encodes every copy (docs/shared_prefix.md)
-        share = cfg.share_prefix and not sharded
+        share = cfg.hardware.share_prefix and not sharded
         for m in range(lockstep_count(len(batch.spans)) if sharded else len(batch.spans)):
             if m >= len(batch.spans) or bad:  # sharded: this rank is out of items (or already non-finite)
                 idle_backward(model, pad)
                 continue
             a, b = batch.spans[m]
             forced = {"forced": batch.forced[a:b]} if batch.forced is not None else {}  # structured generation
-            with autocast(cfg.mixed_precision, agent.device):  # train.mixed_precision (precision.py)
+            with autocast(cfg.hardware.mixed_precision, agent.device):  # train.mixed_precision (precision.py)
                 logp, cmask = completion_logprobs(model, batch.prompts[a:b], batch.comps[a:b], pad, temp,
                                                   share, **forced)
             in_loss = {"mask": cmask.cpu() * (batch.lengths[a:b] > 0).unsqueeze(1)} if forced else {}
-            w = self.weights(batch.lengths[a:b], logp.shape[1], cfg.loss_normalization, n_norm, batch.n_tok,
+            w = self.weights(batch.lengths[a:b], logp.shape[1], cfg.loss.loss_normalization, n_norm, batch.n_tok,
                               agent.config.max_new_tokens, **in_loss).to(logp.device)
             old_lp = old[m] if old is not None else logp.detach()
             loss, st = self.loss(logp, old_lp, adv[a:b].to(logp.device, logp.dtype), w,
-                                           cfg.clip_low, cfg.clip_high, cfg.ratio_level)
+                                           cfg.loss.clip_low, cfg.loss.clip_high, cfg.loss.ratio_level)
             if ref_lp:
                 if first:  # metric: KL of the policy that sampled, over real tokens
-                    kl_sum += float((kl_estimate(logp.detach(), ref_lp[m], cfg.kl_estimator) * cmask).sum())
+                    kl_sum += float((kl_estimate(logp.detach(), ref_lp[m], cfg.loss.kl_estimator) * cmask).sum())
                     kl_tokens += int(cmask.sum())
-                if cfg.kl_mode == "loss":
-                    loss = loss + kl_penalty(logp, ref_lp[m], w, cfg.kl_beta, cfg.kl_estimator)
+                if cfg.loss.kl_mode == "loss":
+                    loss = loss + kl_penalty(logp, ref_lp[m], w, cfg.loss.kl_beta, cfg.loss.kl_estimator)
             if self.critic is not None and cfg.critic.entropy_coef > 0:  # actor-critic entropy bonus
                 loss = loss + entropy_bonus(logp, w, cfg.critic.entropy_coef)
             if not torch.isfinite(loss):
