@@ -254,8 +254,9 @@ class FunctionCodingEnv:
             wrapper=is_wrapper(a.main_fn, self.helper_name))
 
     def _paper_followups(self, states, responses, attempts, reports, transitions) -> list[Transition]:
-        """Give every transition that continues its next state (prompts from the paper feedback mode)."""
-        cont = [i for i, t in enumerate(transitions) if not t.done]
+        """Give every transition that continues without a next state yet (the comarl modes made theirs) its next
+        state, with prompts from the paper feedback mode."""
+        cont = [i for i, t in enumerate(transitions) if not t.done and t.next_state is None]
         if not cont:
             return transitions
         edits: dict[int, tuple[str, str]] = {}
