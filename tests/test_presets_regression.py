@@ -6,7 +6,9 @@ a preset, a team size and mode, a feedback mode and a number of turns, a few ite
 responses), the first prompts, and per turn the sandbox jobs, each transition's reward, ``done``, metrics
 and next state (prompts, info, history).
 
-The fixture ``tests/fixtures/presets_regression.json`` was recorded with the code before the change::
+The fixture ``tests/fixtures/presets_regression.json`` was recorded with the code before the change (commit
+000420f: the environment classes with their ``_paper_*`` methods, after one fix: preset paper with feedback
+``diagnosis`` used to raise on turn 1)::
 
     PYTHONPATH=$PWD python tests/test_presets_regression.py --record
 
