@@ -1,7 +1,7 @@
 """Code extraction and joint-program assembly (pure, no sandbox)."""
 from comarl.envs.coding.assemble import (assemble, calls_helper, ignores_helper_result, is_thin_wrapper,
                                          missing_imports, prompt_context)
-from comarl.envs.coding.classeval import merge_class, parse_agent_code, split_methods
+from comarl.envs.coding.class_merge import merge_class, parse_agent_code, split_methods
 from comarl.envs.coding.extract import extract_code, parses, split_blocks
 from comarl.envs.coding.testcases import check_snippets
 

@@ -70,3 +70,21 @@ def test_expert_edits_needs_an_expert_and_runs_with_the_tiny_model():
     edits = Expert("tiny", max_new_tokens=4, retries=2).edits(
         [{"prompt": "def f(x):\n", "helper": "aux", "entry_point": "f", "code": "def f(x):\n    return x"}])
     assert edits == [("", "")]  # a random tiny model writes no JSON: no edits, as the paper's fallback
+
+
+def test_paper_scoring_with_diagnosis_feedback(shared_data):
+    """``feedback: diagnosis`` (a comarl mode) on paper scoring: the next prompts are the first-turn prompts plus the
+    ``revise`` block with the diagnosis (this raised "must be one of (level_feedback, ...)" before)."""
+    item = load_function_items("coophumaneval", str(shared_data / "coophumaneval"), "train[:1]", None)[0]
+    env = FunctionCodingEnv("coophumaneval", 2, preset="paper", max_turns=2, feedback="diagnosis")
+    try:
+        state = env.reset(item)
+        resp = ("def aux(n):\n    return n > 100\n", "def x_or_y(n, x, y):\n    r = aux(n)\n    return x if r else y\n")
+        t = env.step_batch([state], [resp])[0]
+    finally:
+        env.close()
+    assert not t.done and t.metrics["passed_all"] == 0.0
+    helper, main = t.next_state.prompts
+    assert helper.startswith(state.prompts[0]) and main.startswith(state.prompts[1])
+    assert "Diagnosis of the joint program:" in main and "return x if r else y" in main
+    assert t.next_state.info["feedback"].startswith("Diagnosis") and len(t.next_state.info["revisions"]) == 2

@@ -9,6 +9,9 @@ whether the main function calls it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from .extract import extract_code
 
 FEEDBACK_MODES = ("plain", "diagnosis")
 HISTORY_MODES = ("last", "all")
@@ -100,6 +103,14 @@ def revision_prompts(first: tuple[str, ...], earlier: tuple[tuple[str, ...], ...
     kept = tuple(prev + (b,) for prev, b in zip(earlier, blocks))
     shown = kept if history == "all" else tuple(k[-1:] for k in kept)
     return tuple(p + "".join(s) for p, s in zip(first, shown)), kept
+
+
+def revised(first: tuple[str, ...], earlier: tuple[tuple[str, ...], ...] | None, responses: Sequence[str],
+            texts: Sequence[str], templates: Mapping[str, Any], history: str) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """:func:`revision_prompts` where agent i's new block is the ``revise`` template filled with the code of its
+    response ``responses[i]`` (the whole text when no code is found) and ``texts[i]``."""
+    blocks = [templates["revise"].format(previous=extract_code(r) or r.strip(), feedback=t) for r, t in zip(responses, texts)]
+    return revision_prompts(first, earlier, blocks, history)
 
 
 def check_turn_args(feedback: str, max_turns: int, history: str, paper_modes: tuple[str, ...] = ()) -> None:

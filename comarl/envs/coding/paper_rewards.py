@@ -9,7 +9,7 @@ Function level (HumanEval, MBPP, CoopHumanEval), ``[.]`` = 1 if true::
         r += 0.5 + 1.0*[main is not a wrapper] - 0.5*[a helper result is ignored]
 
 Maximum 4.0; one agent (no helper) 2.1. "Defined", "wrapper" and "ignored"
-are the paper's text tests (``paper_text.py``); unlike preset ``comarl`` the
+are the paper's text tests (``paper_text.py``); unlike preset ``default`` the
 cooperation bonus needs only a helper *text*, not a defined helper.
 
 ClassEval, ``M`` = methods to write, ``v`` = methods whose text (from the

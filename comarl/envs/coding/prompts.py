@@ -1,4 +1,5 @@
-"""Default prompt templates per role (override any of them with ``env.args.prompts``).
+"""Prompt templates per role of comarl's preset (override any of them with ``env.args.prompts``), and the
+first-turn prompts every preset builds from its templates.
 
 Placeholders: ``{prompt}`` (the task's signature + docstring), ``{entry_point}``,
 ``{helper}`` (helper name); ClassEval: ``{skeleton}``, ``{class_name}``,
@@ -7,6 +8,11 @@ Placeholders: ``{prompt}`` (the task's signature + docstring), ``{entry_point}``
 Feedback turns append ``REVISE`` to the first-turn prompt.
 """
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from .presets.records import ClassSettings, FunctionSettings
 
 HELPER = """Write a helper function for the coding problem below. Another agent will write the main function \
 `{entry_point}` and may call your helper.
@@ -64,62 +70,29 @@ Revise your code. Output the complete revised code only.
 
 DEFAULTS = {"helper": HELPER, "main": MAIN, "single": SINGLE, "class": CLASS, "revise": REVISE}
 
-# Preset ``paper``: the same role, constraints and output format as the MAGRPO paper's prompts, in our
-# own words (the verbatim wording is in the reference repositories; see docs/reproduction_coding.md).
-# The paper asked for bare code without fences: its reward strips fences anyway.
-PAPER_HELPER = """Write a helper function for the coding problem below.
 
-Problem:
-{prompt}
-Rules:
-- Name the helper `{helper}`; the main function will call it, so it must return something useful.
-- Give it real parameters and end it with a return statement.
-- Output only the function: no markdown fences, no text before or after it, no tests, no usage examples.
-"""
-
-PAPER_MAIN = """Implement the required function for the coding problem below.
-
-Problem:
-{prompt}
-A helper function `{helper}(...)` written by another agent is available to you.
-Rules:
-- Define `{entry_point}` with exactly the parameters shown above and return the result.
-- Call `{helper}(...)` and use what it returns; do not define `{helper}` yourself.
-- Output only the function: no markdown fences, no text before or after it, no tests, no usage examples.
-"""
-
-PAPER_SINGLE = """Implement the required function for the coding problem below.
-
-Problem:
-{prompt}
-Rules:
-- Define `{entry_point}` with exactly the parameters shown above and return the result.
-- Output only the function: no markdown fences, no text before or after it, no tests, no usage examples.
-"""
-
-PAPER_CLASS = """You are one of the agents completing the Python class `{class_name}`.
-
-You implement only these methods:
-{methods_list}
-
-Rules:
-- Output only Python `def` blocks for your methods, named exactly as listed.
-- No class header, no imports, no markdown fences, no explanations.
-- If no method is listed for you, output nothing.
-
-Class skeleton:
-{skeleton}
-"""
-
-PAPER = {**DEFAULTS, "helper": PAPER_HELPER, "main": PAPER_MAIN, "single": PAPER_SINGLE, "class": PAPER_CLASS}
-PRESET_TEMPLATES = {"comarl": DEFAULTS, "paper": PAPER}
-
-
-def templates(overrides: dict[str, str] | None, preset: str = "comarl") -> dict[str, str]:
-    """The preset's templates updated with ``overrides``; unknown roles are an error naming the key."""
-    out = dict(PRESET_TEMPLATES[preset])
+def templates(overrides: Mapping[str, str] | None, base: Mapping[str, str] = DEFAULTS) -> dict[str, str]:
+    """``base`` (a preset's templates) updated with ``overrides``; unknown roles are an error naming the key."""
+    out = dict(base)
     for key, value in (overrides or {}).items():
         if key not in DEFAULTS:
             raise ValueError(f"env.args.prompts.{key}: unknown template; known: {', '.join(DEFAULTS)}")
         out[key] = value
     return out
+
+
+def function_prompts(settings: "FunctionSettings", item: Mapping[str, Any]) -> tuple[str, ...]:
+    """First-turn prompts of a function-level task, one per role of ``settings.roles``."""
+    fields = {"prompt": item["prompt"], "entry_point": item["entry_point"], "helper": settings.helper_name}
+    return tuple(settings.templates[role].format(**fields) for role in settings.roles)
+
+
+def class_prompts(settings: "ClassSettings", assignment: Sequence[Sequence[str]], item: Mapping[str, Any]) -> tuple[str, ...]:
+    """First-turn prompts of ClassEval, one per agent: its methods (``assignment[i]``) and the others'."""
+    out = []
+    for i, mine in enumerate(assignment):
+        others = [m for j, ms in enumerate(assignment) if j != i for m in ms]
+        out.append(settings.templates["class"].format(
+            skeleton=item["skeleton"].strip(), class_name=item["class_name"], methods=", ".join(mine) or "(none)",
+            others=", ".join(others) or "(none)", methods_list="\n".join(f"- {m}" for m in mine) or "(none)"))
+    return tuple(out)

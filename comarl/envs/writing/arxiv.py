@@ -18,6 +18,7 @@ from . import paper_reward as PR
 from . import reward as R
 from ..loading import load_rows
 from .env import WritingEnv, WritingTask, build_env
+from .presets import DefaultPreset, PaperPreset
 
 HUB_ID = "OpenMLRL/arXiv_abstract"
 
@@ -75,13 +76,13 @@ DEFAULT_REWARD = R.RewardConfig(
 TASK = WritingTask(
     name="arxiv",
     roles={2: ("background", "method"), 3: ("background", "method", "implications")},
-    prompts={2: (PROMPT_BACKGROUND, PROMPT_METHOD_IMPLICATIONS),
-             3: (PROMPT_BACKGROUND, PROMPT_METHOD, PROMPT_IMPLICATIONS)},
-    single_prompt=PROMPT_SINGLE,
-    reward=DEFAULT_REWARD,
+    presets={
+        "default": DefaultPreset(prompts={2: (PROMPT_BACKGROUND, PROMPT_METHOD_IMPLICATIONS),
+                                          3: (PROMPT_BACKGROUND, PROMPT_METHOD, PROMPT_IMPLICATIONS)},
+                                 single_prompt=PROMPT_SINGLE, reward=DEFAULT_REWARD),
+        "paper": PaperPreset(prompts=(PAPER_PROMPT_BACKGROUND, PAPER_PROMPT_METHOD), reward=PR.ARXIV),
+    },
     reference_field=None,
-    paper_prompts=(PAPER_PROMPT_BACKGROUND, PAPER_PROMPT_METHOD),
-    paper_reward=PR.ARXIV,
 )
 
 _TAGS = re.compile(r"</?S>")

@@ -1,16 +1,16 @@
 """The writing environment: N agents each write one part of a joint text.
 
 One turn. Agent ``i`` gets its role's prompt (a template with ``{text}``
-replaced by the item's source text); the parts are scored together by
-:func:`reward.score_parts`. With one agent (the single-agent baseline) the
-agent writes all parts in one response separated by ``marker``, which the
-environment splits before scoring.
+replaced by the item's source text); the parts are scored together by the
+preset's reward (``env.args.preset``; the presets are in ``presets.py``, each
+task lists its own in ``WritingTask.presets``). With one agent (the
+single-agent baseline) the agent writes all parts in one response separated by
+``marker``, which the environment splits before scoring.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -20,34 +20,36 @@ from . import reward as R
 from . import words
 
 
+class WritingPreset(Protocol):
+    """A writing preset: the prompts and the reward of one way to run a task (``presets.py``).
+
+    ``build(task, num_agents, args)`` checks the ``env.args`` it reads (``args`` holds only keys of
+    :data:`ARG_KEYS`, ``num_agents`` is 1 or a key of ``task.roles``) and returns the environment; errors name
+    the bad key (``env.args.<key>``).
+    """
+
+    def build(self, task: "WritingTask", num_agents: int, args: Mapping[str, Any]) -> "WritingEnv": ...
+
+
 @dataclass(frozen=True)
 class WritingTask:
     """What a writing task defines (TL;DR, arXiv...).
 
     Attributes:
         name: registered environment name.
-        roles: agent count -> role names, for every supported N >= 2.
-        prompts: agent count -> default prompt templates (same length as roles).
-        single_prompt: default template for the one-agent baseline (``{text}``,
-            ``{marker}``); it writes the parts of ``roles[2]``.
-        reward: default reward configuration.
+        roles: agent count -> role names, for every supported N >= 2 (one agent writes the parts of ``roles[2]``).
+        presets: preset name -> :class:`WritingPreset` (``default`` is comarl's; the alias ``comarl`` names it).
         reference_field: item field holding a reference text for ROUGE, or None.
-        paper_prompts: the ``paper`` preset's two templates (the reference's roles, in our words).
-        paper_reward: the ``paper`` preset's reward numbers (:mod:`.paper_reward`).
     """
 
     name: str
     roles: Mapping[int, tuple[str, ...]]
-    prompts: Mapping[int, tuple[str, ...]]
-    single_prompt: str
-    reward: R.RewardConfig
+    presets: Mapping[str, WritingPreset]
     reference_field: str | None = None
-    paper_prompts: tuple[str, str] | None = None
-    paper_reward: PR.PaperRewardConfig | None = None
 
 
-ARG_KEYS = ("preset", "prompts", "single_prompt", "marker", "reward")
-PRESETS = ("comarl", "paper")
+ARG_KEYS = ("preset", "prompts", "single_prompt", "marker", "reward")  # every key a writing preset reads
+ALIASES = {"comarl": "default"}  # comarl's preset was called "comarl" before it was called "default"
 
 
 def split_marker(text: str, marker: str, parts: int) -> tuple[list[str], bool]:
@@ -69,20 +71,19 @@ class WritingEnv:
     Args:
         task: the task definition.
         num_agents: 1 (single-agent baseline) or a key of ``task.roles``.
-        prompts: one template per agent (must contain ``{text}``); None -> defaults.
-        single_prompt: template for ``num_agents == 1``; None -> default.
+        prompts: one template per agent (each contains ``{text}``); empty with one agent.
+        single_prompt: template for ``num_agents == 1`` (``{text}``, ``{marker}``).
         marker: separator between parts in the single-agent response.
-        reward: the reward configuration (``RewardConfig``, or ``PaperRewardConfig`` for the paper preset).
-        score: ``parts -> (reward, metrics)``; None -> ``reward.score_parts(parts, reward)``.
-        max_reward: the highest reward ``score`` gives; None -> ``reward.max_reward(reward)``.
+        reward: the preset's reward configuration (``RewardConfig``, ``PaperRewardConfig``), kept as ``reward_cfg``.
+        score: ``parts -> (reward, metrics)``, the preset's reward of the role-ordered parts.
+        max_reward: the highest reward ``score`` gives.
     """
 
     max_turns = 1
 
     def __init__(self, task: WritingTask, num_agents: int, prompts: Sequence[str], single_prompt: str,
                  marker: str, reward: R.RewardConfig | PR.PaperRewardConfig,
-                 score: Callable[[Sequence[str]], tuple[float, dict[str, float]]] | None = None,
-                 max_reward: float | None = None):
+                 score: Callable[[Sequence[str]], tuple[float, dict[str, float]]], max_reward: float):
         self.task = task
         self.num_agents = num_agents
         self.roles = task.roles[2] if num_agents == 1 else task.roles[num_agents]
@@ -90,8 +91,8 @@ class WritingEnv:
         self.single_prompt = single_prompt
         self.marker = marker
         self.reward_cfg = reward
-        self.score = score if score is not None else partial(R.score_parts, cfg=reward)
-        self.max_reward = max_reward if max_reward is not None else R.max_reward(reward)
+        self.score = score
+        self.max_reward = max_reward
 
     # -- protocol
     def reset(self, item: Mapping[str, Any]) -> EnvState:
@@ -209,7 +210,7 @@ def rouge_summary(pairs: Sequence[tuple[Sequence[str], str]], roles: Sequence[st
 
 
 def build_env(task: WritingTask, num_agents: int, args: Mapping[str, Any]) -> WritingEnv:
-    """Check ``env.args`` and build the environment.
+    """Check ``env.args``, choose the preset (``env.args.preset``, default ``default``) and let it build the environment.
 
     Raises:
         ValueError: naming the bad key (``env.args.<key>``) or ``num_agents``.
@@ -224,49 +225,13 @@ def build_env(task: WritingTask, num_agents: int, args: Mapping[str, Any]) -> Wr
     unknown = set(args) - set(ARG_KEYS)
     if unknown:
         raise ValueError(f"env.args: unknown key(s) {sorted(unknown)} for {task.name}; known: {', '.join(ARG_KEYS)}")
-    preset = args.get("preset", "comarl")
-    if preset not in PRESETS:
-        raise ValueError(f"env.args.preset: must be one of {list(PRESETS)}, got {preset!r}")
-    if preset == "paper":
-        return _build_paper(task, num_agents, args)
-    marker = args.get("marker", "---")
-    if not isinstance(marker, str) or not marker.strip():
-        raise ValueError(f"env.args.marker: expected a non-blank string, got {marker!r}")
-    single = args.get("single_prompt") or task.single_prompt
-    if not isinstance(single, str) or "{text}" not in single:
-        raise ValueError("env.args.single_prompt: the template must contain {text}")
-    prompts = args.get("prompts")
-    if prompts is None:
-        prompts = task.prompts[num_agents] if num_agents > 1 else ()
-    elif num_agents == 1:
-        raise ValueError("env.args.prompts: one agent uses env.args.single_prompt, not a prompt list")
-    else:
-        if isinstance(prompts, str) or not isinstance(prompts, Sequence) or len(prompts) != num_agents:
-            raise ValueError(f"env.args.prompts: expected a list of {num_agents} templates (one per agent), got {prompts!r}")
-        for i, p in enumerate(prompts):
-            if not isinstance(p, str) or "{text}" not in p:
-                raise ValueError(f"env.args.prompts[{i}]: the template for agent {i + 1} must be a string containing {{text}}")
-    cfg = R.reward_config(args.get("reward"), task.reward)
-    return WritingEnv(task, num_agents, prompts, single, marker, cfg)
+    return choose_preset(task, args.get("preset", "default")).build(task, num_agents, args)
 
 
-def _build_paper(task: WritingTask, num_agents: int, args: Mapping[str, Any]) -> WritingEnv:
-    """The ``paper`` preset: the reference's two roles and reward (``paper_reward``); prompts may be replaced."""
-    if task.paper_prompts is None or task.paper_reward is None:
-        raise ValueError(f"env.args.preset: {task.name} has no paper preset")
-    if num_agents != 2:
-        raise ValueError(f"env.args.preset: paper: {task.name} in the paper has exactly 2 agents, got {num_agents} "
-                         f"(number of agents = len(agents)); use preset comarl for other team sizes")
-    for key in ("reward", "single_prompt", "marker"):
-        if key in args:
-            raise ValueError(f"env.args.{key}: not used by preset paper (its reward is the reference's, fixed); "
-                             f"use preset comarl to change the reward")
-    prompts = args.get("prompts")
-    if prompts is None:
-        prompts = task.paper_prompts
-    elif isinstance(prompts, str) or not isinstance(prompts, Sequence) or len(prompts) != 2 or not all(
-            isinstance(p, str) and "{text}" in p for p in prompts):
-        raise ValueError(f"env.args.prompts: expected 2 templates containing {{text}}, got {prompts!r}")
-    cfg = task.paper_reward
-    return WritingEnv(task, 2, prompts, "", "---", cfg, score=partial(PR.score_parts, cfg=cfg),
-                      max_reward=PR.MAX_REWARD)
+def choose_preset(task: WritingTask, name: Any) -> WritingPreset:
+    """``task.presets[name]`` (``comarl`` = ``default``); any other name is an error naming ``env.args.preset``."""
+    preset = task.presets.get(ALIASES.get(name, name)) if isinstance(name, str) else None
+    if preset is None:
+        known = list(task.presets) + [f"{a} (= {t})" for a, t in ALIASES.items() if t in task.presets]
+        raise ValueError(f"env.args.preset: {task.name} has presets {', '.join(known)}; got {name!r}")
+    return preset

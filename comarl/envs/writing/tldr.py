@@ -17,6 +17,7 @@ from . import paper_reward as PR
 from . import reward as R
 from ..loading import load_rows
 from .env import WritingEnv, WritingTask, build_env
+from .presets import DefaultPreset, PaperPreset
 
 HUB_ID = "trl-lib/tldr"
 
@@ -60,12 +61,12 @@ DEFAULT_REWARD = R.RewardConfig(
 TASK = WritingTask(
     name="tldr",
     roles={2: ("concise", "detailed")},
-    prompts={2: (PROMPT_CONCISE, PROMPT_DETAILED)},
-    single_prompt=PROMPT_SINGLE,
-    reward=DEFAULT_REWARD,
+    presets={
+        "default": DefaultPreset(prompts={2: (PROMPT_CONCISE, PROMPT_DETAILED)},
+                                 single_prompt=PROMPT_SINGLE, reward=DEFAULT_REWARD),
+        "paper": PaperPreset(prompts=(PAPER_PROMPT_CONCISE, PAPER_PROMPT_DETAILED), reward=PR.TLDR),
+    },
     reference_field="completion",
-    paper_prompts=(PAPER_PROMPT_CONCISE, PAPER_PROMPT_DETAILED),
-    paper_reward=PR.TLDR,
 )
 
 
