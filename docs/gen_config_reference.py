@@ -38,6 +38,8 @@ class Key:
     type: str
     default: str
     doc: str
+    old: str = ""
+    """The key's name before it moved into its section (an alias the config still accepts), or ''."""
 
 
 @dataclass(frozen=True)
@@ -178,12 +180,18 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def walk(root: type, prefix: str = "", _stack: tuple[type, ...] = ()) -> list[Section]:
+def walk(root: type, prefix: str = "", _stack: tuple[type, ...] = (), _old: dict | None = None) -> list[Section]:
     """Every section under dataclass ``root`` (depth first, in field order), ``root`` itself first.
 
     ``root``'s own section has path ``prefix`` ('' for the top level). A dataclass met again
-    inside itself is listed as a plain key, so recursive types end.
+    inside itself is listed as a plain key, so recursive types end. A class with ``ALIASES`` (old key ->
+    path inside it) gives each moved key its old name.
     """
+    where = f"{prefix}." if prefix else ""
+    aliases = getattr(root, "ALIASES", None)
+    old = dict(_old or {})
+    if isinstance(aliases, dict):
+        old.update({where + path: where + name for name, path in aliases.items()})
     docs = field_docs(root)
     hints = _resolved_hints(root)
     written = annotation_text(root)
@@ -198,10 +206,10 @@ def walk(root: type, prefix: str = "", _stack: tuple[type, ...] = ()) -> list[Se
         doc = docs.get(f.name, "")
         inner, how = _dataclass_in(hints.get(f.name))
         if inner is None or inner in _stack or inner is root:
-            keys.append(Key(path, written[f.name], default, doc))
+            keys.append(Key(path, written[f.name], default, doc, old.get(path, "")))
             continue
         sub_prefix = {"list": f"{path}.{LIST_INDEX}", "dict": f"{path}.{DICT_KEY}"}.get(how, path)
-        sub = walk(inner, sub_prefix, _stack + (root,))
+        sub = walk(inner, sub_prefix, _stack + (root,), old)
         head = sub[0]
         children.append(Section(sub_prefix, inner, written[f.name], default, doc, head.keys))
         children.extend(sub[1:])
@@ -264,7 +272,8 @@ def render(root: type | None = None) -> str:
         "Every key of an experiment config, generated from the dataclasses in the source on every build of",
         f"this site (`{root.__module__}.{root.__name__}` and the classes it holds), so it lists exactly what",
         "the code accepts. A YAML file sets them by section; on the command line a dotted key overrides one",
-        "(`comarl train c.yaml train.num_generations=8 agents.0.temperature=0.7`). "
+        "(`comarl train c.yaml train.rollout.num_generations=8 agents.0.temperature=0.7`). Keys that moved into "
+        "a section keep their old name as an alias (`train.num_generations`), noted beside each. "
         f"`{LIST_INDEX}` is an index into a list (`agents.0.lr`, or `agents.*.lr` for every agent); "
         f"`{DICT_KEY}` a key of a mapping. Defaults are written as YAML writes them. "
         "An unknown key or a wrong type is an error that names the key.",
@@ -298,7 +307,8 @@ def render(root: type | None = None) -> str:
         lines.append("|---|---|---|---|")
         for k in s.keys:
             anchor = f'<span id="{html.escape(_anchor(k.path))}"></span>'
-            lines.append(f"| {anchor}{_code(k.path)} | {_code(k.type)} | {_code(k.default)} | {md_text(k.doc)} |")
+            also = f" Also accepted as {_code(k.old)}." if k.old else ""
+            lines.append(f"| {anchor}{_code(k.path)} | {_code(k.type)} | {_code(k.default)} | {md_text(k.doc)}{also} |")
         lines.append("")
     lines += ["</div>", ""]
     return "\n".join(lines)

@@ -201,7 +201,8 @@ KEY_MENTION = re.compile(r"\b((?:agents\.(?:<i>|\*|\d+)|env|data|train)(?:\.[a-z
 
 def test_config_keys_named_in_the_site_pages_exist():
     sections = gen.walk(ExperimentConfig)
-    known = {s.path for s in sections} | {k.path for s in sections for k in s.keys}
+    known = {s.path for s in sections} | {k.path for s in sections for k in s.keys} | {
+        k.old for s in sections for k in s.keys if k.old}  # an old name still accepted
     free = {k.path for s in sections for k in s.keys if k.type.startswith("dict")}  # env.args.<anything>
     unknown = []
     for page in OWN_PAGES:

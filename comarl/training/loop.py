@@ -13,7 +13,7 @@ the critic, the checks. The loop knows none of the families. Building is ``train
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .. import checkpoint as ckpt
 from .. import run_dir
@@ -63,7 +63,7 @@ class Trainer:
     """
 
     def __init__(self, agents: Sequence[Agent | AgentConfig | str], env: Environment, train_dataset: Any,
-                 config: TrainConfig | None = None, eval_dataset: Any = None, generator=None):
+                 config: TrainConfig | None = None, eval_dataset: Any = None, generator: Callable | None = None):
         self.config = cfg = config or TrainConfig()
         self.algorithm = get_algorithm(cfg.algorithm)
         check_run(cfg, self.algorithm, agents, env)  # every config check, before data and models
