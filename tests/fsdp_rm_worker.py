@@ -79,7 +79,7 @@ def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
             kw.update(output_dir=str(run_dir), resume=str(run_dir / "checkpoint-3"))
         trainer = Trainer(agents, env, [{"x": x} for x in range(8)], TrainConfig(**kw), generator=seeded)
         history = trainer.train()
-        rm_model = trainer.rounds.reward_model.model
+        rm_model = trainer.source.reward_model.model
     elif scenario == "rlhf":
         kw.update(max_steps=2)
         cfg = ExperimentConfig(env=EnvConfig(reward_model=RewardModelSettings(

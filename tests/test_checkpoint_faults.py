@@ -85,7 +85,7 @@ def test_resume_latest_falls_back_to_the_newest_checkpoint_that_verifies(tmp_pat
     (c3 / "rng.pt").unlink()
     with pytest.warns(UserWarning) as warned:
         resumed = _trainer(tmp_path, resume="latest")
-    assert resumed.state.step == 2 and resumed._resumed_from == str(c2)
+    assert resumed.state.step == 2 and resumed.resumed_from == str(c2)
     said = [str(w.message) for w in warned if "train.resume=latest" in str(w.message)]
     assert len(said) == 2
     assert "skipping checkpoint-4" in said[0] and str(c4 / "agent1" / "model.safetensors") in said[0]

@@ -58,14 +58,14 @@ def test_each_comparator_writes_the_other_side_of_the_pairs(kind, tmp_path):
     t = trainer(tmp_path / "run", **pref)
     start = params(t.agents)
     calls = []  # (round, agents object, their weights then, rollout)
-    real = t.rounds.sampler.collect
+    real = t.source.sampler.collect
 
     def spy(agents, env, items, settings):  # the rounds' sampling, watched
         out = real(agents, env, items, settings)
         calls.append((t.state.step, agents, params(agents), out))
         return out
 
-    t.rounds.sampler.collect = spy
+    t.source.sampler.collect = spy
     t.train()
     assert len(calls) == 4  # per round: the policy's batch, then the comparator's on the same items
     for r in range(2):

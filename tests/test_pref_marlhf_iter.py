@@ -89,13 +89,13 @@ def test_continue_keeps_training_one_reward_model_across_rounds(tmp_path):
     t.config.preference.steps_per_round = 1
     t.total_steps = 2
     seen = []
-    real = t.rounds.fit_reward_model
+    real = t.source.fit_reward_model
 
     def spy(team, r):
         real(team, r)
-        seen.append(t.rounds.reward_model)
+        seen.append(t.source.reward_model)
 
-    t.rounds.fit_reward_model = spy
+    t.source.fit_reward_model = spy
     t.train()
     assert len(seen) == 2 and seen[0] is seen[1]  # one model, trained further in round 1
     assert (tmp_path / "cont" / "checkpoint-1" / "reward_model.pt").exists()  # kept for a resume at the boundary

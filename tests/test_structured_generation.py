@@ -246,7 +246,7 @@ def test_madpo_iter_pairs_keep_their_sampled_tokens_and_forced_flags(tmp_path):
     pairs = [json.loads(line) for line in (tmp_path / "round-0" / "pairs.jsonl").read_text().splitlines()]
     assert pairs
     fp = tokenizer_fingerprint(trainer.agents[0].tokenizer)
-    for i, d in enumerate(trainer.rounds.data):
+    for i, d in enumerate(trainer.source.data):
         comps, chosen, rejected, forced = d.completions, d.chosen, d.rejected, d.forced
         assert forced is not None
         for k, p in enumerate(pairs):

@@ -70,7 +70,7 @@ class Trainer:
         if cfg.run.output_dir and dist.launch_rank() == 0:
             run_dir.prepare_output_dir(cfg.run.output_dir, cfg.run.resume, cfg.run.overwrite)
         self.run_id = run_dir.new_run_id()  # a resumed run takes its checkpoint's id (resume)
-        self._resumed_from: str | None = None
+        self.resumed_from: str | None = None  # the checkpoint this run resumed from
         # data first: a bad row fails in a second, before any model is loaded
         self.train_items = as_items(train_dataset, "train_dataset")
         self.eval_items = as_items(eval_dataset, "eval_dataset")
@@ -98,7 +98,6 @@ class Trainer:
     sharding = property(lambda self: self.team.sharding)
     env = property(lambda self: self.source.env)  # MARLHF rounds: the reward model's once fitted
     settings = property(lambda self: getattr(self.update, "settings", None))
-    rounds = property(lambda self: self.source if hasattr(self.source, "sampler") else None)
     global_batch = property(lambda self: self.source.cursor.global_batch)
     steps_per_epoch = property(lambda self: self.source.cursor.steps_per_epoch)
 
@@ -122,7 +121,7 @@ class Trainer:
         cfg = self.config
         main = dist.is_main()
         if main and cfg.run.output_dir:
-            run_dir.write_marker(cfg.run.output_dir, self.run_id, self._resumed_from)
+            run_dir.write_marker(cfg.run.output_dir, self.run_id, self.resumed_from)
         logger = MetricsLogger(cfg.run.output_dir, cfg.run.report_to, enabled=main, wandb_project=cfg.run.wandb_project,
                                run_config={"train": to_dict(cfg), "agents": [to_dict(a.config) for a in self.agents]})
         bar = Progress(self.total_steps, self.state.step, enabled=main and cfg.run.progress_bar)
@@ -220,7 +219,7 @@ class Trainer:
         self.update.restore(path, team)
         self.source.restore(path, team)
         self.run_id = saved.get("run_id") or self.run_id  # checkpoints older than run ids: a new id
-        self._resumed_from = str(path)
+        self.resumed_from = str(path)
         self.state.step = saved["step"]
         team.counters.clear()
         team.counters.update(saved["counters"])
