@@ -81,9 +81,10 @@ def test_cli_prints_one_line_when_every_batch_is_empty(tmp_path, capsys):
     """One-token completions under mask_truncated: every completion is truncated, so no agent has a token in the
     loss (empty-batch skips); the CLI stops after 2 such steps with one line and status 2."""
     out = tmp_path / "run"
-    code = main(["train", DEMO, f"train.output_dir={out}", "train.max_steps=6", "train.batch_size=2",
-                 "train.num_generations=2", "train.mask_truncated=true", "agents.*.max_new_tokens=1",
-                 "train.max_consecutive_skips=2", "train.progress_bar=false", "train.report_to=[jsonl]"])
+    with pytest.warns(RuntimeWarning, match="no completion in the loss"):
+        code = main(["train", DEMO, f"train.output_dir={out}", "train.max_steps=6", "train.batch_size=2",
+                     "train.num_generations=2", "train.mask_truncated=true", "agents.*.max_new_tokens=1",
+                     "train.max_consecutive_skips=2", "train.progress_bar=false", "train.report_to=[jsonl]"])
     err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("comarl:")]
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith("comarl: run stopped: 2 steps in a row took no update (steps 1-2: 0 non-finite "
@@ -139,9 +140,12 @@ def test_raise_names_the_item_its_index_and_the_error():
 def test_zero_scores_the_bad_item_0_and_keeps_the_others():
     inner = CountingEnv()
     env = with_error_policy(inner, "zero")
-    with pytest.warns(RuntimeWarning, match=r"joint action 1 of 4 \(turn 0\) on item \{'x': 'bad'\} raised "
-                                            r"RuntimeError.*scored 0 \(env errors so far: 1\)"):
+    with pytest.warns(RuntimeWarning) as warned:
         trs = env.step_batch(*_batch(env, ["a", "bad", "ccc", "bad"]))
+    said = [str(w.message) for w in warned]
+    assert len(said) == 2 and said[0].startswith("env.on_error=zero: joint action 1 of 4 (turn 0) on item {'x': 'bad'} "
+                                                 "raised RuntimeError: reward_fn failed")
+    assert said[0].endswith("scored 0 (env errors so far: 1)") and "joint action 3 of 4" in said[1]
     assert [t.reward for t in trs] == [1.0, 0.0, 3.0, 0.0]
     assert trs[1].done and trs[1].next_state is None and env.errors == 2
     assert inner.calls == 1 + 4
