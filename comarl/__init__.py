@@ -3,6 +3,7 @@ from .agents import Agent, AgentConfig, build_agents
 from .config import DataConfig, DataSource, EnvConfig, ExperimentConfig, TrainConfig, load_config
 from .config_io import ConfigError
 from .envs.base import AgentRewards, EnvState, Environment, FunctionEnv, Transition
+from .envs.error_policy import with_error_policy
 from .lora import LoraSettings
 from .training.loop import Trainer
 
@@ -10,4 +11,4 @@ __version__ = "0.1.0"
 
 __all__ = ["Agent", "AgentConfig", "AgentRewards", "ConfigError", "DataConfig", "DataSource", "EnvConfig",
            "EnvState", "Environment", "ExperimentConfig", "FunctionEnv", "LoraSettings", "TrainConfig", "Trainer", "Transition",
-           "build_agents", "load_config"]
+           "build_agents", "load_config", "with_error_policy"]

@@ -159,12 +159,14 @@ class RunConfig:
     """W&B project when report_to has wandb."""
     progress_bar: bool = True
     """Show a progress bar with step, reward and s/step."""
+    max_consecutive_skips: int = 20
+    """Stop (with a checkpoint) after this many steps in a row in which no agent's update could be taken (0 = never)."""
 
     def validate(self) -> None:
         for key in ("batch_size", "gradient_accumulation_steps", "epochs", "eval_num_generations", "logging_steps"):
             if getattr(self, key) < 1:
                 _bad(key, f"must be >= 1, got {getattr(self, key)}")
-        for key in ("max_steps", "warmup_steps", "eval_steps", "save_steps", "log_samples_steps"):
+        for key in ("max_steps", "warmup_steps", "eval_steps", "save_steps", "log_samples_steps", "max_consecutive_skips"):
             if getattr(self, key) < 0:
                 _bad(key, f"must be >= 0, got {getattr(self, key)}")
         if self.batch_size % self.gradient_accumulation_steps:
@@ -326,6 +328,8 @@ class EnvConfig:
     """Reward of a centralised completion whose sections cannot be parsed."""
     reward_model: RewardModelSettings | None = None
     """MARLHF: a joint reward model fitted on a pairs file replaces the reward (docs/preference.md); None = off."""
+    on_error: str = "raise"
+    """An item whose reward or transition raises: raise (stop, naming the item) | zero (score it 0, count it, go on)."""
 
     def validate(self) -> None:
         import math
@@ -341,6 +345,8 @@ class EnvConfig:
                               f"{self.centralized_roles} and {self.centralized_tag!r}")
         if self.reward_model is not None:
             self.reward_model.validate()
+        if self.on_error not in ("raise", "zero"):
+            raise ConfigError(f"env.on_error: must be raise or zero, got {self.on_error!r}")
 
 
 @dataclass

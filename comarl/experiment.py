@@ -4,13 +4,15 @@ from __future__ import annotations
 from .config import DataSource, ExperimentConfig
 from .config_io import ConfigError
 from .envs.loading import check_no_overlap
+from .envs.error_policy import with_error_policy
 from .envs.registry import get_env
 from .envs.reward_processing import with_reward_processing
 from .training.loop import Trainer
 
 
 def build_env(cfg: ExperimentConfig):
-    """The environment of ``cfg.env``, with ``env.reward_scale`` / ``env.reward_shift`` applied."""
+    """The environment of ``cfg.env``, under ``env.on_error`` (comarl/envs/error_policy.py), with
+    ``env.reward_scale`` / ``env.reward_shift`` applied."""
     try:
         entry = get_env(cfg.env.name)
     except KeyError as e:
@@ -25,6 +27,7 @@ def build_env(cfg: ExperimentConfig):
         raise
     except (TypeError, ValueError) as e:
         raise ConfigError(f"env.args ({cfg.env.name}): {e}") from e
+    env = with_error_policy(env, cfg.env.on_error)  # inside the reward processing: a zeroed item is a raw 0
     env = with_reward_processing(env, cfg.env.reward_scale, cfg.env.reward_shift)
     if cfg.env.reward_model is not None:  # MARLHF: the fitted joint reward model's score is the reward
         env = _reward_model_env(env, cfg)

@@ -121,6 +121,13 @@ class JobCgroup:
         for d in self.dirs:
             _write(f"{d}/cgroup.procs", str(pid))
 
+    def missing(self) -> str | None:
+        """The first of the slot's cgroup directories that no longer exists (removed from outside), or None."""
+        for d in self.dirs:
+            if not os.path.isdir(d):
+                return f"{d} is gone"
+        return None
+
     def pids(self) -> list[int]:
         try:
             with open(f"{self.dirs[0]}/cgroup.procs") as f:

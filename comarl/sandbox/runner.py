@@ -32,7 +32,14 @@ HARD_GRACE_S = 1.0  # a phase (program body, one snippet) ends by test_timeout_s
 
 
 class SandboxError(RuntimeError):
-    """The sandbox itself failed (not the program): e.g. isolation was refused."""
+    """The sandbox itself failed (not the program): e.g. isolation was refused, or a job's slot failed twice."""
+
+
+class SlotFailure(SandboxError):
+    """Evidence that the worker slot failed, not the program, of a kind the program cannot forge: the harness could
+    not start, the job's isolation was never set up (``setup_failed``, sent before any program code runs), or the
+    slot's cgroup directory was gone (only root outside the job can remove it). ``Sandbox`` rebuilds the slot and
+    runs the job once more (docs/sandbox.md, "When the pool dies")."""
 
 
 # the trainer's import path, for the child started without ``site``: stdlib, site-packages and .pth entries
@@ -107,6 +114,9 @@ def run_job(job: TestJob, limits: SandboxLimits, uid: int | None, cgroup: JobCgr
             proc = subprocess.Popen([sys.executable, "-I", "-S", str(HARNESS), str(wfd)], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(wfd,),
                                     cwd=workdir, env=child_env(workdir), start_new_session=True)
+        except OSError as e:  # out of processes, memory or descriptors: nothing of the job has run
+            os.close(rfd)
+            raise SlotFailure(f"the harness could not be started ({type(e).__name__}: {e})") from e
         except BaseException:
             os.close(rfd)
             raise
@@ -116,7 +126,10 @@ def run_job(job: TestJob, limits: SandboxLimits, uid: int | None, cgroup: JobCgr
         res = _Capped(MAX_RESULT_BYTES)
         try:
             if cgroup is not None:
-                cgroup.add(proc.pid)  # before it reads the job, so before it forks
+                try:
+                    cgroup.add(proc.pid)  # before it reads the job, so before it forks
+                except OSError as e:  # the job has not been sent: nothing of it has run
+                    raise SlotFailure(f"the slot's cgroup cannot take the job ({cgroup.missing() or e})") from e
             timed_out = _pump(proc, payload, {proc.stdout.fileno(): out, proc.stderr.fileno(): err, rfd: res},
                               deadline, uid, cgroup, rfd, limits.test_timeout_s + HARD_GRACE_S)
         finally:
@@ -127,6 +140,9 @@ def run_job(job: TestJob, limits: SandboxLimits, uid: int | None, cgroup: JobCgr
             os.close(rfd)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    gone = cgroup.missing() if cgroup is not None else None
+    if gone:  # removed from outside while the job ran (the program runs as another uid in a private root)
+        raise SlotFailure(f"the slot's cgroup was removed during the job ({gone}); its processes went with it")
     records = _parse(res.data, nonce)
     return _report(job, records, timed_out, proc.returncode, out, err, time.monotonic() - start, nonce)
 
@@ -203,9 +219,9 @@ def _report(job: TestJob, records: list[dict], timed_out: bool, returncode: int 
             tests.setdefault(rec["i"], rec.get("error"))
         elif k not in first:
             first[k] = rec
-    if "setup_failed" in first:
-        raise SandboxError(f"sandbox isolation failed: {first['setup_failed'].get('error')}; "
-                           f"stderr: {err.text()[-2000:]}")
+    if "setup_failed" in first:  # sent before the program runs (harness.py): the program cannot send it
+        raise SlotFailure(f"sandbox isolation failed: {first['setup_failed'].get('error')}; "
+                          f"stderr: {err.text()[-2000:]}")
     done = "done" in first
     worker_crash = first["done"].get("crashed") if done else None
     died = ("Timeout (total)" if timed_out else

@@ -10,12 +10,10 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
-import os
-
-from comarl.sandbox.cgroups import JobCgroup
-from comarl.sandbox.runner import run_job
+from comarl.sandbox.runner import SandboxError, SlotFailure, run_job
+from comarl.sandbox.slots import Slot, build_slots, describe_job, rebuild_slot, run_with_rerun, warn
 from comarl.sandbox.types import SandboxLimits, TestJob, TestReport
-from comarl.sandbox.uids import claim_uids, kill_uid, release, running_as_root
+from comarl.sandbox.uids import claim_intact
 
 
 def job_key(job: TestJob) -> str:
@@ -34,6 +32,13 @@ class Sandbox:
     cache of ``cache_size`` reports (0 disables it). Each worker also owns a
     cgroup bounding memory and processes over the whole job where the OS
     allows it (``cgroup_mode``; see ``cgroups.py``).
+
+    A worker slot that fails from outside the job (its cgroup removed, its uid
+    claim lost, its isolation never set up) is rebuilt and the job run once
+    more, with a warning (``restarts`` lists them); a second failure raises
+    :class:`SandboxError` naming the job. A job whose processes merely died is
+    the program's crash and is never re-run (docs/sandbox.md, "When the pool
+    dies").
     """
 
     def __init__(self, limits: SandboxLimits = SandboxLimits(), workers: int = 2, cache_size: int = 4096):
@@ -42,20 +47,13 @@ class Sandbox:
         if cache_size < 0:
             raise ValueError(f"Sandbox cache_size must be >= 0, got {cache_size}")
         self.limits, self.workers, self.cache_size = limits, workers, cache_size
-        self._claimed = claim_uids(workers) if limits.drop_privileges and running_as_root() else []
-        self._slots: queue.SimpleQueue = queue.SimpleQueue()
-        for uid, _ in self._claimed:
-            kill_uid(uid)  # leftovers of an earlier trainer that crashed
-        self._cgroups: list[JobCgroup] = []
-        for i in range(workers):
-            uid = self._claimed[i][0] if self._claimed else None
-            cg = None
-            if running_as_root():
-                name = f"comarl-sandbox-{uid}" if uid is not None else f"comarl-sandbox-{os.getpid()}-{i}"
-                cg = JobCgroup.create(name, limits.memory_mb, limits.max_processes)
-                if cg is not None:
-                    self._cgroups.append(cg)
-            self._slots.put((uid, cg))
+        self.slots: list[Slot] = build_slots(limits, workers)
+        with_cgroup = [s.cgroup.version for s in self.slots if s.cgroup is not None]
+        self._cgroup_mode = f"v{with_cgroup[0]}" if len(with_cgroup) == workers else "rlimits"
+        self._idle: queue.SimpleQueue = queue.SimpleQueue()
+        for slot in self.slots:
+            self._idle.put(slot)
+        self.restarts: list[str] = []  # one line per rebuilt slot (and the job it re-ran)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="comarl-sandbox")
         self._cache: OrderedDict[str, TestReport] = OrderedDict()
         self._lock = threading.Lock()
@@ -64,14 +62,12 @@ class Sandbox:
     @property
     def cgroup_mode(self) -> str:
         """'v1' or 'v2' when every worker has a job cgroup, else 'rlimits' (per process / per uid only)."""
-        if len(self._cgroups) == self.workers:
-            return f"v{self._cgroups[0].version}"
-        return "rlimits"
+        return self._cgroup_mode
 
     @property
     def uids(self) -> list[int]:
         """The unprivileged uids the workers run jobs as (empty when not dropping root)."""
-        return [uid for uid, _ in self._claimed]
+        return [s.uid for s in self.slots if s.uid is not None]
 
     def run_tests(self, jobs: Sequence[TestJob]) -> list[TestReport]:
         """One report per job, in the order of ``jobs``; jobs run in parallel."""
@@ -89,18 +85,37 @@ class Sandbox:
                     self._cache.move_to_end(key)
                     found[key] = self._cache[key]
         todo = {key: job for key, job in zip(keys, jobs) if key not in found}
-        futures = {key: self._pool.submit(self._run_one, job) for key, job in todo.items()}
+        futures = {key: self._pool.submit(self._run_one, job, key) for key, job in todo.items()}
         for key, fut in futures.items():
             found[key] = fut.result()
             self._remember(key, found[key])
         return [copy.deepcopy(found[key]) for key in keys]
 
-    def _run_one(self, job: TestJob) -> TestReport:
-        slot = self._slots.get()
+    def _run_one(self, job: TestJob, key: str) -> TestReport:
+        slot, name = self._idle.get(), describe_job(job, key)
         try:
-            return run_job(job, self.limits, *slot)
+            if (why := slot.broken()) is not None:  # broken since its last job: rebuilt before this one starts
+                try:
+                    rebuild_slot(slot, self.limits)
+                except SandboxError as e:
+                    raise SandboxError(f"sandbox: worker slot {slot.index} was broken ({why}) and could not be "
+                                       f"rebuilt to run {name}: {e}") from e
+                self._note(f"sandbox: worker slot {slot.index} was broken ({why}); rebuilt it before {name}")
+            return run_with_rerun(job, slot, self._attempt, lambda sl: rebuild_slot(sl, self.limits), name,
+                                  self._note)
         finally:
-            self._slots.put(slot)
+            self._idle.put(slot)
+
+    def _attempt(self, job: TestJob, slot: Slot) -> TestReport:
+        report = run_job(job, self.limits, slot.uid, slot.cgroup)  # SlotFailure: setup, spawn, cgroup gone
+        if slot.uid is not None and not claim_intact(slot.uid, slot.lock_fd):  # another trainer may have killed it
+            raise SlotFailure(f"the claim on uid {slot.uid} was lost during the job (its lock file was removed)")
+        return report
+
+    def _note(self, line: str) -> None:
+        with self._lock:
+            self.restarts.append(line)
+        warn(line)
 
     def _remember(self, key: str, report: TestReport) -> None:
         if self.cache_size == 0:
@@ -117,11 +132,9 @@ class Sandbox:
             return
         self._closed = True
         self._pool.shutdown(wait=True)
-        for cg in self._cgroups:
-            cg.remove()
-        self._cgroups = []
-        release(self._claimed)
-        self._claimed = []
+        for slot in self.slots:
+            slot.free()
+        self.slots = []
 
     def __enter__(self) -> "Sandbox":
         return self

@@ -21,9 +21,13 @@ def running_as_root() -> bool:
     return os.geteuid() == 0
 
 
+def lock_path(uid: int) -> str:
+    return os.path.join(tempfile.gettempdir(), "comarl-sandbox-uids", str(uid))
+
+
 def claim_uids(n: int) -> list[tuple[int, int]]:
     """Claim ``n`` unused uids; returns (uid, lock_fd) pairs; release with :func:`release`."""
-    lock_dir = os.path.join(tempfile.gettempdir(), "comarl-sandbox-uids")
+    lock_dir = os.path.dirname(lock_path(0))
     os.makedirs(lock_dir, mode=0o700, exist_ok=True)
     used = {p.pw_uid for p in pwd.getpwall()}
     claimed: list[tuple[int, int]] = []
@@ -32,7 +36,7 @@ def claim_uids(n: int) -> list[tuple[int, int]]:
             return claimed
         if uid in used:
             continue
-        fd = os.open(os.path.join(lock_dir, str(uid)), os.O_CREAT | os.O_RDWR, 0o600)
+        fd = os.open(lock_path(uid), os.O_CREAT | os.O_RDWR, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -43,6 +47,16 @@ def claim_uids(n: int) -> list[tuple[int, int]]:
         release(claimed)
         raise RuntimeError(f"no free sandbox uid left in {UID_RANGE}")
     return claimed
+
+
+def claim_intact(uid: int, fd: int) -> bool:
+    """Whether our lock on ``uid`` still guards it: the lock file at its path is the one we hold. A temp cleaner
+    that removes the file lets another trainer claim the uid (and kill every process of it on start-up)."""
+    try:
+        here, held = os.stat(lock_path(uid)), os.fstat(fd)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (held.st_dev, held.st_ino)
 
 
 def release(claimed: list[tuple[int, int]]) -> None:

@@ -24,12 +24,14 @@ from ..compute.sharding import full_state_dict
 from ..config import TrainConfig
 from ..config_io import ConfigError, to_dict
 from ..envs.base import Environment
+from ..envs.error_policy import error_policy_of, with_error_policy
 from ..evaluation import evaluate_agents
 from ..steps import PromptBatch, SkipStep, StepOutput
 from .build import as_items, build_run, check_items, check_run, seed_everything
 from .interrupt import DeferredInterrupt, TrainingInterrupted
 from .logging import MetricsLogger, Progress
 from .optim import rebuild_scheduler
+from .skips import SkipStreak
 
 
 class TrainState:
@@ -66,6 +68,9 @@ class Trainer:
                  config: TrainConfig | None = None, eval_dataset: Any = None, generator: Callable | None = None):
         self.config = cfg = config or TrainConfig()
         self.algorithm = get_algorithm(cfg.algorithm)
+        self.error_policy = error_policy_of(env)  # env.on_error (experiment.build_env); else raise, named
+        if self.error_policy is None:
+            env = self.error_policy = with_error_policy(env, "raise")
         check_run(cfg, self.algorithm, agents, env)  # every config check, before data and models
         if cfg.run.output_dir and dist.launch_rank() == 0:
             run_dir.prepare_output_dir(cfg.run.output_dir, cfg.run.resume, cfg.run.overwrite)
@@ -78,12 +83,16 @@ class Trainer:
             raise ConfigError("data.train: the training set is empty")
         check_items(env, self.train_items, "train_dataset")
         check_items(env, self.eval_items, "eval_dataset")
+        self.error_policy.name_items(self.train_items, "train_dataset")
+        self.error_policy.name_items(self.eval_items, "eval_dataset")
         dist.init_from_env(cfg.hardware.dist_backend)
         run = build_run(agents, env, self.train_items, cfg, self.algorithm, generator)
         self.generator = generator
         self.team, self.update, self.source, self.critic = run.team, run.update, run.source, run.critic
         self.total_steps = self.source.total_steps
         self.state = TrainState(self.source.cursor, self.team.counters)
+        if self.error_policy.on_error == "zero":
+            self.team.counters.setdefault("env_errors", 0)
         self.history: list[dict[str, float]] = []
         self._last_examples: list[dict] = []
         if cfg.run.resume:
@@ -126,11 +135,18 @@ class Trainer:
                                run_config={"train": to_dict(cfg), "agents": [to_dict(a.config) for a in self.agents]})
         bar = Progress(self.total_steps, self.state.step, enabled=main and cfg.run.progress_bar)
         stop = DeferredInterrupt(cfg.run.save_on_interrupt and bool(cfg.run.output_dir)).start()
+        skips = SkipStreak(cfg.run.max_consecutive_skips, self.state.counters)
         saved_at = None
         try:
             while self.state.step < self.total_steps:
+                skips.before_step()
                 metrics = self._one_step()
                 step = self.state.step
+                if skips.after_step(step):  # train.max_consecutive_skips: stop with a checkpoint
+                    self.history.append(metrics)
+                    logger.log(step, metrics)
+                    path = self.save_checkpoint() if cfg.run.output_dir else None
+                    raise skips.stop(step, path)
                 if cfg.run.eval_steps and self.eval_items and step % cfg.run.eval_steps == 0:
                     metrics.update({f"eval/{k}": v for k, v in self.evaluate()["metrics"].items()})
                 self.history.append(metrics)
@@ -159,13 +175,17 @@ class Trainer:
 
     def _one_step(self) -> dict[str, float]:
         """Take the source's next batch, run the update on it, and combine the metrics over ranks."""
-        done = self.state.counters["completions"]
+        done, errors = self.state.counters["completions"], self.error_policy.errors
         batch = self.source.next(self.state.step, self.team)
         out = StepOutput({}) if isinstance(batch, SkipStep) else self.update.step(self.team, batch, self.state.step)
         out.metrics.update(batch.metrics)
         self._last_examples = out.examples or self._last_examples
-        if dist.is_distributed():  # count completions over all ranks (the other counters agree already)
+        errors = self.error_policy.errors - errors  # env.on_error=zero: items scored 0 this step
+        if dist.is_distributed():  # count completions and env errors over all ranks (the others agree already)
             self.state.counters["completions"] = done + int(dist.all_reduce_sum(self.state.counters["completions"] - done))
+            errors = int(dist.all_reduce_sum(errors))
+        if errors:
+            self.team.count("env_errors", errors)
         self.state.step += 1
         metrics = dist.reduce_metrics(out.metrics, weight=out.weight, sum_keys=("tokens_per_s",),
                                       key_weights=out.counts)
