@@ -42,7 +42,7 @@ docs: $(STAMP)
 docs-serve: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
-# The docs' browser test (tests/test_docs_site.py) drives Debian's chromium (CHROMIUM, above). As root with
+# The docs' browser test (tests/e2e/test_docs_site.py) drives Debian's chromium (CHROMIUM, above). As root with
 # apt it is installed here; elsewhere the test is skipped and says so.
 $(CHROMIUM):
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \

@@ -3,7 +3,7 @@
 Config validation (``config.py``, ``agents.py``) reads these to refuse bad keys
 early; ``training/`` uses them when it places agents, builds optimisers and
 enters autocast. They live here, below both, so that nothing under the
-training loop imports from ``training/`` (tests/test_layering.py).
+training loop imports from ``training/`` (tests/unit/test_layering.py).
 """
 from __future__ import annotations
 

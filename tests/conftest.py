@@ -1,4 +1,5 @@
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,9 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parents[1]
+TESTS = ROOT / "tests"
 SHARED_DATA = ROOT.parent / "shared" / "data"
+sys.path.insert(0, str(TESTS))  # tests in subfolders import toy_tasks from here
 
 
 @pytest.fixture

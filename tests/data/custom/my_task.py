@@ -1,4 +1,4 @@
-"""A user's own environment module, used by tests/test_custom_env.py through `env.name: my_task:build`."""
+"""A user's own environment module, used by tests/components/test_custom_env.py through `env.name: my_task:build`."""
 import comarl
 
 
