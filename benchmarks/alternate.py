@@ -28,6 +28,24 @@ def alternate(script: str, modes: Sequence[str], repeats: int, child_args: Seque
     return {m: {k: statistics.median(x[k] for x in v) for k in v[0]} for m, v in results.items()}
 
 
+def alternate_checkouts(script: str, checkouts: dict[str, Path], mode: str, repeats: int,
+                        child_args: Sequence[str]) -> dict[str, dict]:
+    """Run ``<checkout>/<script> --child MODE`` in each checkout (its own code on the path), the checkouts
+    alternating ``repeats`` times; returns per checkout the median of each numeric field."""
+    results: dict[str, list[dict]] = {name: [] for name in checkouts}
+    rel = Path(script).resolve().relative_to(ROOT)
+    for r in range(repeats):
+        for name, root in checkouts.items():
+            out = subprocess.run([sys.executable, str(root / rel), "--child", mode, *child_args], capture_output=True,
+                                 text=True, cwd=root, env={**__import__("os").environ, "PYTHONPATH": str(root)})
+            line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+            if not line:
+                sys.exit(f"{name} run failed:\n{out.stderr[-3000:]}")
+            results[name].append(json.loads(line[0][7:]))
+            print(f"repeat {r + 1} {name}: {results[name][-1]}", file=sys.stderr)
+    return {m: {k: statistics.median(x[k] for x in v) for k in v[0]} for m, v in results.items()}
+
+
 def time_training_steps(trainer, steps: int, warmup: int, mean_keys: Sequence[str] = ()) -> dict[str, float]:
     """Median ``time/step_s`` and ``time/update_s`` of ``steps`` training steps after ``warmup``, and the
     mean of each metric in ``mean_keys`` (0 where a step does not log it)."""

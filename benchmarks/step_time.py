@@ -9,6 +9,7 @@ Each measurement runs in a fresh process (peak RSS is per process); the two
 modes alternate ``--repeats`` times and the table reports medians.
 
     python benchmarks/step_time.py [--steps 20] [--repeats 3]
+    python benchmarks/step_time.py --compare DIR     # this checkout's step against another's (git worktree)
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from alternate import alternate, floor_step
+from alternate import alternate, alternate_checkouts, floor_step
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,9 +80,19 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--child", choices=["comarl", "floor"])
+    ap.add_argument("--compare", help="another checkout of comarl: its step and this one's, alternating")
     a = ap.parse_args()
     if a.child:
         child(a.child, a.steps, a.warmup)
+        return
+    if a.compare:
+        med = alternate_checkouts(__file__, {"other": Path(a.compare).resolve(), "this": ROOT}, "comarl",
+                                  a.repeats, ["--steps", str(a.steps), "--warmup", str(a.warmup)])
+        print("| checkout | s/step | trained tokens/s | peak RSS MB |\n|---|---:|---:|---:|")
+        for m in ("other", "this"):
+            print(f"| {m} | {med[m]['s_per_step']:.3f} | {med[m]['tokens_per_s']:.0f} | {med[m]['peak_rss_mb']:.0f} |")
+        print(f"\nthis / other step time: {med['this']['s_per_step'] / med['other']['s_per_step']:.3f}x; "
+              f"{a.repeats} alternating repeats, {a.steps} steps each after {a.warmup} warm-up steps")
         return
     med = alternate(__file__, ["floor", "comarl"], a.repeats, ["--steps", str(a.steps), "--warmup", str(a.warmup)])
     ratio = med["comarl"]["s_per_step"] / med["floor"]["s_per_step"]
