@@ -25,6 +25,10 @@ def build_env(cfg: ExperimentConfig):
         raise
     except (TypeError, ValueError) as e:
         raise ConfigError(f"env.args ({cfg.env.name}): {e}") from e
+    if cfg.env.stages is not None:  # the config's team graph replaces the environment's own (docs/teams.md)
+        from .stages import attach_stages, parse_stages
+
+        env = attach_stages(env, parse_stages(cfg.env.stages, [a.name or f"agent{i}" for i, a in enumerate(cfg.agents)]))
     env = with_reward_processing(env, cfg.env.reward_scale, cfg.env.reward_shift)
     if cfg.env.reward_model is not None:  # MARLHF: the fitted joint reward model's score is the reward
         env = _reward_model_env(env, cfg)

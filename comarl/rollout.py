@@ -354,12 +354,12 @@ def _sample_stage(agents, env, graph: StageGraph, si: int, level: list[_Node], k
     """
     n, stage = len(agents), graph.stages[si]
     if stage.aligned:
-        for node in level:
-            node.actors = node.actors + list(stage.agents)
         work = [[(node, j) for node in level for j in range(len(node.joints))] if i in stage.agents else []
                 for i in range(n)]
         texts_in = [[stage_prompt(env, graph, node.state, i, _inputs(graph, i, node.branch(j)[0]))
                      for node, j in work[i]] for i in range(n)]
+        for node in level:
+            node.actors = node.actors + list(stage.agents)
         per_prompt = 1
     else:
         work = [[(node, 0) for node in level if i in node.actors] for i in range(n)]
