@@ -243,3 +243,45 @@ def test_yaml_stages_by_agent_name():
         parse_stages([["router"], ["nobody"]], ["router", "coder"])
     with pytest.raises(ConfigError, match=r"env.stages\[0\]: unknown keys \['agent'\]"):
         parse_stages([{"agent": [0]}], ["a"])
+
+
+def test_critics_read_the_prefix_with_the_earlier_outputs():
+    """At the planner -> coder tree: the coder's own critic reads its prompt (which holds the plan) at its two
+    nodes and values nothing at the planner's; the central critic reads every prompt on the branch and, as
+    responses, what was written before the node (a Q critic: the joint action too)."""
+    from comarl.critics.inputs import AgentInputs, JointInputs
+
+    out = collect_rollout([FakeAgent("P"), FakeAgent("C")], planner_coder_env(TABLE), [{}], settings(Script()))
+    t, texts = out.tree, [a.texts for a in out.agents]
+    coder = AgentInputs("v", 2).units(t, texts, 1, [2, 2])
+    assert coder.prompts == ["Code:\n\n[Planner's output]\nPs0", "Code:\n\n[Planner's output]\nPs1"]
+    assert coder.index.tolist() == [[-1, -1], [0, 0], [1, 1]]
+    q = AgentInputs("q", 2).units(t, texts, 1, [2, 2])
+    assert q.responses == ["Cs0", "Cs1", "Cs0", "Cs1"] and q.index.tolist() == [[-1, -1], [0, 1], [2, 3]]
+    seen = lambda prompts, responses: f"{prompts}|{responses}"
+    central = JointInputs("v", seen).units(t, texts, 0, [2, 2])
+    assert central.prompts == [seen(["Plan:", "Code:"], None),
+                               seen(["Plan:", "Code:\n\n[Planner's output]\nPs0"], ["Ps0", ""]),
+                               seen(["Plan:", "Code:\n\n[Planner's output]\nPs1"], ["Ps1", ""])]
+    assert central.index.tolist() == [[0, 0], [1, 1], [2, 2]]
+    assert JointInputs("q", seen).units(t, texts, 0, [2, 2]).prompts[2] == \
+        seen(["Plan:", "Code:\n\n[Planner's output]\nPs0"], ["Ps0", "Cs0"])
+
+
+def test_gae_passes_through_the_nodes_a_column_does_not_value():
+    """The planner -> coder tree with independent critics: V_planner(root) .6, V_coder(P0's node) .4,
+    V_coder(P1's node) .8, lambda .5. The planner's column passes through the coder's nodes (their backed-up
+    values .5 and 1, lambda 1 into them): A = [.5 - .6, 1 - .6] = [-.1, .4]. The coder's column at its nodes:
+    rewards minus its values, [.6, -.4] and [.2, .2]."""
+    from comarl.advantages import gae_tree, sample_advantages
+
+    out = collect_rollout([FakeAgent("P"), FakeAgent("C")], planner_coder_env(TABLE), [{}], settings(Script()))
+    t = out.tree
+    values = torch.tensor([[[0.6, 0.0], [0.6, 0.0]], [[0.0, 0.4], [0.0, 0.4]], [[0.0, 0.8], [0.0, 0.8]]],
+                          dtype=torch.float64)
+    adv = gae_tree(t.rewards, values, t.child, 0.9, 0.5, None, t.discounts(0.9), t.valid(), t.acting())
+    assert adv[0, :, 0].tolist() == pytest.approx([-0.1, 0.4])
+    assert adv[1:, :, 1].reshape(-1).tolist() == pytest.approx([0.6, -0.4, 0.2, 0.2])
+    nodes = t.agent_nodes(1)
+    per_sample = sample_advantages(adv[nodes][:, :, 1], values[nodes][:, :, 1], t.joints[nodes][:, :, 1], 2)
+    assert per_sample.reshape(-1).tolist() == pytest.approx([0.6, -0.4, 0.2, 0.2])
