@@ -584,17 +584,18 @@ def _agent_samples(i: int, acc: _Accumulator, greedy_baseline: bool) -> AgentSam
 
 
 def _stage_metrics(graph: StageGraph, groups: list[_Node], agents, metrics: dict, counts: dict) -> None:
-    """Per stage: ``stage<s>/spread`` (mean over the stage's nodes of max - min of their joint returns: how much
-    that stage's choices move the return), ``stage<s>/nodes``; per routed agent ``route/<name>`` (the share of
-    the stage's branches it acts on); ``tree/leaves``."""
+    """Per stage: ``stage<s>/nodes``, ``stage<s>/spread`` (mean over the stage's nodes of two or more joint
+    actions of max - min of their returns: how much that stage's choices move the return); per routed agent
+    ``route/<name>`` (the share of the stage's branches it acts on); ``tree/leaves``."""
     for si, stage in enumerate(graph.stages):
         nodes = [g for g in groups if g.stage == si]
         if stage.aligned or not nodes:
             continue
-        spread = [float((g.returns.mean(1).max() - g.returns.mean(1).min())) for g in nodes]
-        metrics[f"stage{si}/spread"] = sum(spread) / len(spread)
-        counts[f"stage{si}/spread"] = float(len(spread))
         metrics[f"stage{si}/nodes"] = float(len(nodes))
+        spread = [float((g.returns.mean(1).max() - g.returns.mean(1).min())) for g in nodes if len(g.joints) > 1]
+        if spread:
+            metrics[f"stage{si}/spread"] = sum(spread) / len(spread)
+            counts[f"stage{si}/spread"] = float(len(spread))
         if stage.route is not None:
             for a in stage.agents:
                 key = f"route/{agents[a].name}"
