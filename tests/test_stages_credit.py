@@ -285,3 +285,16 @@ def test_gae_passes_through_the_nodes_a_column_does_not_value():
     nodes = t.agent_nodes(1)
     per_sample = sample_advantages(adv[nodes][:, :, 1], values[nodes][:, :, 1], t.joints[nodes][:, :, 1], 2)
     assert per_sample.reshape(-1).tolist() == pytest.approx([0.6, -0.4, 0.2, 0.2])
+
+
+def test_function_env_declares_stages_and_stage_formatters():
+    """FunctionEnv(stages=[[0], [1]], stage_formatters={1: ...}): the coder's formatter gets the plan."""
+    env = FunctionEnv([lambda it: "Plan:", lambda it: "Code:"], lambda r, it: TABLE[tuple(r)], stages=[[0], [1]],
+                      stage_formatters={1: lambda state, inputs: f"Code {state.item['q']} from: {inputs[0]}"})
+    script = Script()
+    out = collect_rollout([FakeAgent("P"), FakeAgent("C")], env, [{"q": "x"}], settings(script))
+    assert script.calls[1][1] == ["Code x from: Ps0", "Code x from: Ps1"]
+    assert out.agents[1].returns.tolist() == [[1.0, 0.0], [1.0, 1.0]]
+    with pytest.raises(ValueError, match="stage_formatters: agent 0"):
+        FunctionEnv([lambda it: "a", lambda it: "b"], lambda r, it: 0.0, stages=[[0], [1]],
+                    stage_formatters={0: lambda s, i: ""})
