@@ -99,3 +99,21 @@ def test_team_env_arguments_are_checked():
         get_env("mbpp_chain").build(3, max_turns=2)
     with pytest.raises(ValueError, match="unknown template"):
         get_env("humaneval_planner").build(2, prompts={"planning": "x"})
+
+
+def test_planner_coder_over_two_turns(shared_data):
+    """A failing program goes on to a second turn: the coder gets the single agent's revision prompt, the
+    planner the planning prompt with it; each keeps its own history."""
+    entry = get_env("humaneval_planner")
+    items = entry.load_items(str(shared_data / "humaneval/HumanEval.jsonl.gz"), None, 1)
+    env = entry.build(2, sandbox=LIMITS, workers=1, max_turns=2)
+    try:
+        gen, seen = team({"planner": lambda p: "Plan A", "coder": lambda p: "def nothing():\n    return 1"})
+        out = collect_rollout([Agent("planner"), Agent("coder")], env, items,
+                              RolloutSettings(num_generations=1, num_turns=2, generator=gen))
+    finally:
+        env.close()
+    assert out.tree.turn.tolist() == [0, 0, 1, 1]  # planner, coder; then both again
+    planner_t2, coder_t2 = seen["planner"][1], seen["coder"][1]
+    assert "The last attempt:" in planner_t2 and "def nothing()" in planner_t2
+    assert "def nothing()" in coder_t2 and "A planner wrote this plan" in coder_t2 and "Plan A" in coder_t2
