@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .stages import stage_graph
+from .stages import stage_graph, stage_prompt
 
 
 def mean_and_stderr(values: Sequence[float]) -> tuple[float, float]:
@@ -74,7 +74,6 @@ def _staged_joints(agents, env, graph, states, k: int, greedy: bool, batch_size:
     every later agent one per branch, from the prompt holding what it reads (``comarl/stages.py``); one
     ``generate`` per agent and stage."""
     from .rollout import generate_for_agents
-    from .stages import stage_prompt
 
     n = len(agents)
     branches = [(s, {}) for s in states for _ in range(k)]  # (state, agent -> text)
@@ -104,8 +103,9 @@ def heldout_score(agents: Sequence, env, items: Sequence[dict], samples: int = 1
 
     ``greedy`` decodes one completion per agent and item; otherwise ``samples``
     completions at the agents' temperature, drawn under ``seed`` inside a forked
-    RNG (a team graph's later stages write one completion per branch, reading it), so the caller's random stream (the training run's) is not touched and
-    two calls on the same weights give the same number. ``batch_size`` caps the
+    RNG, so the caller's random stream (the training run's) is not touched and
+    two calls on the same weights give the same number. With a team graph the
+    first stage writes those, and every later agent one per branch, reading it. ``batch_size`` caps the
     prompts per ``generate`` call (0: all in one call).
     """
     from .rollout import generate_for_agents
