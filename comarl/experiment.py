@@ -34,6 +34,11 @@ def build_env(cfg: ExperimentConfig):
         env = _reward_model_env(env, cfg)
     if cfg.env.centralized_roles:  # one model writes every role (docs/preference.md)
         from .preference.centralized import CentralizedEnv, TaggedFormat
+        from .stages import stage_graph
+
+        if not stage_graph(env, roles).is_single:
+            raise ConfigError(f"env.centralized_roles: {cfg.env.name} runs its roles in stages (docs/teams.md); one "
+                              f"model writing every role in one completion cannot read the earlier roles' outputs")
 
         fmt = TaggedFormat(cfg.env.centralized_tag)
         env = CentralizedEnv(env, fmt.build_prompt, fmt.parse, cfg.env.centralized_failure_reward)

@@ -219,12 +219,12 @@ def default_stage_prompt(prompt: str, inputs: Inputs, graph: StageGraph) -> str:
 
 
 def _find(env, attr: str):
-    """``env.<attr>``, or that of the environment it wraps (``env.env``, reward processing and the like)."""
+    """``env.<attr>`` when ``env`` has it (None included: it declares none), else that of the environment it
+    wraps (``env.env``: reward processing, a reward model and the like)."""
     seen = 0
     while env is not None and seen < 16:
-        value = getattr(env, attr, None)
-        if value is not None:
-            return value
+        if hasattr(env, attr):
+            return getattr(env, attr)
         env, seen = getattr(env, "env", None), seen + 1
     return None
 

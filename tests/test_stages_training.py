@@ -84,3 +84,13 @@ def test_config_stages_reach_the_rollout(tmp_path):
 
 def plain_env(num_agents=2, **_):
     return FunctionEnv([lambda it: "Plan:", lambda it: "Code:"], _reward)
+
+
+def test_a_centralised_actor_refuses_an_environment_in_stages(tmp_path):
+    from comarl.experiment import build_env
+
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text("agents:\n  - {model: tiny}\nenv: {name: mbpp_chain, centralized_roles: 3}\n"
+                        "train: {num_generations: 2}\n")
+    with pytest.raises(comarl.ConfigError, match="runs its roles in stages"):
+        build_env(load_config(cfg_file))
