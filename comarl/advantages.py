@@ -113,7 +113,7 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float, lam: float, l
     return out
 
 
-def node_baseline(values: torch.Tensor) -> torch.Tensor:
+def node_baseline(values: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
     """The value of every node: ``b[g] = mean_j values[g, j]`` over its J joint actions.
 
     A V critic gives every joint action of a node the same value, so ``b`` is
@@ -128,13 +128,18 @@ def node_baseline(values: torch.Tensor) -> torch.Tensor:
     agent i's K samples equally often among the J joint actions (once aligned,
     K^(N-1) times cross), so ``b`` is the mean over its K samples; MAAC's
     central ``Q(h, a)`` is averaged over the J joint actions.
-    Shape: [G, J, C] -> [G, C].
+    ``valid`` [G, J]: the joint actions that exist (nodes of a team graph have different widths); the mean
+    is over those. Shape: [G, J, C] -> [G, C].
     """
-    return values.to(torch.float64).mean(1)
+    if valid is None:
+        return values.to(torch.float64).mean(1)
+    w = valid.to(torch.float64).unsqueeze(-1)
+    return (values.to(torch.float64) * w).sum(1) / w.sum(1).clamp(min=1)
 
 
 def gae_tree(rewards: torch.Tensor, values: torch.Tensor, child: torch.Tensor, gamma: float, lam: float,
-             bootstrap: torch.Tensor | None = None) -> torch.Tensor:
+             bootstrap: torch.Tensor | None = None, discount: torch.Tensor | None = None,
+             valid: torch.Tensor | None = None, valued: torch.Tensor | None = None) -> torch.Tensor:
     """GAE over every branch of a rollout tree (``gae`` on each root-to-leaf path, shared prefixes averaged).
 
     Every node is valued by its action-independent baseline ``b = mean_j v``
@@ -152,20 +157,40 @@ def gae_tree(rewards: torch.Tensor, values: torch.Tensor, child: torch.Tensor, g
     ``A_j`` is the tree return minus ``b``, with ``gamma^t * bootstrap`` added
     where a branch was cut; with lam = 0 it is ``r_j + gamma * V_next,j - b``.
     Children come after their parents in group order.
+
+    Team graphs (``comarl/stages.py``) add three optional arguments:
+
+    - ``discount`` [G, J]: each edge's discount in place of gamma (1 into a later stage of the same turn);
+    - ``valid`` [G, J]: the joint actions that exist (nodes differ in width); means run over those;
+    - ``valued`` [G, C]: column c values node g. At a node a column does not value (an independent critic's
+      agent does not act there, so the node is part of its environment) the column's baseline is the
+      backed-up ``b = mean_j (r_j + d_j * V_next,j)`` and an edge into such a node is not cut by lambda
+      (``lam`` = 1 on it), so a column's advantage is GAE over the nodes where it acts, with the rewards and
+      next values averaged over what the other agents did in between.
+
     Shapes: rewards, values, bootstrap [G, J, C] (C columns: agents, or 1 for a
     team critic); child [G, J] (-1 where the branch ended) -> [G, J, C].
     """
     adv = torch.zeros_like(rewards, dtype=torch.float64)
-    base = node_baseline(values)  # [G, C]
+    base = node_baseline(values, valid)  # [G, C]
     boot = torch.zeros_like(adv) if bootstrap is None else bootstrap.to(torch.float64)
+    width = valid.sum(1).tolist() if valid is not None else [rewards.shape[1]] * rewards.shape[0]
     for g in reversed(range(rewards.shape[0])):
-        for j in range(rewards.shape[1]):
+        steps = []
+        for j in range(width[g]):
             c = int(child[g, j])
+            d = float(discount[g, j]) if discount is not None else gamma
             if c >= 0:
-                nxt, cont = base[c], adv[c].mean(0)
+                nxt, cont = base[c], adv[c, :width[c]].mean(0) if valid is not None else adv[c].mean(0)
+                cut = torch.where(valued[c], lam, 1.0).to(torch.float64) if valued is not None else lam
             else:
-                nxt, cont = boot[g, j], torch.zeros_like(boot[g, j])
-            adv[g, j] = rewards[g, j] + gamma * nxt - base[g] + gamma * lam * cont
+                nxt, cont, cut = boot[g, j], torch.zeros_like(boot[g, j]), lam
+            steps.append((d, nxt, cont, cut))
+        if valued is not None and not bool(valued[g].all()):  # pass-through columns: the backed-up value
+            backed = torch.stack([rewards[g, j] + d * nxt for j, (d, nxt, _, _) in enumerate(steps)]).mean(0)
+            base[g] = torch.where(valued[g], base[g], backed)
+        for j, (d, nxt, cont, cut) in enumerate(steps):
+            adv[g, j] = rewards[g, j] + d * nxt - base[g] + d * cut * cont
     return adv
 
 
@@ -187,14 +212,32 @@ def sample_advantages(adv: torch.Tensor, values: torch.Tensor, sample_of: torch.
     critic's advantage times K/(K-1) (cross mode: the mean over a sample's joint actions of COMA's
     counterfactual baseline ``mean_k' Q(h, (k', a_-i))`` is ``b`` too). K = 1: no joint action is left
     out; ``b`` is used (V(h); a Q critic is refused at K = 1, ``critics.settings``).
-    Shapes: adv, values [G, J]; sample_of [J] (in 0..K-1) -> [G, K].
+    ``sample_of`` may also be [G, J], one row per node (a team graph's nodes differ), with -1 for a joint
+    action past the node's width: those are out of every mean.
+    Shapes: adv, values [G, J]; sample_of [J] or [G, J] (in 0..K-1, or -1) -> [G, K].
     """
+    if sample_of.dim() == 2:
+        return _sample_advantages_per_node(adv, values, sample_of, k)
     onehot = (sample_of.unsqueeze(1) == torch.arange(k)).to(torch.float64)  # [J, K]
     adv, values = adv.to(torch.float64), values.to(torch.float64)
     base = values.mean(1, keepdim=True)  # [G, 1]
     held, rest = onehot.sum(0), (1 - onehot).sum(0)  # [K]
     credit = (adv + base) @ onehot / held.clamp(min=1)
     others = torch.where(rest > 0, values @ (1 - onehot) / rest.clamp(min=1), base)
+    return torch.where(held > 0, credit - others, torch.zeros_like(credit))
+
+
+def _sample_advantages_per_node(adv: torch.Tensor, values: torch.Tensor, sample_of: torch.Tensor,
+                                k: int) -> torch.Tensor:
+    """:func:`sample_advantages` with a row of ``sample_of`` per node ([G, J], -1: no such joint action)."""
+    valid = (sample_of >= 0).to(torch.float64)  # [G, J]
+    onehot = (sample_of.unsqueeze(-1) == torch.arange(k)).to(torch.float64)  # [G, J, K]
+    others_hot = valid.unsqueeze(-1) - onehot
+    adv, values = adv.to(torch.float64) * valid, values.to(torch.float64) * valid
+    base = values.sum(1, keepdim=True) / valid.sum(1, keepdim=True).clamp(min=1)  # [G, 1]
+    held, rest = onehot.sum(1), others_hot.sum(1)  # [G, K]
+    credit = torch.einsum("gj,gjk->gk", adv + base * valid, onehot) / held.clamp(min=1)
+    others = torch.where(rest > 0, torch.einsum("gj,gjk->gk", values, others_hot) / rest.clamp(min=1), base)
     return torch.where(held > 0, credit - others, torch.zeros_like(credit))
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from .config_io import ConfigError, UserError
+from .stages import stage_graph
 from .training.interrupt import TrainingInterrupted
 
 _DESCRIPTION = """comarl trains teams of LLM agents with multi-agent RL (MAGRPO and friends).
@@ -66,13 +67,35 @@ def _evaluate(config: str, overrides: list[str], checkpoint: str | None, num_gen
         result = evaluate_agents(agents, env, items, num_generations or cfg.train.run.eval_num_generations, cfg.train)
     finally:
         _close(env)
+    names = [a.name for a in agents]
     summary = result["summary"]
     table = ""
     if summary:
         table = env.render_table(summary) if hasattr(env, "render_table") else \
             json.dumps(summary, indent=2, default=str)[:4000]
     return {"config": config, "cfg": cfg, "items": items, "metrics": result["metrics"], "summary": summary,
-            "records": result["records"], "table": table}
+            "records": result["records"], "table": table, "env_stages": stage_graph(env, len(names)),
+            "agent_names": names}
+
+
+def stage_lines(graph, names: list[str], metrics: dict) -> list[str]:
+    """``comarl eval``'s per-stage block of a team graph (docs/teams.md): each stage's agents with their
+    completion length, truncation and routing share, and the stage's spread; nothing for one stage."""
+    if graph.is_single:
+        return []
+    out = ["stages:"]
+    for s, stage in enumerate(graph.stages):
+        kind = "aligned" if stage.aligned else ("routed" if stage.route is not None else "branch")
+        parts = []
+        for a in stage.agents:
+            m = [f"{key} {metrics[f'{names[a]}/{key}']:.2f}" for key in ("completion_len", "truncated")
+                 if f"{names[a]}/{key}" in metrics]
+            if f"route/{names[a]}" in metrics:
+                m.append(f"routed {metrics[f'route/{names[a]}']:.2f}")
+            parts.append(f"{names[a]} ({', '.join(m)})")
+        spread = f", spread {metrics[f'stage{s}/spread']:.4f}" if f"stage{s}/spread" in metrics else ""
+        out.append(f"  stage {s} [{kind}]: {'; '.join(parts)}{spread}")
+    return out
 
 
 def _eval(args) -> int:
@@ -87,6 +110,8 @@ def _eval(args) -> int:
         print("metrics:")
         for k in sorted(run["metrics"]):
             print(f"  {k:40s} {run['metrics'][k]:.4f}")
+        for line in stage_lines(run["env_stages"], run["agent_names"], run["metrics"]):
+            print(line)
         if run["table"]:
             print(run["table"])
     if args.compare:

@@ -330,6 +330,9 @@ class EnvConfig:
     """MARLHF: a joint reward model fitted on a pairs file replaces the reward (docs/preference.md); None = off."""
     on_error: str = "raise"
     """An item whose reward or transition raises: raise (stop, naming the item) | zero (score it 0, count it, go on)."""
+    stages: Any = None
+    """Team graph: agents in stages within a turn, each reading earlier agents' outputs (docs/teams.md); a list
+    of stages, or {stages: [...], max_leaves: N}; None = what the environment declares (default: one stage)."""
 
     def validate(self) -> None:
         import math
@@ -366,6 +369,13 @@ class ExperimentConfig:
         self.env.validate()
         if self.env.centralized_roles and len(self.agents) != 1:
             raise ConfigError(f"env.centralized_roles: a centralised actor is one agent; {len(self.agents)} are given")
+        if self.env.stages is not None:
+            from .stages import parse_stages
+
+            if self.env.centralized_roles:
+                raise ConfigError("env.stages: a centralised actor writes every role in one completion; it has no stages")
+            parse_stages(self.env.stages, [a.name or f"agent{i}" for i, a in enumerate(self.agents)]).validate(
+                len(self.agents), self.train.rollout.joint_mode)
         alg = get_algorithm(self.train.algorithm)
         self.train.validate(len(self.agents), alg.generations_needed(self.train))
         alg.check_config(self.train, self.agents)

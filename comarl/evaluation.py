@@ -1,7 +1,10 @@
 """Evaluation: roll out without training and summarise.
 
 Each item gets ``num_generations`` aligned joint responses (and the full tree
-when ``num_turns`` > 1). Metrics are the rollout's (reward per turn, return,
+when ``num_turns`` > 1); with a team graph (``comarl/stages.py``) the first stage
+writes ``num_generations`` samples and every later agent one per branch, so an
+item still has ``num_generations`` leaves per turn, and the metrics add each
+stage's (``stage<s>/spread``, ``route/<agent>``, ``tree/leaves``). Metrics are the rollout's (reward per turn, return,
 environment metrics); the environment may add a task summary (pass@k, reward
 levels, ROUGE...) through an optional ``summarize(records) -> dict`` method.
 """
@@ -27,7 +30,8 @@ def evaluate_agents(agents: Sequence, env, items: Sequence[dict], num_generation
     if shard:
         items = dist.shard(items)
     settings = RolloutSettings.from_train_config(config, num_generations=num_generations, joint_mode="aligned",
-                                                 keep_records=True, lockstep=lockstep, generator=generator)
+                                                 keep_records=True, lockstep=lockstep, generator=generator,
+                                                 successor_generations=1)  # a team graph: n leaves per item
     bs = batch_size or config.run.batch_size
     n_batches = -(-len(items) // bs)
     n_rollouts = lockstep.max(n_batches) if lockstep is not None else n_batches  # (a collective: first)
@@ -37,7 +41,7 @@ def evaluate_agents(agents: Sequence, env, items: Sequence[dict], num_generation
         rollouts.append(r)
         records += r.records
     for _ in range(n_rollouts - n_batches):
-        join_rollout(agents, settings)
+        join_rollout(agents, settings, env)
     mean, counts = rollout_metrics(rollouts)  # per-node metrics weighted by their nodes, the rest by items
     mean["reward/mean"] = mean.get("reward/turn0", float("nan"))
     if shard:

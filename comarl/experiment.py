@@ -27,12 +27,21 @@ def build_env(cfg: ExperimentConfig):
         raise
     except (TypeError, ValueError) as e:
         raise ConfigError(f"env.args ({cfg.env.name}): {e}") from e
+    if cfg.env.stages is not None:  # the config's team graph replaces the environment's own (docs/teams.md)
+        from .stages import attach_stages, parse_stages
+
+        env = attach_stages(env, parse_stages(cfg.env.stages, [a.name or f"agent{i}" for i, a in enumerate(cfg.agents)]))
     env = with_error_policy(env, cfg.env.on_error)  # inside the reward processing: a zeroed item is a raw 0
     env = with_reward_processing(env, cfg.env.reward_scale, cfg.env.reward_shift)
     if cfg.env.reward_model is not None:  # MARLHF: the fitted joint reward model's score is the reward
         env = _reward_model_env(env, cfg)
     if cfg.env.centralized_roles:  # one model writes every role (docs/preference.md)
         from .preference.centralized import CentralizedEnv, TaggedFormat
+        from .stages import stage_graph
+
+        if not stage_graph(env, roles).is_single:
+            raise ConfigError(f"env.centralized_roles: {cfg.env.name} runs its roles in stages (docs/teams.md); one "
+                              f"model writing every role in one completion cannot read the earlier roles' outputs")
 
         fmt = TaggedFormat(cfg.env.centralized_tag)
         env = CentralizedEnv(env, fmt.build_prompt, fmt.parse, cfg.env.centralized_failure_reward)

@@ -16,6 +16,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from .stages import stage_graph, stage_prompt
+
 
 def mean_and_stderr(values: Sequence[float]) -> tuple[float, float]:
     """(mean, standard error of the mean) of ``values`` [n]; the error is ``std(ddof=1) / sqrt(n)``, 0 for n = 1."""
@@ -67,6 +69,33 @@ def _team_reward(reward) -> float:
     return float(np.mean(getattr(reward, "values", [reward])))
 
 
+def _staged_joints(agents, env, graph, states, k: int, greedy: bool, batch_size: int) -> list[tuple[str, ...]]:
+    """A team graph's joint responses, ``k`` per item (item-major): the first stage writes k samples per item,
+    every later agent one per branch, from the prompt holding what it reads (``comarl/stages.py``); one
+    ``generate`` per agent and stage."""
+    from .rollout import generate_for_agents
+
+    n = len(agents)
+    branches = [(s, {}) for s in states for _ in range(k)]  # (state, agent -> text)
+    for si, stage in enumerate(graph.stages):
+        acting = [stage.route.chosen(stage.agents, ctx) if stage.route is not None else stage.agents
+                  for _, ctx in branches]
+        mine = [[b for b, act in enumerate(acting) if i in act] for i in range(n)]
+        if si == 0:  # one prompt per item, k samples of it
+            mine = [[b for b in m if b % k == 0] for m in mine]
+        texts_in = [[stage_prompt(env, graph, branches[b][0], i,
+                                  {a: branches[b][1][a] for a in graph.reads_of(i) if a in branches[b][1]})
+                     for b in mine[i]] for i in range(n)]
+        prompt_ids = [agent.encode_prompts(texts_in[i]) if texts_in[i] else [] for i, agent in enumerate(agents)]
+        per = k if si == 0 else 1
+        comps = generate_for_agents(agents, prompt_ids, per, greedy=greedy, batch_size=batch_size)
+        for i in range(n):
+            for w, b in enumerate(mine[i]):
+                for j in range(per):
+                    branches[b + j][1][i] = comps[i].texts[w * per + j]
+    return [tuple(ctx.get(i, "") for i in range(n)) for _, ctx in branches]
+
+
 @torch.no_grad()
 def heldout_score(agents: Sequence, env, items: Sequence[dict], samples: int = 1, greedy: bool = True,
                   seed: int = 0, batch_size: int = 0) -> HeldOutScore:
@@ -75,7 +104,8 @@ def heldout_score(agents: Sequence, env, items: Sequence[dict], samples: int = 1
     ``greedy`` decodes one completion per agent and item; otherwise ``samples``
     completions at the agents' temperature, drawn under ``seed`` inside a forked
     RNG, so the caller's random stream (the training run's) is not touched and
-    two calls on the same weights give the same number. ``batch_size`` caps the
+    two calls on the same weights give the same number. With a team graph the
+    first stage writes those, and every later agent one per branch, reading it. ``batch_size`` caps the
     prompts per ``generate`` call (0: all in one call).
     """
     from .rollout import generate_for_agents
@@ -86,12 +116,16 @@ def heldout_score(agents: Sequence, env, items: Sequence[dict], samples: int = 1
     if k < 1:
         raise ValueError(f"heldout_score: samples must be >= 1, got {samples}")
     states = [env.reset(item) for item in items]
-    prompt_ids = [agent.encode_prompts([s.prompts[i] for s in states]) for i, agent in enumerate(agents)]
+    graph = stage_graph(env, len(agents))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        comps = generate_for_agents(agents, prompt_ids, k, greedy=greedy, batch_size=batch_size)
+        if graph.is_single:
+            prompt_ids = [agent.encode_prompts([s.prompts[i] for s in states]) for i, agent in enumerate(agents)]
+            comps = generate_for_agents(agents, prompt_ids, k, greedy=greedy, batch_size=batch_size)
+            joint = [tuple(c.texts[p * k + j] for c in comps) for p in range(len(states)) for j in range(k)]
+        else:
+            joint = _staged_joints(agents, env, graph, states, k, greedy, batch_size)
     joint_states = [s for s in states for _ in range(k)]
-    joint = [tuple(c.texts[p * k + j] for c in comps) for p in range(len(states)) for j in range(k)]
     rewards = [_team_reward(t.reward) for t in env.step_batch(joint_states, joint)]
     per_item = tuple(float(np.mean(rewards[p * k:(p + 1) * k])) for p in range(len(states)))
     return HeldOutScore(per_item=per_item, samples=k, greedy=greedy)

@@ -1,15 +1,27 @@
-"""Rollouts: joint actions, the multi-turn tree, credited returns.
+"""Rollouts: joint actions, the multi-turn tree, team stages within a turn, credited returns.
 
 The tree is generated breadth-first: at each turn, every live node of every
 item sends its prompts through one ``generate`` call per agent. Each joint
 action of a node is scored by one ``env.step_batch`` call for the whole turn,
 and (multi-turn) continues as a child node with its own environment state.
 
+Stages (``comarl/stages.py``): when the environment declares a team graph, a
+turn runs its stages in order and the tree branches within the turn as it does
+across turns. A branch stage opens a node for every joint action of the stage
+before it (its agents write K samples each from prompts that hold the earlier
+outputs of that branch); an aligned stage adds one sample per joint action to
+the node it joins; a routed stage opens its node with the agents the router
+chose. The environment scores a turn's leaves (the joint actions of its last
+stage) in one ``env.step_batch``; the joint response holds every agent's text
+on the branch ("" for an agent that did not act, routing). One ``generate``
+call per agent and stage. The one-stage default is the tree as it always was.
+
 Returns (per agent, so per-agent rewards work too)::
 
-    G_j = r_j + gamma * V(child_j),   V(node) = mean_j G_j over the node's joint actions
+    G_j = r_j + d_j * V(child_j),   V(node) = mean_j G_j over the node's joint actions
 
-with V = 0 when the branch ended. A branch ends when the environment says
+with V = 0 when the branch ended, and ``d_j`` = gamma into the next turn, 1 into a
+later stage of the same turn (whose edges carry no reward: r_j = 0). A branch ends when the environment says
 done, at ``num_turns``, when its reward reaches ``early_stop_reward``, or --
 for all joint actions of a node together -- when the mean reward of the node's
 joint actions is above ``early_stop_sibling_mean`` (the reference's rule).
@@ -17,12 +29,14 @@ Rewards here are already processed (``env.reward_scale``/``reward_shift``,
 ``comarl/envs/reward_processing.py``). Credit: agent i's sample k gets the mean of
 G_j[i] over the joint actions j that contain it. In ``aligned`` mode that is
 exactly one joint action (j = k); in ``cross`` mode it is the K^(N-1) joint
-actions of the Cartesian product that use sample k of agent i.
+actions of the Cartesian product that use sample k of agent i. Each agent's
+group at a node holds its samples there, so an agent of a later stage is
+compared with the other samples that read the same earlier outputs.
 
 Greedy baseline (MAReMax, ``greedy_baseline``): every node also starts a
-greedy continuation (all agents decode greedily, then again from the greedy
-branch's next state, until it ends); its discounted return is the node's
-``AgentSamples.baseline``. All chains alive at a turn share one greedy
+greedy continuation (the node's agents decode greedily, then the later stages
+and turns, until it ends); its discounted return is the node's
+``AgentSamples.baseline``. All chains alive at a stage share one greedy
 ``generate`` call per agent.
 
 LoRA agents on one shared base with identical generation settings share one
@@ -31,6 +45,9 @@ LoRA agents on one shared base with identical generation settings share one
 Structured generation: a prompt that declares a schema (``comarl/schema.py``)
 is decoded under it (unless the agent's ``structured`` is false), and the
 samples record which completion tokens were forced (``AgentSamples.forced``).
+
+Environment calls (``env.step_batch``): :func:`_greedy_stage` (greedy chains at a turn's last stage) and
+:func:`_score_leaves` (every leaf of a turn).
 """
 from __future__ import annotations
 
@@ -44,6 +61,7 @@ import torch
 from .envs.base import AgentRewards, EnvState, Environment, EvalRecord
 from .generation.team import generate_for_agents
 from .schema import schema_of
+from .stages import Stage, StageGraph, leaves_and_completions, stage_graph, stage_prompt
 from .types import AgentSamples, Rollout, RolloutTree
 
 
@@ -86,12 +104,19 @@ def samples_per_item(mode: str, k: int, n: int, turns: int) -> int:
     return n * k * sum(branching ** t for t in range(turns))
 
 
-def check_tree_size(mode: str, k: int, n: int, turns: int, limit: int) -> None:
-    """Refuse, before any generation, a tree larger than ``limit`` completions per item."""
-    total = samples_per_item(mode, k, n, turns)
+def check_tree_size(mode: str, k: int, n: int, turns: int, limit: int, graph: StageGraph | None = None) -> None:
+    """Refuse, before any generation, a tree larger than ``limit`` completions per item (and a team graph that
+    does not hold together or has more leaves per turn than its ``max_leaves``)."""
+    if graph is not None and not graph.is_single:
+        graph.validate(n, mode)
+        graph.check_leaves(mode, k)
+        total = leaves_and_completions(graph, mode, k, turns)[1]
+    else:
+        total = samples_per_item(mode, k, n, turns)
     if total > limit:
         raise ValueError(
-            f"train.max_samples_per_item: joint_mode={mode}, num_generations={k}, {n} agents, num_turns={turns} "
+            f"train.max_samples_per_item: joint_mode={mode}, num_generations={k}, {n} agents, num_turns={turns}"
+            f"{f', {len(graph.stages)} stages' if graph is not None and not graph.is_single else ''} "
             f"generates {total} completions per item (> limit {limit}); lower num_generations/num_turns, use "
             f"aligned mode, or raise train.max_samples_per_item")
 
@@ -110,16 +135,39 @@ def reward_vector(reward, n: int, where: str) -> torch.Tensor:
 
 @dataclass
 class _Node:
+    """Where some agents act together: a turn's first stage, or a later stage on one branch of it."""
+
     item: int
     state: EnvState
     turn: int
-    joints: torch.Tensor | None = None  # [J, N]
+    stage: int = 0  # the stage that opened the node
+    actors: list = field(default_factory=list)  # agents acting here (branch agents, then aligned ones)
+    context: dict = field(default_factory=dict)  # agent -> text: earlier stages' outputs on this branch
+    context_prompts: dict = field(default_factory=dict)  # agent -> the prompt it wrote them from
+    prompts: dict = field(default_factory=dict)  # agent -> [its prompt] (branch) or [J] (aligned, per joint)
+    texts: dict = field(default_factory=dict)  # agent -> its samples' texts here
+    joints: torch.Tensor | None = None  # [J, N], -1 where an agent does not act
     rewards: torch.Tensor | None = None  # [J, N]
     children: list = field(default_factory=list)  # [J] of _Node | None
+    stage_children: bool = False  # the children are later stages of this turn (no reward, no discount)
     returns: torch.Tensor | None = None  # [J, N]
     greedy_return: torch.Tensor | None = None  # [N], return of the greedy continuation from this node
     truncated: list = field(default_factory=list)  # [J] bool: ended only by num_turns (see _truncated)
     next_prompts: dict = field(default_factory=dict)  # j -> [N] next prompts of a truncated branch
+
+    def joint_texts(self, j: int) -> dict:
+        """Every acting agent's text in joint action j."""
+        return {i: self.texts[i][int(self.joints[j, i])] for i in self.actors}
+
+    def joint_prompt(self, i: int, j: int) -> str:
+        p = self.prompts[i]
+        return p[j] if len(p) > 1 else p[0]
+
+    def branch(self, j: int) -> tuple[dict, dict]:
+        """(texts, prompts) of every agent on the branch through joint action j, this turn."""
+        texts = {**self.context, **self.joint_texts(j)}
+        prompts = {**self.context_prompts, **{i: self.joint_prompt(i, j) for i in self.actors}}
+        return texts, prompts
 
 
 @dataclass
@@ -139,6 +187,9 @@ class RolloutSettings:
     generator: Any = None
     """The team generator (``generation/team.py`` contract); None: Hugging Face ``generate``
     (``generate_for_agents``)."""
+    successor_generations: int | None = None
+    """Samples per node of a team graph's later branch stages (None: ``num_generations``); evaluation uses 1,
+    so an item has ``num_generations`` leaves per turn as in aligned mode."""
     lockstep: Any = None
     """Sharded models gathered one agent at a time (``train.fsdp_gather: agent``): an object with
     ``scope(agents)`` (a context in which those agents' models are whole; every rank must enter the same
@@ -177,25 +228,46 @@ class _GreedyChain:
     state: EnvState
     ret: torch.Tensor | float = 0.0  # [N] discounted return so far
     scale: float = 1.0  # gamma^(turns since node)
+    context: dict = field(default_factory=dict)  # agent -> greedy (or, before the node, sampled) text this turn
 
 
-def _greedy_turn(agents: Sequence, env: Environment, chains: list[_GreedyChain], turn: int,
-                 s: RolloutSettings) -> list[_GreedyChain]:
-    """Advance every greedy chain by one turn (one greedy ``generate`` per agent for all of them).
+def _stage_actors(stage: Stage, context: dict) -> tuple[int, ...]:
+    """The stage's agents that act on a branch with these earlier outputs (a route chooses; else all)."""
+    return stage.route.chosen(stage.agents, context) if stage.route is not None else stage.agents
 
-    Adds ``gamma^d * r`` to each chain's return; a chain that ends (done, turn
-    limit, ``early_stop_reward``) writes its return to ``node.greedy_return``.
-    Returns the chains still running.
+
+def _inputs(graph: StageGraph, agent: int, context: dict) -> dict:
+    """What ``agent`` reads on a branch: the outputs of the earlier agents it reads that wrote there."""
+    return {a: context[a] for a in graph.reads_of(agent) if a in context} if not graph.is_single else {}
+
+
+def _greedy_stage(agents: Sequence, env: Environment, graph: StageGraph, si: int, chains: list[_GreedyChain],
+                  turn: int, s: RolloutSettings) -> list[_GreedyChain]:
+    """Advance every greedy chain by one stage (one greedy ``generate`` per agent for all of them).
+
+    At the turn's last stage the chains' joint actions are scored: adds ``gamma^d * r`` to each chain's
+    return; a chain that ends (done, turn limit, ``early_stop_reward``) writes its return to
+    ``node.greedy_return``. Returns the chains still running.
     """
     n = len(agents)
     if not chains:  # a sharded rank whose greedy chains ended: it still joins the others' gathers
         _join_generation(agents, 1, s, greedy=True)
         return []
-    prompts = [agent.encode_prompts([c.state.prompts[i] for c in chains]) for i, agent in enumerate(agents)]
-    schemas = [prompt_schemas(agent, [c.state.prompts[i] for c in chains]) for i, agent in enumerate(agents)]
+    stage = graph.stages[si]
+    acting = [_stage_actors(stage, c.context) for c in chains]
+    mine = [[c for c, act in zip(chains, acting) if i in act] for i in range(n)]
+    texts_in = [[stage_prompt(env, graph, c.state, i, _inputs(graph, i, c.context)) for c in mine[i]]
+                for i in range(n)]
+    prompts = [agent.encode_prompts(texts_in[i]) if texts_in[i] else [] for i, agent in enumerate(agents)]
+    schemas = [prompt_schemas(agent, texts_in[i]) for i, agent in enumerate(agents)]
     texts = [c.texts for c in s.team_generator(agents, prompts, 1, greedy=True, batch_size=s.generation_batch_size,
                                                batch_adapters=s.batch_adapters, schemas=schemas, scope=_scope(s))]
-    joint = [tuple(texts[i][g] for i in range(n)) for g in range(len(chains))]
+    for i in range(n):
+        for c, t in zip(mine[i], texts[i]):
+            c.context[i] = t
+    if si < len(graph.stages) - 1:
+        return chains
+    joint = [tuple(c.context.get(i, "") for i in range(n)) for c in chains]
     trans = env.step_batch([c.state for c in chains], joint)
     if len(trans) != len(chains):
         raise ValueError(f"env.step_batch returned {len(trans)} transitions for {len(chains)} greedy joint actions")
@@ -203,6 +275,7 @@ def _greedy_turn(agents: Sequence, env: Environment, chains: list[_GreedyChain],
     for c, tr in zip(chains, trans):
         r = reward_vector(tr.reward, n, f"greedy turn {turn} of item {c.node.item}")
         c.ret = c.ret + c.scale * r
+        c.context = {}
         stop = tr.done or tr.next_state is None or turn + 1 >= s.num_turns
         if not stop and s.early_stop_reward is not None and float(r.mean()) >= s.early_stop_reward:
             stop = True
@@ -239,10 +312,11 @@ def siblings_end(rewards: torch.Tensor, threshold: float | None) -> bool:
 
 @dataclass
 class _Accumulator:
-    """Per-agent sample lists (group-major) and what the logger wants, filled turn by turn."""
+    """Per-agent sample lists (group-major) and what the logger wants, filled stage by stage."""
 
     n: int
     samples: list = field(default_factory=list)
+    nodes: list = field(default_factory=list)  # per agent: the nodes of its groups, in order
     metric_sums: dict = field(default_factory=lambda: defaultdict(float))
     metric_counts: dict = field(default_factory=lambda: defaultdict(int))
     examples: list = field(default_factory=list)
@@ -252,28 +326,78 @@ class _Accumulator:
     def __post_init__(self):
         self.samples = [dict(prompt_ids=[], completion_ids=[], truncated=[], texts=[], forced=[], structured=False)
                         for _ in range(self.n)]
+        self.nodes = [[] for _ in range(self.n)]
 
     def add_metric(self, key: str, value: float, count: int = 1) -> None:
         self.metric_sums[key] += value * count
         self.metric_counts[key] += count
 
 
-def _sample_level(agents, level: list[_Node], k: int, s: RolloutSettings, acc: _Accumulator) -> list[list[str]]:
-    """One batched generate per agent for every node of this turn; stores the samples; returns texts per agent."""
-    prompt_ids = [agent.encode_prompts([node.state.prompts[i] for node in level]) for i, agent in enumerate(agents)]
-    schemas = [prompt_schemas(agent, [node.state.prompts[i] for node in level]) for i, agent in enumerate(agents)]
-    comps = s.team_generator(agents, prompt_ids, k, batch_size=s.generation_batch_size,
+def _store(store: dict, p_ids: list, comp, per_prompt: int) -> None:
+    store["prompt_ids"] += [p for p in p_ids for _ in range(per_prompt)]
+    store["completion_ids"] += comp.ids
+    store["truncated"] += comp.truncated
+    store["texts"] += comp.texts
+    store["forced"] += comp.forced if comp.forced is not None else [[False] * len(c) for c in comp.ids]
+    store["structured"] |= comp.forced is not None
+
+
+def _sample_stage(agents, env, graph: StageGraph, si: int, level: list[_Node], k: int, s: RolloutSettings,
+                  acc: _Accumulator) -> None:
+    """One batched generate per agent for every node of this stage; stores the samples and each node's texts
+    and joint actions.
+
+    A branch stage: each acting agent writes ``k`` samples from its one prompt at each node (the K share the
+    prompt, so ``share_prefix`` encodes it once), and the node's joint actions are ``joint_actions`` over its
+    agents. An aligned stage: each agent writes one sample per joint action of each node, from a prompt
+    holding that joint action's texts; joint action j holds its sample j.
+    """
+    n, stage = len(agents), graph.stages[si]
+    if stage.aligned:
+        work = [[(node, j) for node in level for j in range(len(node.joints))] if i in stage.agents else []
+                for i in range(n)]
+        texts_in = [[stage_prompt(env, graph, node.state, i, _inputs(graph, i, node.branch(j)[0]))
+                     for node, j in work[i]] for i in range(n)]
+        for node in level:
+            node.actors = node.actors + list(stage.agents)
+        per_prompt = 1
+    else:
+        work = [[(node, 0) for node in level if i in node.actors] for i in range(n)]
+        texts_in = [[stage_prompt(env, graph, node.state, i, _inputs(graph, i, node.context)) for node, _ in work[i]]
+                    for i in range(n)]
+        per_prompt = k
+    prompt_ids = [agent.encode_prompts(texts_in[i]) if texts_in[i] else [] for i, agent in enumerate(agents)]
+    schemas = [prompt_schemas(agent, texts_in[i]) for i, agent in enumerate(agents)]
+    comps = s.team_generator(agents, prompt_ids, per_prompt, batch_size=s.generation_batch_size,
                              batch_adapters=s.batch_adapters, share_prefix=s.share_prefix, schemas=schemas,
                              scope=_scope(s))
-    for store, p_ids, comp in zip(acc.samples, prompt_ids, comps):
+    for i, (store, p_ids, comp) in enumerate(zip(acc.samples, prompt_ids, comps)):
+        if not work[i]:
+            continue
         acc.num_completions += len(comp.ids)
-        store["prompt_ids"] += [p for p in p_ids for _ in range(k)]
-        store["completion_ids"] += comp.ids
-        store["truncated"] += comp.truncated
-        store["texts"] += comp.texts
-        store["forced"] += comp.forced if comp.forced is not None else [[False] * len(c) for c in comp.ids]
-        store["structured"] |= comp.forced is not None
-    return [c.texts for c in comps]
+        _store(store, p_ids, comp, per_prompt)
+        if stage.aligned:
+            start = 0
+            for node in level:
+                width = len(node.joints)
+                node.texts[i] = comp.texts[start:start + width]
+                node.prompts[i] = texts_in[i][start:start + width]
+                node.joints[:, i] = torch.arange(width)
+                acc.nodes[i].append(node)
+                start += width
+        else:
+            for w, (node, _) in enumerate(work[i]):
+                node.texts[i] = comp.texts[w * k:(w + 1) * k]
+                node.prompts[i] = [texts_in[i][w]]
+                acc.nodes[i].append(node)
+    if not stage.aligned:
+        for node in level:
+            branch = joint_actions(s.joint_mode, k, len(node.actors))
+            if len(node.actors) == n:  # every agent (the one-stage tree): the joint actions as they are
+                node.joints = branch
+            else:
+                node.joints = torch.full((len(branch), n), -1, dtype=torch.long)
+                node.joints[:, node.actors] = branch
 
 
 def _scope(s: RolloutSettings):
@@ -288,37 +412,64 @@ def _join_generation(agents: Sequence, k: int, s: RolloutSettings, greedy: bool 
                          scope=s.lockstep.scope)
 
 
-def join_rollout(agents: Sequence, s: RolloutSettings) -> None:
+def join_rollout(agents: Sequence, s: RolloutSettings, env: Environment | None = None) -> None:
     """What a sharded rank with no items runs while the others run :func:`collect_rollout` (``s.lockstep``):
-    the same turn checks and per-agent gathers, generating nothing."""
+    the same checks and per-agent gathers for every stage of every turn, generating nothing. ``env``: the
+    environment whose team graph the others follow (None: one stage)."""
+    graph = stage_graph(env, len(agents)) if env is not None else StageGraph.single(len(agents))
     for _ in range(s.num_turns):
-        if not s.lockstep.any(False):
-            return
-        if s.greedy_baseline:
-            _join_generation(agents, 1, s, greedy=True)
-        _join_generation(agents, s.num_generations, s)
+        for _stage in graph.stages:
+            if not s.lockstep.any(False):
+                return
+            if s.greedy_baseline:
+                _join_generation(agents, 1, s, greedy=True)
+            _join_generation(agents, s.num_generations, s)
 
 
-def _score_level(level: list[_Node], items, texts: list[list[str]], joints: torch.Tensor, env: Environment,
-                 turn: int, s: RolloutSettings, acc: _Accumulator) -> list[_Node]:
-    """Step every joint action of every node in one ``env.step_batch``; returns the child nodes of the next turn."""
-    n, k = len(texts), s.num_generations
-    states, responses = [], []
-    for g, node in enumerate(level):
-        node.joints = joints
-        for j in joints.tolist():
+def _open_children(level: list[_Node], graph: StageGraph, si: int) -> list[_Node]:
+    """The nodes of branch stage ``si``: one per joint action of every node of the stage before, holding that
+    joint action's texts as its context and, for a routed stage, the agents its router chose."""
+    stage, out = graph.stages[si], []
+    for node in level:
+        node.stage_children = True
+        node.rewards = torch.zeros(len(node.joints), len(node.joints[0]), dtype=torch.float64)
+        node.truncated = [False] * len(node.joints)
+        node.children = []
+        for j in range(len(node.joints)):
+            texts, prompts = node.branch(j)
+            child = _Node(node.item, node.state, node.turn, si, list(_stage_actors(stage, texts)), texts, prompts)
+            node.children.append(child)
+            out.append(child)
+    return out
+
+
+def _score_leaves(level: list[_Node], items, graph: StageGraph, env: Environment, turn: int, s: RolloutSettings,
+                  acc: _Accumulator) -> list[_Node]:
+    """Step every joint action of every node of a turn's last stage in one ``env.step_batch``; returns the
+    first-stage nodes of the next turn."""
+    n = len(level[0].joints[0]) if level else 0
+    states, responses, prompts_seen = [], [], []
+    for node in level:
+        for j in range(len(node.joints)):
+            texts, prompts = node.branch(j)
             states.append(node.state)
-            responses.append(tuple(texts[i][g * k + j[i]] for i in range(n)))
+            responses.append(tuple(texts.get(i, "") for i in range(n)))
+            prompts_seen.append([prompts.get(i, node.state.prompts[i]) for i in range(n)])
     transitions = env.step_batch(states, responses)
     if len(transitions) != len(states):
         raise ValueError(f"env.step_batch returned {len(transitions)} transitions for {len(states)} joint actions")
-    next_level, J = [], len(joints)
-    for g, node in enumerate(level):
-        trs = transitions[g * J:(g + 1) * J]
+    next_level, start = [], 0
+    records: dict[int, EvalRecord] = {}
+    for node in level:
+        J = len(node.joints)
+        trs = transitions[start:start + J]
+        node_responses, node_prompts = responses[start:start + J], prompts_seen[start:start + J]
+        start += J
         rewards = [reward_vector(tr.reward, n, f"turn {turn} of item {node.item}") for tr in trs]
         node.rewards = torch.stack(rewards)
         stop_all = siblings_end(node.rewards, s.early_stop_sibling_mean)
-        node.children = [None if stop_all or _ends(tr, r, turn, s) else _Node(node.item, tr.next_state, turn + 1)
+        node.children = [None if stop_all or _ends(tr, r, turn, s) else _Node(node.item, tr.next_state, turn + 1,
+                                                                               actors=list(graph.stages[0].agents))
                          for tr, r in zip(trs, rewards)]
         next_level += [c for c in node.children if c is not None]
         node.truncated = [not stop_all and _truncated(tr, r, turn, s) for tr, r in zip(trs, rewards)]
@@ -328,76 +479,136 @@ def _score_level(level: list[_Node], items, texts: list[list[str]], joints: torc
                 acc.add_metric(f"env/{key}", float(val))
         acc.add_metric(f"reward/turn{turn}", float(node.rewards.mean()), J)
         if turn == 0:
-            if node.item < s.num_examples:
-                acc.examples += [{"item": node.item, "prompts": list(node.state.prompts),
-                                  "responses": list(responses[g * J + j]), "reward": float(rewards[j].mean())}
-                                 for j in range(min(2, J))]
+            shown = sum(1 for e in acc.examples if e["item"] == node.item)
+            if node.item < s.num_examples and shown < 2:
+                acc.examples += [{"item": node.item, "prompts": list(node_prompts[j]),
+                                  "responses": list(node_responses[j]), "reward": float(rewards[j].mean())}
+                                 for j in range(min(2 - shown, J))]
             if s.keep_records:
-                acc.records.append(EvalRecord(item=items[node.item], responses=list(responses[g * J:(g + 1) * J]),
-                                              transitions=list(trs)))
+                rec = records.setdefault(node.item, EvalRecord(item=items[node.item], responses=[], transitions=[]))
+                rec.responses.extend(list(node_responses))
+                rec.transitions.extend(list(trs))
+    acc.records += list(records.values())
     return next_level
 
 
 def _back_up_returns(groups: list[_Node], n: int, gamma: float) -> None:
-    """G = r + gamma * V(child) bottom-up (children come after their parents in ``groups``)."""
+    """G = r + d * V(child) bottom-up (children come after their parents in ``groups``); d = gamma into the
+    next turn, 1 into a later stage of the same turn."""
     for node in reversed(groups):
         child_v = torch.stack([c.returns.mean(0) if c is not None else torch.zeros(n, dtype=torch.float64)
                                for c in node.children])
-        node.returns = discounted_returns(node.rewards, child_v, gamma)
+        node.returns = node.rewards + child_v if node.stage_children else \
+            discounted_returns(node.rewards, child_v, gamma)
 
 
 def collect_rollout(agents: Sequence, env: Environment, items: Sequence[dict], s: RolloutSettings) -> Rollout:
     """Generate the whole tree for ``items`` and return per-agent samples with credited returns.
 
-    Groups (nodes) are listed turn by turn in generation order, so agent i's
-    samples of group g are ``g*K .. g*K+K-1`` in its :class:`AgentSamples`.
+    Groups (nodes) are listed stage by stage and turn by turn in generation order; agent i's groups are the
+    nodes where it acts, so its samples of its g-th group are ``g*K .. g*K+K-1`` in its :class:`AgentSamples`
+    (``Rollout.tree.groups`` maps nodes to those rows).
     """
     n, k = len(agents), s.num_generations
     if env.num_agents != n:
         raise ValueError(f"environment expects {env.num_agents} agents, {n} were given")
+    graph = stage_graph(env, n)
     acc = _Accumulator(n)
     groups: list[_Node] = []
-    level = [_Node(b, env.reset(item), 0) for b, item in enumerate(items)]
-    joints = joint_actions(s.joint_mode, k, n)
+    first = list(graph.stages[0].agents)
+    level = [_Node(b, env.reset(item), 0, actors=list(first)) for b, item in enumerate(items)]
     chains: list[_GreedyChain] = []  # greedy continuations still running (greedy_baseline only)
-    lockstep = s.lockstep  # sharded, one agent gathered at a time: every rank runs the same turns (join_rollout)
+    lockstep = s.lockstep  # sharded, one agent gathered at a time: every rank runs the same stages (join_rollout)
+    last = len(graph.stages) - 1
+    done = False
     for turn in range(s.num_turns):
-        if s.greedy_baseline:
-            chains += [_GreedyChain(node, node.state) for node in level]
-            acc.num_completions += n * len(chains)
-        if lockstep is not None and not lockstep.any(bool(level) or bool(chains)):
+        for si, stage in enumerate(graph.stages):
+            if s.greedy_baseline:
+                if not stage.aligned:
+                    chains += [_GreedyChain(node, node.state, context=dict(node.context)) for node in level]
+                acc.num_completions += sum(len(_stage_actors(stage, c.context)) for c in chains)
+            if lockstep is not None and not lockstep.any(bool(level) or bool(chains)):
+                done = True
+                break
+            if s.greedy_baseline:
+                chains = _greedy_stage(agents, env, graph, si, chains, turn, s) \
+                    if chains or lockstep is not None else []
+            if not level:
+                _join_generation(agents, k, s)
+                if chains or lockstep is not None:
+                    continue
+                done = True
+                break
+            k_stage = k if si == 0 or s.successor_generations is None else s.successor_generations
+            _sample_stage(agents, env, graph, si, level, k_stage, s, acc)
+            if not stage.aligned:
+                groups += level
+            if si == last:
+                level = _score_leaves(level, items, graph, env, turn, s, acc)
+            elif not graph.stages[si + 1].aligned:
+                level = _open_children(level, graph, si + 1)
+        if done:
             break
-        if s.greedy_baseline:
-            chains = _greedy_turn(agents, env, chains, turn, s) if chains or lockstep is not None else []
-        if not level:
-            _join_generation(agents, k, s)
-            if chains or lockstep is not None:
-                continue
-            break
-        texts = _sample_level(agents, level, k, s, acc)
-        groups += level
-        level = _score_level(level, items, texts, joints, env, turn, s, acc)
     _back_up_returns(groups, n, s.discount)
-    out = []
-    for i in range(n):
-        st = acc.samples[i]
-        credited = torch.stack([credit_returns(node.returns, node.joints, k)[i] for node in groups])
-        baseline = torch.stack([node.greedy_return[i] for node in groups]).float() if s.greedy_baseline else None
-        out.append(AgentSamples(prompt_ids=st["prompt_ids"], completion_ids=st["completion_ids"],
-                                truncated=torch.tensor(st["truncated"], dtype=torch.bool), texts=st["texts"],
-                                returns=credited.float(), turns=torch.tensor([nd.turn for nd in groups]),
-                                baseline=baseline, forced=st["forced"] if st["structured"] else None))
+    out = [_agent_samples(i, acc, s.greedy_baseline) for i in range(n)]
     metrics = {key: acc.metric_sums[key] / acc.metric_counts[key] for key in acc.metric_sums}
-    roots = [g for g in groups if g.turn == 0]
+    roots = [g for g in groups if g.turn == 0 and g.stage == 0]
     metrics["return/mean"] = float(torch.stack([r.returns.mean() for r in roots]).mean())
     metrics["tree/nodes"] = float(len(groups))
     for i, agent in enumerate(agents):
         lens = torch.tensor([len(c) for c in out[i].completion_ids], dtype=torch.float)
         metrics[f"{agent.name}/completion_len"] = float(lens.mean())
         metrics[f"{agent.name}/truncated"] = float(out[i].truncated.float().mean())
+    counts = {key: float(c) for key, c in acc.metric_counts.items()}
+    if not graph.is_single:
+        _stage_metrics(graph, groups, agents, metrics, counts)
     return Rollout(agents=out, metrics=metrics, examples=acc.examples, num_completions=acc.num_completions,
-                   records=acc.records, tree=_tree(groups, joints),
-                   metric_counts={key: float(c) for key, c in acc.metric_counts.items()})
+                   records=acc.records, tree=_tree(groups, acc), metric_counts=counts)
+
+
+def _agent_samples(i: int, acc: _Accumulator, greedy_baseline: bool) -> AgentSamples:
+    """Agent i's samples over the nodes where it acts, with each sample's credited return."""
+    st, nodes = acc.samples[i], acc.nodes[i]
+    sizes = {len(node.texts[i]) for node in nodes}
+    if len(sizes) > 1:
+        raise ValueError(f"agent {i} has groups of {sorted(sizes)} samples: an aligned stage after a routed or "
+                         f"cross stage must see the same number of joint actions at every node (use "
+                         f"joint_mode: aligned, or make the stage a branch stage)")
+    credited = [credit_returns(node.returns[:, [i]], node.joints[:, [i]], len(node.texts[i]))[0] for node in nodes]
+    baseline = torch.stack([node.greedy_return[i] for node in nodes]).float() if greedy_baseline and nodes else None
+    return AgentSamples(prompt_ids=st["prompt_ids"], completion_ids=st["completion_ids"],
+                        truncated=torch.tensor(st["truncated"], dtype=torch.bool), texts=st["texts"],
+                        returns=torch.stack(credited).float() if credited else torch.zeros(0, 0),
+                        turns=torch.tensor([nd.turn for nd in nodes], dtype=torch.long),
+                        baseline=baseline, forced=st["forced"] if st["structured"] else None)
+
+
+def _stage_metrics(graph: StageGraph, groups: list[_Node], agents, metrics: dict, counts: dict) -> None:
+    """Per stage: ``stage<s>/nodes``, ``stage<s>/spread`` (mean over the stage's nodes of two or more joint
+    actions of max - min of their returns: how much that stage's choices move the return); per routed agent
+    ``route/<name>`` (the share of the stage's branches it acts on); ``tree/leaves``."""
+    for si, stage in enumerate(graph.stages):
+        nodes = [g for g in groups if g.stage == si]
+        if stage.aligned or not nodes:
+            continue
+        metrics[f"stage{si}/nodes"] = float(len(nodes))
+        spread = [float((g.returns.mean(1).max() - g.returns.mean(1).min())) for g in nodes if len(g.joints) > 1]
+        if spread:
+            metrics[f"stage{si}/spread"] = sum(spread) / len(spread)
+            counts[f"stage{si}/spread"] = float(len(spread))
+        if stage.route is not None:
+            for a in stage.agents:
+                key = f"route/{agents[a].name}"
+                metrics[key] = sum(a in g.actors for g in nodes) / len(nodes)
+                counts[key] = float(len(nodes))
+    metrics["tree/leaves"] = float(sum(len(g.joints) for g in groups if not g.stage_children))
+
+
+def rollout_items(r: Rollout) -> int:
+    """Items (root nodes) of a rollout."""
+    if r.tree is not None:
+        return len(r.tree.roots())
+    return sum(int(t) == 0 for t in r.agents[0].turns) if r.agents else 0
 
 
 def rollout_metrics(rollouts: Sequence[Rollout]) -> tuple[dict[str, float], dict[str, float]]:
@@ -409,7 +620,7 @@ def rollout_metrics(rollouts: Sequence[Rollout]) -> tuple[dict[str, float], dict
     weights: dict[str, float] = {}
     counted: set[str] = set()
     for r in rollouts:
-        items = float(sum(int(t) == 0 for t in r.agents[0].turns)) if r.agents else 0.0
+        items = float(rollout_items(r))
         counted |= set(r.metric_counts)
         for k, v in r.metrics.items():
             w = r.metric_counts.get(k, items)
@@ -419,14 +630,37 @@ def rollout_metrics(rollouts: Sequence[Rollout]) -> tuple[dict[str, float], dict
     return means, {k: weights[k] for k in counted}
 
 
-def _tree(groups: list[_Node], joints: torch.Tensor) -> RolloutTree:
-    """The structure of the tree for critics and GAE (groups in sample order)."""
+def _tree(groups: list[_Node], acc: _Accumulator) -> RolloutTree:
+    """The structure of the tree for critics, GAE and pairs (groups in sample order, padded to the widest node)."""
     index = {id(node): g for g, node in enumerate(groups)}
-    child = torch.tensor([[index[id(c)] if c is not None else -1 for c in node.children] for node in groups],
-                         dtype=torch.long).reshape(len(groups), len(joints))
-    return RolloutTree(joints=joints, rewards=torch.stack([node.rewards for node in groups]) if groups else
-                       torch.zeros(0, len(joints), joints.shape[1], dtype=torch.float64),
-                       child=child, truncated=torch.tensor([node.truncated for node in groups],
-                                                           dtype=torch.bool).reshape(len(groups), len(joints)),
-                       prompts=[list(node.state.prompts) for node in groups],
-                       next_prompts={(g, j): p for g, node in enumerate(groups) for j, p in node.next_prompts.items()})
+    G, n = len(groups), acc.n
+    J = max((len(node.joints) for node in groups), default=0)
+    joints = torch.full((G, J, n), -1, dtype=torch.long)
+    rewards = torch.zeros(G, J, n, dtype=torch.float64)
+    child = torch.full((G, J), -1, dtype=torch.long)
+    truncated = torch.zeros(G, J, dtype=torch.bool)
+    stage_child = torch.zeros(G, J, dtype=torch.bool)
+    rows = torch.full((G, n), -1, dtype=torch.long)
+    for i, nodes in enumerate(acc.nodes):
+        for r, node in enumerate(nodes):
+            rows[index[id(node)], i] = r
+    joint_prompts, prompts = {}, []
+    for g, node in enumerate(groups):
+        w = len(node.joints)
+        joints[g, :w] = node.joints
+        rewards[g, :w] = node.rewards
+        child[g, :w] = torch.tensor([index[id(c)] if c is not None else -1 for c in node.children], dtype=torch.long)
+        truncated[g, :w] = torch.tensor(node.truncated, dtype=torch.bool)
+        stage_child[g, :w] = node.stage_children
+        for i in node.actors:
+            if len(node.prompts[i]) > 1:
+                joint_prompts[(g, i)] = list(node.prompts[i])
+        prompts.append([node.prompts[i][0] if i in node.prompts else
+                        node.context_prompts.get(i, node.state.prompts[i]) for i in range(n)])
+    return RolloutTree(joints=joints, rewards=rewards, child=child, truncated=truncated, prompts=prompts,
+                       next_prompts={(g, j): p for g, node in enumerate(groups) for j, p in node.next_prompts.items()},
+                       width=torch.tensor([len(node.joints) for node in groups], dtype=torch.long),
+                       groups=rows, stage_child=stage_child,
+                       turn=torch.tensor([node.turn for node in groups], dtype=torch.long),
+                       stage=torch.tensor([node.stage for node in groups], dtype=torch.long),
+                       joint_prompts=joint_prompts, context=[dict(node.context) for node in groups])

@@ -76,15 +76,33 @@ class Rollout:
 class RolloutTree:
     """Structure of one rollout tree, node-major in the same group order as :class:`AgentSamples`.
 
-    J joint actions per node (K aligned, K^N cross), the same for every node.
+    A node is where some agents act together: every agent at every node in the one-stage default, the
+    agents of one stage (and of the aligned stages that join it) in a team graph (``comarl/stages.py``).
+    Node g has ``width[g]`` joint actions (K aligned, K^n cross over the n agents that branch there);
+    tensors are padded to the widest node, J.
 
     Attributes:
-        joints: [J, N] sample index of agent i in joint action j.
-        rewards: [G, J, N] immediate reward of each joint action for each agent (team reward: N equal copies).
+        joints: [G, J, N] sample index (0..K-1, within agent i's group at node g) of agent i in joint action
+            j; -1 where agent i does not act at node g and past ``width[g]``. A [J, N] tensor given to the
+            constructor is every node's (the one-stage tree).
+        rewards: [G, J, N] immediate reward of each joint action for each agent (team reward: N equal copies);
+            0 on a joint action whose child is a later stage of the same turn.
         child: [G, J] group index of the node that joint action j leads to, -1 where the branch ended.
         truncated: [G, J] bool, the branch ended only because of ``num_turns`` (the env would go on): bootstrap.
-        prompts: [G][N] each agent's prompt text at the node.
+        prompts: [G][N] each agent's prompt text at the node (an agent that does not act there: the
+            environment's prompt of the turn; an aligned agent: its prompt of joint action 0, see
+            ``joint_prompts``).
         next_prompts: (g, j) -> [N] next prompts of a truncated branch (what a critic bootstraps from).
+        width: [G] joint actions of each node (default: J).
+        groups: [G, N] the row of node g in agent i's :class:`AgentSamples`, -1 where i does not act at g
+            (default: g).
+        stage_child: [G, J] bool, the child is a later stage of the same turn: no reward yet, no discount
+            (default: all False).
+        turn: [G] 0-based turn of each node; stage: [G] the stage that opened it (default: 0).
+        joint_prompts: (g, i) -> [J] agent i's prompt at each joint action of node g, for an agent whose
+            prompt differs per joint action (an aligned stage reading that joint action's texts).
+        context: [G] earlier agents' outputs on the node's branch in this turn (agent -> text), the prefix
+            the node's agents read (default: empty).
     """
 
     joints: torch.Tensor
@@ -93,3 +111,70 @@ class RolloutTree:
     truncated: torch.Tensor
     prompts: list[list[str]]
     next_prompts: dict[tuple[int, int], list[str]] = field(default_factory=dict)
+    width: torch.Tensor | None = None
+    groups: torch.Tensor | None = None
+    stage_child: torch.Tensor | None = None
+    turn: torch.Tensor | None = None
+    stage: torch.Tensor | None = None
+    joint_prompts: dict[tuple[int, int], list[str]] = field(default_factory=dict)
+    context: list[dict[int, str]] | None = None
+
+    def __post_init__(self):
+        g, j = self.child.shape
+        if self.joints.dim() == 2:
+            self.joints = self.joints.unsqueeze(0).expand(g, *self.joints.shape).clone()
+        n = self.joints.shape[2]
+        if self.width is None:
+            self.width = torch.full((g,), j, dtype=torch.long)
+        if self.groups is None:
+            self.groups = torch.arange(g).unsqueeze(1).expand(g, n).clone()
+        if self.stage_child is None:
+            self.stage_child = torch.zeros(g, j, dtype=torch.bool)
+        if self.turn is None:
+            self.turn = torch.zeros(g, dtype=torch.long)
+        if self.stage is None:
+            self.stage = torch.zeros(g, dtype=torch.long)
+        if self.context is None:
+            self.context = [{} for _ in range(g)]
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.child.shape[0])
+
+    @property
+    def staged(self) -> bool:
+        """Some node is not every agent acting at full width (a team graph of several stages)."""
+        return bool((self.groups < 0).any()) or bool(self.stage_child.any()) or bool(self.stage.any())
+
+    def valid(self) -> torch.Tensor:
+        """[G, J] bool: joint action j exists at node g (j < width[g])."""
+        return torch.arange(self.child.shape[1]).unsqueeze(0) < self.width.unsqueeze(1)
+
+    def acting(self) -> torch.Tensor:
+        """[G, N] bool: agent i acts at node g."""
+        return self.groups >= 0
+
+    def roots(self) -> list[int]:
+        """The nodes that start an item's tree (turn 0, first stage), in item order."""
+        return [g for g in range(self.num_nodes) if int(self.turn[g]) == 0 and int(self.stage[g]) == 0]
+
+    def agent_nodes(self, i: int) -> torch.Tensor:
+        """The nodes where agent i acts, in the order of its groups ([G_i])."""
+        nodes = torch.nonzero(self.groups[:, i] >= 0).flatten()
+        return nodes[torch.argsort(self.groups[nodes, i])]
+
+    def sample(self, g: int, j: int, i: int, k: int) -> int:
+        """Agent i's sample index (in its :class:`AgentSamples`, K samples per group) in joint action j of
+        node g, or -1 where agent i does not act there."""
+        s = int(self.joints[g, j, i])
+        return int(self.groups[g, i]) * k + s if s >= 0 else -1
+
+    def prompt(self, g: int, j: int, i: int) -> str:
+        """Agent i's prompt at joint action j of node g."""
+        per_joint = self.joint_prompts.get((g, i))
+        return per_joint[j] if per_joint is not None else self.prompts[g][i]
+
+    def discounts(self, gamma: float) -> torch.Tensor:
+        """[G, J] discount of each edge: 1 into a later stage of the same turn, ``gamma`` into the next turn."""
+        return torch.where(self.stage_child, torch.ones((), dtype=torch.float64),
+                           torch.full((), gamma, dtype=torch.float64))

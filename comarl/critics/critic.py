@@ -56,9 +56,13 @@ class _Targets:
 
 
 def _mean_by_index(x: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
-    """``out[u] = mean of x[g, j] over index[g, j] == u``: one target per critic input. [G, J] -> [size]."""
-    flat = index.reshape(-1)
-    summed = torch.zeros(size, dtype=torch.float64).index_add_(0, flat, x.reshape(-1).to(torch.float64))
+    """``out[u] = mean of x[g, j] over index[g, j] == u``: one target per critic input (index -1: none).
+    [G, J] -> [size]."""
+    flat, x = index.reshape(-1), x.reshape(-1).to(torch.float64)
+    if bool((flat < 0).any()):
+        keep = flat >= 0
+        flat, x = flat[keep], x[keep]
+    summed = torch.zeros(size, dtype=torch.float64).index_add_(0, flat, x)
     count = torch.zeros(size, dtype=torch.float64).index_add_(0, flat, torch.ones(len(flat), dtype=torch.float64))
     return summed / count.clamp(min=1)
 
@@ -116,8 +120,8 @@ class Critic:
         """Column ``c``'s critic inputs of rollout ``r`` and their values: (Units, token ids, [U] values,
         ``{(g, j): bootstrap value}`` of the branches the turn limit cut)."""
         st, inputs, tree, vm = self.settings, self.inputs, r.tree, self.models[c]
-        k = r.agents[0].returns.shape[1]
-        units = inputs.units(tree, [s.texts for s in r.agents], c, k)
+        ks = [int(a.returns.shape[1]) if a.returns.dim() == 2 else 0 for a in r.agents]
+        units = inputs.units(tree, [s.texts for s in r.agents], c, ks)
         unit_ids = vm.encode(units.prompts, units.responses)
         boot = {}
         if st.critic_type == "q" and st.bootstrap_truncated and tree.next_prompts:
@@ -161,26 +165,40 @@ class Critic:
         tgt: list[list] = [[] for _ in cols]
         raw_adv: dict[int, list] = {}
         for n_r, r in enumerate(rollouts):
-            tree, n, k = r.tree, len(r.agents), r.agents[0].returns.shape[1]
+            tree, n = r.tree, len(r.agents)
             rewards = inputs.rewards(tree).to(torch.float64)
             values = torch.zeros((*tree.child.shape, inputs.columns), dtype=torch.float64)  # [G, J, C]
             boot = torch.zeros_like(values)
             unit_lists = []
             for c in cols:
                 units, unit_ids, v, cut = per_column[c][n_r]
-                values[:, :, c] = v[units.index]
+                values[:, :, c] = v[units.index] if not tree.staged else \
+                    torch.where(units.index >= 0, v[units.index.clamp(min=0)] if len(v) else 0.0, 0.0)
                 for (g, j), val in cut.items():
                     boot[g, j, c] = val
                 unit_lists.append((units, unit_ids, v))
-            adv = gae_tree(rewards, values, tree.child, self.gamma, st.gae_lambda, boot)
-            targets = adv + node_baseline(values).unsqueeze(1)  # lambda-return of each joint action
+            if tree.staged:  # a team graph: stage edges undiscounted, nodes of different widths, pass-through nodes
+                valid = tree.valid()
+                valued = torch.ones(tree.num_nodes, inputs.columns, dtype=torch.bool) if inputs.central else \
+                    tree.acting()
+                adv = gae_tree(rewards, values, tree.child, self.gamma, st.gae_lambda, boot,
+                               tree.discounts(self.gamma), valid, valued)
+                targets = adv + node_baseline(values, valid).unsqueeze(1)
+            else:
+                adv = gae_tree(rewards, values, tree.child, self.gamma, st.gae_lambda, boot)
+                targets = adv + node_baseline(values).unsqueeze(1)  # lambda-return of each joint action
             for c, (units, unit_ids, v) in zip(cols, unit_lists):
                 ids[c] += unit_ids
                 old[c].append(v)
                 tgt[c].append(_mean_by_index(targets[:, :, c], units.index, len(unit_ids)))
             for i in range(n):  # [G, K]: its joint actions' lambda-returns minus the other joint actions' values
-                c = inputs.column(i)
-                raw_adv.setdefault(i, []).append(sample_advantages(adv[:, :, c], values[:, :, c], tree.joints[:, i], k))
+                c, k = inputs.column(i), int(r.agents[i].returns.shape[1])
+                if tree.staged:  # the nodes where agent i acts, in the order of its groups
+                    nodes = tree.agent_nodes(i)
+                    part = sample_advantages(adv[nodes][:, :, c], values[nodes][:, :, c], tree.joints[nodes][:, :, i], k)
+                else:
+                    part = sample_advantages(adv[:, :, c], values[:, :, c], tree.joints[0, :, i], k)
+                raw_adv.setdefault(i, []).append(part)
         metrics: dict[str, float] = {}
         empty = torch.zeros(0, dtype=torch.float64)
         for c in cols:

@@ -14,7 +14,10 @@ callables for users who only have a reward function.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+
+if TYPE_CHECKING:
+    from ..stages import StageGraph
 
 
 @dataclass(frozen=True)
@@ -119,10 +122,17 @@ class FunctionEnv:
             for multi-turn tasks; ``None`` ends the branch. ``state.history``
             and ``state.prompts`` give each agent's past.
         max_turns: turns per episode (1 = single-turn).
+        stages: the team graph (``comarl.stages.StageGraph``, or a list of agent lists: one stage each, every
+            agent reading all earlier stages); None: one stage of every agent (docs/teams.md).
+        stage_formatters: agent -> ``(state, inputs) -> prompt`` for an agent of a later stage, ``inputs``
+            being {earlier agent: its output on this branch}; an agent without one gets its formatter's
+            prompt followed by one block per output it reads (``stages.default_stage_prompt``).
     """
 
     def __init__(self, formatters: Sequence[Formatter], reward_fn: RewardFn,
-                 transition_fn: TransitionFn | None = None, max_turns: int = 1):
+                 transition_fn: TransitionFn | None = None, max_turns: int = 1,
+                 stages: "StageGraph | Sequence[Sequence[int]] | None" = None,
+                 stage_formatters: Mapping[int, Callable[[EnvState, Mapping[int, str]], str]] | None = None):
         if not formatters:
             raise ValueError("FunctionEnv needs at least one formatter (one per agent)")
         if max_turns > 1 and transition_fn is None:
@@ -132,6 +142,25 @@ class FunctionEnv:
         self.reward_fn = reward_fn
         self.transition_fn = transition_fn
         self.max_turns = max_turns
+        from ..stages import Stage, StageGraph
+
+        if stages is not None and not isinstance(stages, StageGraph):
+            stages = StageGraph(tuple(Stage(tuple(agents)) for agents in stages))
+        if stages is not None:
+            stages.validate(self.num_agents)
+        self.stages = stages
+        self.stage_formatters = dict(stage_formatters or {})
+        for agent in self.stage_formatters:
+            if stages is None or agent not in range(self.num_agents) or stages.stage_of(agent) == 0:
+                raise ValueError(f"stage_formatters: agent {agent} does not act in a later stage of the team graph")
+
+    def stage_prompt(self, state: EnvState, agent: int, inputs: Mapping[int, str]) -> str:
+        """Agent ``agent``'s prompt reading ``inputs`` (its stage formatter's, or the default blocks)."""
+        from ..stages import default_stage_prompt
+
+        if agent in self.stage_formatters:
+            return self.stage_formatters[agent](state, inputs)
+        return default_stage_prompt(state.prompts[agent], inputs, self.stages)
 
     def reset(self, item: Mapping[str, Any]) -> EnvState:
         return EnvState(item=item, prompts=tuple(f(item) for f in self.formatters))

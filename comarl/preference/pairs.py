@@ -40,18 +40,22 @@ def select_pairs(rewards: list[float], mode: str = "reward_gap", max_pairs: int 
     return pairs if max_pairs is None else pairs[:max_pairs]
 
 
-def joint_returns(rewards: torch.Tensor, child: torch.Tensor, gamma: float) -> torch.Tensor:
+def joint_returns(rewards: torch.Tensor, child: torch.Tensor, gamma: float, discount: torch.Tensor | None = None,
+                  width: torch.Tensor | None = None) -> torch.Tensor:
     """Team return of every joint action of a rollout tree: ``R[g, j] = mean_i r[g, j, i] + gamma * V(child)``.
 
     ``V(c) = mean_j R[c, j]``, 0 where the branch ended (child -1); children come after their parents.
+    A team graph's tree (``comarl/stages.py``) gives ``discount`` [G, J] (1 into a later stage of the same
+    turn, in place of gamma) and ``width`` [G] (node g has that many joint actions; the rest is padding).
     Shapes: rewards [G, J, N], child [G, J] -> [G, J]. With one turn it is the mean reward over agents.
     """
     out = rewards.double().mean(dim=2).clone()
     for g in range(rewards.shape[0] - 1, -1, -1):
-        for j in range(rewards.shape[1]):
+        for j in range(rewards.shape[1] if width is None else int(width[g])):
             c = int(child[g, j])
             if c >= 0:
-                out[g, j] += gamma * out[c].mean()
+                d = gamma if discount is None else float(discount[g, j])
+                out[g, j] += d * (out[c].mean() if width is None else out[c, :int(width[c])].mean())
     return out
 
 
@@ -59,7 +63,9 @@ def joint_returns(rewards: torch.Tensor, child: torch.Tensor, gamma: float) -> t
 class JointPair:
     """One preference pair of joint responses at node ``group``: joint action ``chosen`` beats ``rejected``.
 
-    ``chosen_samples``/``rejected_samples`` [N]: each agent's sample index (within its AgentSamples) in the pair.
+    ``chosen_samples``/``rejected_samples`` [N]: each agent's sample index (within its AgentSamples) in the pair;
+    -1 for an agent that does not act at the node (a team graph's stage: its log-ratio is the same on both
+    sides of the pair, so it leaves the joint loss out).
     """
 
     group: int
@@ -75,19 +81,32 @@ NodeRng = Callable[[int], random.Random]
 
 
 def tree_pairs(rewards: torch.Tensor, child: torch.Tensor, joints: torch.Tensor, k: int, gamma: float,
-               mode: str, max_pairs: int | None, rng: random.Random | NodeRng | None = None) -> list[JointPair]:
+               mode: str, max_pairs: int | None, rng: random.Random | NodeRng | None = None,
+               tree=None) -> list[JointPair]:
     """Pairs at every node of a rollout tree (rewards [G, J, N], child [G, J], joints [J, N]).
 
     Agent i's sample of joint action j at node g is ``g*K + joints[j, i]`` (AgentSamples are group-major).
     ``rng``: one stream for every node in turn, or a function giving each node its own.
+    ``tree``: a team graph's :class:`RolloutTree` (``joints`` [G, J, N], nodes of different widths, agents
+    acting at some nodes only): pairs are joint actions of one node (siblings that share every earlier
+    output), agent i's sample is ``tree.sample(g, j, i, k_i)`` and ``k`` is then one size per agent.
     """
-    ret = joint_returns(rewards, child, gamma)
+    if tree is not None:
+        ret = joint_returns(rewards, child, gamma, tree.discounts(gamma), tree.width)
+    else:
+        ret = joint_returns(rewards, child, gamma)
     out = []
     for g in range(ret.shape[0]):
         node_rng = rng(g) if callable(rng) else rng
-        for w, l in select_pairs(ret[g].tolist(), mode, max_pairs, node_rng):
-            out.append(JointPair(g, w, l, (g * k + joints[w]).tolist(), (g * k + joints[l]).tolist(),
-                                 float(ret[g, w] - ret[g, l])))
+        width = int(tree.width[g]) if tree is not None else ret.shape[1]
+        for w, l in select_pairs(ret[g, :width].tolist(), mode, max_pairs, node_rng):
+            if tree is not None:
+                n = tree.joints.shape[2]
+                chosen = [tree.sample(g, w, i, k[i]) for i in range(n)]
+                rejected = [tree.sample(g, l, i, k[i]) for i in range(n)]
+            else:
+                chosen, rejected = (g * k + joints[w]).tolist(), (g * k + joints[l]).tolist()
+            out.append(JointPair(g, w, l, chosen, rejected, float(ret[g, w] - ret[g, l])))
     return out
 
 

@@ -24,8 +24,11 @@ def step_pairs(rollouts, cfg, key: str) -> list[list[JointPair]]:
     """Pairs of every rollout chunk (sample indices local to the chunk); ``key`` names the batch for the
     per-node streams of ``pair_selection: random`` (:func:`node_rngs`)."""
     pref = cfg.preference
-    return [tree_pairs(r.tree.rewards, r.tree.child, r.tree.joints, cfg.rollout.num_generations, cfg.rollout.discount,
-                       pref.pairs.pair_selection, pref.pairs.pairs_per_item, rng)
+    return [tree_pairs(r.tree.rewards, r.tree.child, r.tree.joints[0], cfg.rollout.num_generations,
+                       cfg.rollout.discount, pref.pairs.pair_selection, pref.pairs.pairs_per_item, rng)
+            if not r.tree.staged else
+            tree_pairs(r.tree.rewards, r.tree.child, r.tree.joints, [int(a.returns.shape[1]) for a in r.agents],
+                       cfg.rollout.discount, pref.pairs.pair_selection, pref.pairs.pairs_per_item, rng, tree=r.tree)
             for r, rng in zip(rollouts, chunk_node_rngs(rollouts, key))]
 
 
@@ -47,7 +50,7 @@ def first_items(rollouts) -> list[int]:
     out, offset = [], 0
     for ro in rollouts:
         out.append(offset)
-        offset += sum(int(t) == 0 for t in ro.agents[0].turns)
+        offset += len(ro.tree.roots())
     return out
 
 
@@ -100,6 +103,10 @@ def text_pairs(ro, pairs, step: int, r: int | None = None,
     """``(node, pair)`` of one rollout's pairs, in node order (``r``: the round, iterative training);
     ``fingerprints`` (the agents' tokenizers'): each pair also records its sampled tokens (pair_tokens.py)."""
     out = []
+    if ro.tree.staged:
+        raise ValueError("preference pairs of a team graph (env.stages) cannot be written as text pairs yet: an "
+                         "agent that does not act at a node has no text in them (drop train.preference.pairs_out, "
+                         "or use the one-stage team)")
     for p in pairs:
         pair = {"step": step, **({"round": r} if r is not None else {}), "prompts": ro.tree.prompts[p.group],
                 "chosen": [ro.agents[i].texts[s] for i, s in enumerate(p.chosen_samples)],
@@ -114,8 +121,7 @@ def text_pairs(ro, pairs, step: int, r: int | None = None,
 def node_items(ro) -> list[int]:
     """[G] the item (index in the rollout's items) of every node: the roots in item order, children inherit."""
     item = [-1] * len(ro.tree.prompts)
-    roots = [g for g in range(len(item)) if int(ro.agents[0].turns[g]) == 0]
-    for b, g in enumerate(roots):
+    for b, g in enumerate(ro.tree.roots()):
         item[g] = b
     for g in range(len(item)):  # breadth-first: a parent comes before its children
         for c in ro.tree.child[g].tolist():
@@ -151,7 +157,10 @@ def write_pairs(path: str | Path, step: int, rollouts, chunk_pairs, fingerprints
 
 def joint_side(rollout, g: int, j: int, k: int, fingerprints: list[str] | None) -> tuple[list[str], dict | None]:
     """Every agent's text of joint action j at node g ([N]), and its tokens record (pair_tokens.py)."""
-    idx = [g * k + int(rollout.tree.joints[j, i]) for i in range(len(rollout.agents))]
+    if rollout.tree.staged:
+        raise ValueError("comparator pairs (iterative MADPO / MARLHF rounds) need the one-stage team; a team graph "
+                         "(env.stages) is not supported there yet")
+    idx = [g * k + int(rollout.tree.joints[g, j, i]) for i in range(len(rollout.agents))]
     texts = [a.texts[s] for a, s in zip(rollout.agents, idx)]
     return texts, joint_tokens(rollout.agents, idx, fingerprints) if fingerprints is not None else None
 
@@ -174,7 +183,7 @@ def comparison_pairs_of(ro, co, cfg, rng: random.Random | NodeRng, step: int, r:
     rp = joint_returns(ro.tree.rewards, ro.tree.child, cfg.rollout.discount)
     rc = joint_returns(co.tree.rewards, co.tree.child, cfg.rollout.discount)
     out = []
-    for g in [g for g in range(len(ro.tree.prompts)) if int(ro.agents[0].turns[g]) == 0]:
+    for g in ro.tree.roots():
         for j, policy_wins, gap in comparator_pairs(rp[g].tolist(), rc[g].tolist(), pref.pairs.pair_selection,
                                                     pref.pairs.pairs_per_item, rng(g) if callable(rng) else rng):
             mine = joint_side(ro, g, j, k, fingerprints[0] if fingerprints else None)

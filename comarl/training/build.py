@@ -29,6 +29,7 @@ from ..config_io import ConfigError
 from ..critics import build_critic, shard_critic
 from ..envs.base import Environment
 from ..rollout import check_tree_size
+from ..stages import stage_graph
 from ..runtime import check_mixed_precision
 from .optim import build_optimizer, build_scheduler
 from .team import Team
@@ -67,7 +68,8 @@ def check_run(cfg, algorithm: Algorithm, agents: Sequence, env: Environment) -> 
     """Every check that needs no model: the config, the algorithm's own (``Algorithm.check``), the tree size
     and the team size the environment expects."""
     cfg.validate(len(agents), algorithm.generations_needed(cfg))
-    check_tree_size(cfg.rollout.joint_mode, cfg.rollout.num_generations, len(agents), cfg.rollout.num_turns, cfg.rollout.max_samples_per_item)
+    check_tree_size(cfg.rollout.joint_mode, cfg.rollout.num_generations, len(agents), cfg.rollout.num_turns,
+                    cfg.rollout.max_samples_per_item, stage_graph(env, len(agents)))  # and the team graph (stages.py)
     algorithm.check_config(cfg, list(agents))
     if getattr(env, "num_agents", len(agents)) != len(agents):
         raise ConfigError(f"agents: the environment expects {env.num_agents} agents, {len(agents)} given")

@@ -58,6 +58,14 @@ def _sequence_logprobs(fn, prompts, comps, needed: list[int], micro: int, forced
     return torch.cat(out) if out else torch.zeros(0)
 
 
+def _at(seq: torch.Tensor, positions: list[int]) -> torch.Tensor:
+    """``seq[positions]`` with 0 where a position is -1 (an agent that does not act at the pair's node)."""
+    if -1 not in positions:
+        return seq[positions]
+    idx = torch.tensor(positions, dtype=torch.long)
+    return torch.where(idx >= 0, seq[idx.clamp(min=0)] if len(seq) else torch.zeros(len(idx)), torch.zeros(()))
+
+
 def dpo_step(team, config, batch: PairBatch, step: int, loss_fn=joint_dpo_loss) -> dict[str, float]:
     """``num_iterations`` optimizer steps per agent on the weighted joint DPO loss
     ``sum_p w_p * loss_p / sum(w)`` (sums over every rank). Collective: every rank calls it, with its own
@@ -70,9 +78,10 @@ def dpo_step(team, config, batch: PairBatch, step: int, loss_fn=joint_dpo_loss) 
     if w_total == 0:  # every node's joint actions tied: nothing to prefer
         return out
     sel = []  # per agent: the samples needed, position of each pair's chosen / rejected sample among them
-    for d in batch.agents:
-        needed = sorted(set(d.chosen) | set(d.rejected))
+    for d in batch.agents:  # sample -1: the agent does not act at the pair's node (a team graph): no log-ratio
+        needed = sorted((set(d.chosen) | set(d.rejected)) - {-1})
         pos = {s: k for k, s in enumerate(needed)}
+        pos[-1] = -1
         sel.append((d, needed, [pos[s] for s in d.chosen], [pos[s] for s in d.rejected]))
     sharded = team.sharding is not None
     ref_seq = []
@@ -98,13 +107,13 @@ def dpo_step(team, config, batch: PairBatch, step: int, loss_fn=joint_dpo_loss) 
                                                   d.forced))
         # the [P, N] problem: d loss / d (each agent's sequence log-prob), loss = sum over pairs / global pairs
         leaves = [s.clone().requires_grad_(True) for s in pol_seq]
-        pc = torch.stack([leaves[i][s[2]] for i, s in enumerate(sel)], dim=1)
-        pr = torch.stack([leaves[i][s[3]] for i, s in enumerate(sel)], dim=1)
+        pc = torch.stack([_at(leaves[i], s[2]) for i, s in enumerate(sel)], dim=1)
+        pr = torch.stack([_at(leaves[i], s[3]) for i, s in enumerate(sel)], dim=1)
         if pref.dpo.reference_free:
             losses, z = reference_free_dpo_loss(pc, pr, pref.dpo.beta)
         else:
-            rc = torch.stack([ref_seq[i][s[2]] for i, s in enumerate(sel)], dim=1)
-            rr = torch.stack([ref_seq[i][s[3]] for i, s in enumerate(sel)], dim=1)
+            rc = torch.stack([_at(ref_seq[i], s[2]) for i, s in enumerate(sel)], dim=1)
+            rr = torch.stack([_at(ref_seq[i], s[3]) for i, s in enumerate(sel)], dim=1)
             losses, z = loss_fn(pc, pr, rc, rr, pref.dpo.beta)
         loss = (losses * batch.weights.to(losses.dtype)).sum() / w_total
         coefs = torch.autograd.grad(loss, leaves, allow_unused=True) if n_pairs else [None] * len(leaves)
@@ -169,8 +178,8 @@ def _pair_indices(rollouts, chunk_pairs, i: int) -> tuple[list[int], list[int]]:
     """Agent i's chosen and rejected sample indices in the step's concatenated samples ([P] each)."""
     chosen, rejected, offset = [], [], 0
     for r, pairs in zip(rollouts, chunk_pairs):
-        chosen += [offset + p.chosen_samples[i] for p in pairs]
-        rejected += [offset + p.rejected_samples[i] for p in pairs]
+        chosen += [offset + p.chosen_samples[i] if p.chosen_samples[i] >= 0 else -1 for p in pairs]
+        rejected += [offset + p.rejected_samples[i] if p.rejected_samples[i] >= 0 else -1 for p in pairs]
         offset += r.agents[i].num_samples
     return chosen, rejected
 

@@ -230,7 +230,10 @@ class PolicyGradient:
 
     @staticmethod
     def _skip_empty_batch(team, i: int, batch: LossBatch, step: int) -> dict[str, float]:
-        """No token of agent ``i`` is in the loss on any rank: no update, its own counter, one line."""
+        """No token of agent ``i`` is in the loss on any rank: no update, its own counter, one line. An agent that
+        wrote nothing at all (a team graph's router chose others everywhere) is skipped without either."""
+        if batch.n_all == 0:
+            return {f"{team.agents[i].name}/lr": team.lr(i)}
         n = team.count("empty_batch_skips")
         warnings.warn(f"step {step}: {team.agents[i].name} has no completion in the loss "
                       f"({int(batch.n_all)} sequences, all truncated under mask_truncated or empty); update skipped "

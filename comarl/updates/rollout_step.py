@@ -31,7 +31,7 @@ def roll_out(team, env, items: list[dict], settings, n_chunks: int, critic=None)
     with team.gathered(env=env, rollout=True, also=critic.modules() if heads_now else []):
         rollouts = [collect_rollout(team.agents, env, c, settings) for c in chunks]
         for _ in range(n_rollouts - len(chunks)):
-            join_rollout(team.agents, settings)
+            join_rollout(team.agents, settings, env)
         t_roll = time.perf_counter() - t0
         values = critic.prepare(rollouts) if heads_now else {}  # values, GAE (critics/)
     if critic is not None and not heads_now:  # one value model gathered at a time (a head: with its agent)

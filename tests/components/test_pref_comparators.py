@@ -84,7 +84,7 @@ def test_each_comparator_writes_the_other_side_of_the_pairs(kind, tmp_path):
             assert equal(w_comp, [p.detach() for _ in range(2) for p in fresh.parameters()])
         pairs = [json.loads(x) for x in (tmp_path / "run" / f"round-{r}" / "pairs.jsonl").read_text().splitlines()]
         assert pairs
-        k, joints = 2, ro.tree.joints
+        k, joints = 2, ro.tree.joints[0]  # every node's joint actions (a one-stage tree)
         for p in pairs:  # one side is a joint candidate of the policy, the other the comparator's at the same j
             mine = p["chosen"] if p["chosen_by"] == "policy" else p["rejected"]
             theirs = p["rejected"] if p["chosen_by"] == "policy" else p["chosen"]
