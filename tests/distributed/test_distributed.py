@@ -140,7 +140,7 @@ def test_rollout_metrics_weigh_chunks_by_nodes_or_items():
 
     def chunk(items, metrics, counts):
         turns = torch.tensor([0] * items + [1] * counts.get("reward/turn1", 0))
-        return SimpleNamespace(agents=[SimpleNamespace(turns=turns)], metrics=metrics,
+        return SimpleNamespace(tree=None, agents=[SimpleNamespace(turns=turns)], metrics=metrics,
                                metric_counts={k: float(v) for k, v in counts.items()})
 
     a = chunk(3, {"reward/turn1": 0.2, "return/mean": 1.0}, {"reward/turn1": 1})

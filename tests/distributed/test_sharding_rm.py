@@ -148,7 +148,7 @@ def test_node_items_follow_the_tree_from_the_roots():
 
     # roots 0, 1 (items 0, 1); node 2 is a child of node 1, node 3 of node 0, node 4 of node 2
     ro = SimpleNamespace(tree=SimpleNamespace(prompts=[None] * 5, child=torch.tensor(
-        [[3, -1], [2, -1], [4, -1], [-1, -1], [-1, -1]])), agents=[SimpleNamespace(turns=torch.tensor([0, 0, 1, 1, 2]))])
+        [[3, -1], [2, -1], [4, -1], [-1, -1], [-1, -1]]), roots=lambda: [0, 1]))
     assert _node_items(ro) == [0, 1, 1, 0, 1]
 
 
