@@ -48,7 +48,7 @@ def train_a_little(model, prompts, steps: int = 3, lr: float = 1e-2):
     """A few AdamW steps raising the log-prob of fixed continuations (changes every weight, the tied embedding too)."""
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr)
-    ids = torch.tensor([p[:6] + [5, 6, 7, 8] for p in prompts])
+    ids = torch.tensor([p[:6] + [5, 6, 7, 8] for p in prompts])  # prompts of >= 6 tokens
     for _ in range(steps):
         loss = -model(input_ids=ids).logits.log_softmax(-1)[:, -5:-1].gather(-1, ids[:, -4:].unsqueeze(-1)).mean()
         opt.zero_grad()
@@ -111,6 +111,9 @@ def test_greedy_equals_hf_greedy_with_eos_cut_like_hf(full):
     hf = generate(agent, prompts, 1, greedy=True)
     comp = engine.generate(prompts, 1, Sampling.of(agent, greedy=True))
     assert comp.ids == hf.ids and comp.truncated == hf.truncated == [True, True] and comp.texts == hf.texts
+    # K > 1 greedy (HF refuses it): K equal copies per prompt, prompt-major
+    copies = engine.generate(prompts, 3, Sampling.of(agent, greedy=True))
+    assert copies.ids == [ids for ids in hf.ids for _ in range(3)]
     # make a token of HF's first greedy completion an EOS: both stop there, EOS included, not truncated
     stop = hf.ids[0][4]
     agent.model.generation_config.eos_token_id = [stop] + list(agent.eos_ids)
@@ -137,7 +140,11 @@ def test_pushed_weights_give_hf_greedy_and_logprobs_after_training():
     agent, = build_agents([AgentConfig(model="tiny", max_new_tokens=10, model_kwargs={**TINY, "seed": 3})])
     engine = VLLMEngine(agent.model, agent.tokenizer, SETTINGS, name=agent.name)
     try:
-        prompts = agent.encode_prompts(["def f(x):", "class A:", "import os"])
+        # one prompt spans full KV blocks (128 tokens on CPU): only those enter the prefix cache, where the KV
+        # computed with the old weights would be reused after a push unless the cache is reset
+        long = " ".join(f"x{i} = {i}" for i in range(120))
+        prompts = agent.encode_prompts(["def f(x):", "class A:", long])
+        assert len(prompts[2]) > 2 * 128
         greedy = Sampling.of(agent, greedy=True)
         assert max_gap(agent.model, engine.generate(prompts, 1, greedy)) < TOL
         train_a_little(agent.model, prompts)

@@ -225,7 +225,8 @@ class VLLMEngine:
 
         ``sampling``: one :class:`Sampling` for all prompts, or one per prompt (agents of one base with different
         settings still share the call). ``adapters[p]`` names prompt p's LoRA adapter (registered with
-        :meth:`push_adapter`), None = the base model.
+        :meth:`push_adapter`), None = the base model. Greedy prompts (temperature 0) give K equal samples (HF
+        refuses greedy with K > 1; vLLM would too, so each copy is its own request).
 
         Raises:
             ValueError: a prompt plus ``max_new_tokens`` is longer than the engine's ``max_model_len``, or an
@@ -245,25 +246,30 @@ class VLLMEngine:
             if len(p) + s.max_new_tokens > self.max_model_len:
                 raise ValueError(f"{self.name}: a prompt of {len(p)} tokens + max_new_tokens={s.max_new_tokens} exceeds "
                                  f"the engine's max_model_len={self.max_model_len} (EngineSettings.max_model_len)")
-        requests = self._lora_requests(adapters, len(prompt_ids))
-        params = {s: SamplingParams(n=k, max_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
-                                    top_k=s.top_k, stop_token_ids=list(s.eos_ids), logprobs=0, detokenize=False,
-                                    skip_special_tokens=False) for s in set(per_prompt)}
-        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompt_ids], [params[s] for s in per_prompt],
-                                 use_tqdm=False, lora_request=requests)
+        lora = self._lora_requests(adapters, len(prompt_ids))
+        requests = lora or [None] * len(prompt_ids)
+        # vLLM samples greedily with n=1 only: a greedy prompt's K copies are K requests (its KV blocks shared)
+        copies = [k if s.temperature == 0 else 1 for s in per_prompt]
+        params = {(s, n): SamplingParams(n=k // n, max_tokens=s.max_new_tokens, temperature=s.temperature,
+                                         top_p=s.top_p, top_k=s.top_k, stop_token_ids=list(s.eos_ids), logprobs=0,
+                                         detokenize=False, skip_special_tokens=False)
+                  for s, n in set(zip(per_prompt, copies))}
+        expand = [(p, s, r, n) for p, s, r, n in zip(prompt_ids, per_prompt, requests, copies) for _ in range(n)]
+        outs = self.llm.generate([{"prompt_token_ids": p} for p, _, _, _ in expand],
+                                 [params[(s, n)] for _, s, _, n in expand], use_tqdm=False,
+                                 lora_request=[r for _, _, r, _ in expand] if lora else None)
         ids, trunc, lps = [], [], []
-        for out, s in zip(outs, per_prompt):
+        for out, (_, s, _, _) in zip(outs, expand):
             eos = set(s.eos_ids)
-            samples = sorted(out.outputs, key=lambda o: o.index)
-            if len(samples) != k:
-                raise RuntimeError(f"{self.name}: vLLM returned {len(samples)} samples for a prompt, expected {k}")
-            for o in samples:
+            for o in sorted(out.outputs, key=lambda o: o.index):
                 toks = list(o.token_ids)
                 lp = [d[t].logprob for t, d in zip(toks, o.logprobs)]
                 cut = next((i + 1 for i, t in enumerate(toks) if t in eos), None)
                 ids.append(toks[:cut] if cut else toks)
                 lps.append(lp[:cut] if cut else lp)
                 trunc.append(cut is None)
+        if len(ids) != k * len(prompt_ids):
+            raise RuntimeError(f"{self.name}: vLLM returned {len(ids)} samples for {len(prompt_ids)} prompts x K={k}")
         texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
         return EngineCompletions(prompt_ids=prompt_ids, ids=ids, truncated=trunc, texts=texts, num_samples=k,
                                  logprobs=lps)
