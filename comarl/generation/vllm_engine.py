@@ -40,6 +40,7 @@ import os
 import shutil
 import tempfile
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -190,6 +191,7 @@ class VLLMEngine:
         if self.on_cpu:
             check_head_size(base.config, name)
         self.root = _shm_root(self.settings)
+        self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.root), True)  # RAM disk: never leave dumps
         folder = write_model_folder(model, self.root / "model")
         s = self.settings
         eager = self.on_cpu if s.enforce_eager is None else s.enforce_eager
@@ -343,6 +345,5 @@ class VLLMEngine:
             with contextlib.suppress(Exception):
                 llm.llm_engine.engine_core.shutdown()
             self.llm = None
-        root = getattr(self, "root", None)
-        if root is not None:
-            shutil.rmtree(root, ignore_errors=True)
+        if getattr(self, "_cleanup", None) is not None:
+            self._cleanup()
