@@ -9,7 +9,7 @@ from comarl.agents import AgentConfig, build_agents
 from comarl.generation import generate
 from comarl.generation.hf import Completions
 from comarl.generation.vllm_engine import EngineCompletions, EngineSettings, vllm_available
-from comarl.generation.vllm_generator import VLLMGenerator, check_agent
+from comarl.generation.vllm_generator import VLLMGenerator, check_agent, check_device
 from comarl.lora import LoraSettings
 from comarl.schema import Schema, Slot, with_schema
 from test_vllm_engine import TINY, TOL, max_gap, train_a_little
@@ -95,7 +95,7 @@ def test_trained_adapter_is_served_after_sync_under_a_new_id(lora_team):
 
 
 @needs_vllm
-def test_agents_left_on_hf_and_schemas_refused():
+def test_agents_left_on_hf_and_schemas_on_both():
     agents = build_agents([AgentConfig(model="tiny", max_new_tokens=16, model_kwargs={**TINY, "seed": i})
                            for i in range(2)])
     gen = VLLMGenerator(agents, SETTINGS, on_vllm=[True, False])
@@ -107,11 +107,12 @@ def test_agents_left_on_hf_and_schemas_refused():
         assert comps[0].ids == generate(agents[0], prompts[0], 1, greedy=True).ids
         assert comps[1].ids == generate(agents[1], prompts[1], 1, greedy=True).ids
         schema = Schema(('{"a": "', Slot(4), "}"))
-        with pytest.raises(ValueError, match="agent0: structured generation .* not supported by the vLLM generator"):
-            gen.generate_for_agents(agents, prompts, 1, schemas=[[schema], None])
-        # the HF agent keeps its schemas
-        out = gen.generate_for_agents(agents, prompts, 1, schemas=[None, [schema]])
-        assert out[1].forced is not None
+        # schemas on both generators: the same greedy answer and forced flags for the same model
+        out = gen.generate_for_agents(agents, prompts, 1, greedy=True, schemas=[[schema], [schema]])
+        assert out[0].forced is not None and out[1].forced is not None
+        hf = generate(agents[0], prompts[0], 1, greedy=True, schemas=[schema])
+        assert out[0].ids == hf.ids and out[0].forced == hf.forced
+        assert gen.generate_for_agents(agents, prompts, 1, greedy=True)[0].forced is None  # no schema, no flags
         with pytest.raises(ValueError, match="other agents than the team"):
             gen.generate_for_agents(list(reversed(agents)), prompts, 1)
     finally:
@@ -122,3 +123,10 @@ def test_meta_and_sharded_models_are_refused_before_an_engine_starts():
     agent, = build_agents([AgentConfig(model="tiny", device="meta")], meta=True)
     with pytest.raises(ValueError, match="agent0: its model is on the meta device"):
         check_agent(agent)
+
+
+def test_an_agent_on_another_gpu_than_the_engines_is_refused():
+    check_device(torch.device("cpu"), "agent0")
+    check_device(torch.device("cuda", 0), "agent0")
+    with pytest.raises(ValueError, match="agent1: on cuda:1, but an in-process vLLM engine runs on the first"):
+        check_device(torch.device("cuda", 1), "agent1")

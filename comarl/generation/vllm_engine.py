@@ -22,6 +22,9 @@ cache is reset (else KV computed with the old weights is reused). ``sleep``/``wa
 on the CPU backend and TRL's ``model.load_weights`` route fails there (Linear weights are prepacked);
 ``reload_weights`` re-runs the per-layer processing and works on both.
 
+Schemas (structured generation): a per-request logits processor runs the HF path's schema program
+(``vllm_schema.py``); in-process engines only.
+
 LoRA agents (``push_adapter``): each adapter is written to ``/dev/shm`` and registered under a NEW
 ``lora_int_id`` at every push (vLLM keeps serving a cached id's old weights), the previous id is
 removed; one ``generate`` call serves prompts of several adapters, one ``LoRARequest`` each.
@@ -46,6 +49,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .hf import Completions
+from .vllm_schema import EXTRA_KEY, forced_flags, processor_class, register, release
 from .vllm_weights import full_weights, lora_rank_slot, write_adapter, write_model_folder, write_weights
 
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
@@ -205,6 +209,8 @@ class VLLMEngine:
             kwargs["kv_cache_memory_bytes"] = int(s.cpu_kv_cache_gib * (1 << 30))
         else:
             kwargs["gpu_memory_utilization"] = s.gpu_memory_utilization
+        if s.in_process:  # schemas: a per-request mask whose programs live in this process (vllm_schema.py)
+            kwargs["logits_processors"] = [processor_class()]
         if self.lora:
             slots = s.max_loras or num_adapters
             kwargs.update(enable_lora=True, max_lora_rank=lora_rank_slot(lora_rank), max_loras=slots,
@@ -215,6 +221,7 @@ class VLLMEngine:
             self.llm = LLM(**kwargs)
         self.start_s = time.perf_counter() - started
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
+        self.vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
         shutil.rmtree(folder, ignore_errors=True)  # loaded; a multi-process push writes its own dump
         self._ids = itertools.count(1)
         self._adapters: dict[str, object] = {}  # adapter name -> its current LoRARequest
@@ -222,13 +229,15 @@ class VLLMEngine:
 
     # -- sampling
     def generate(self, prompt_ids: Sequence[list[int]], k: int, sampling: Sampling | Sequence[Sampling],
-                 adapters: Sequence[str | None] | None = None) -> EngineCompletions:
+                 adapters: Sequence[str | None] | None = None, schemas: Sequence | None = None) -> EngineCompletions:
         """K samples for each of P prompts in one engine call.
 
         ``sampling``: one :class:`Sampling` for all prompts, or one per prompt (agents of one base with different
         settings still share the call). ``adapters[p]`` names prompt p's LoRA adapter (registered with
         :meth:`push_adapter`), None = the base model. Greedy prompts (temperature 0) give K equal samples (HF
-        refuses greedy with K > 1; vLLM would too, so each copy is its own request).
+        refuses greedy with K > 1; vLLM would too, so each copy is its own request). ``schemas[p]``: prompt p's
+        :class:`~comarl.schema.Schema` or None (structured generation, ``vllm_schema.py``); the result's
+        ``forced`` then says which tokens the schema forced, as on the HF path.
 
         Raises:
             ValueError: a prompt plus ``max_new_tokens`` is longer than the engine's ``max_model_len``, or an
@@ -250,18 +259,24 @@ class VLLMEngine:
                                  f"the engine's max_model_len={self.max_model_len} (EngineSettings.max_model_len)")
         lora = self._lora_requests(adapters, len(prompt_ids))
         requests = lora or [None] * len(prompt_ids)
+        programs = self._programs(schemas, per_prompt)
+        keys = [register(pr, self.tokenizer, s.eos_ids) if pr is not None else None
+                for pr, s in zip(programs, per_prompt)]
         # vLLM samples greedily with n=1 only: a greedy prompt's K copies are K requests (its KV blocks shared)
         copies = [k if s.temperature == 0 else 1 for s in per_prompt]
-        params = {(s, n): SamplingParams(n=k // n, max_tokens=s.max_new_tokens, temperature=s.temperature,
-                                         top_p=s.top_p, top_k=s.top_k, stop_token_ids=list(s.eos_ids), logprobs=0,
-                                         detokenize=False, skip_special_tokens=False)
-                  for s, n in set(zip(per_prompt, copies))}
-        expand = [(p, s, r, n) for p, s, r, n in zip(prompt_ids, per_prompt, requests, copies) for _ in range(n)]
-        outs = self.llm.generate([{"prompt_token_ids": p} for p, _, _, _ in expand],
-                                 [params[(s, n)] for _, s, _, n in expand], use_tqdm=False,
-                                 lora_request=[r for _, _, r, _ in expand] if lora else None)
-        ids, trunc, lps = [], [], []
-        for out, (_, s, _, _) in zip(outs, expand):
+        params = [SamplingParams(n=k // n, max_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
+                                 top_k=s.top_k, stop_token_ids=list(s.eos_ids), logprobs=0, detokenize=False,
+                                 skip_special_tokens=False, extra_args={EXTRA_KEY: key} if key else None)
+                  for s, n, key in zip(per_prompt, copies, keys)]
+        expand = [(p, s, r, q, pr) for p, s, r, q, pr, n in zip(prompt_ids, per_prompt, requests, params, programs,
+                                                                  copies) for _ in range(n)]
+        try:
+            outs = self.llm.generate([{"prompt_token_ids": p} for p, *_ in expand], [q for _, _, _, q, _ in expand],
+                                     use_tqdm=False, lora_request=[r for _, _, r, _, _ in expand] if lora else None)
+        finally:
+            release(k_ for k_ in keys if k_)
+        ids, trunc, lps, forced = [], [], [], []
+        for out, (_, s, _, _, program) in zip(outs, expand):
             eos = set(s.eos_ids)
             for o in sorted(out.outputs, key=lambda o: o.index):
                 toks = list(o.token_ids)
@@ -270,11 +285,34 @@ class VLLMEngine:
                 ids.append(toks[:cut] if cut else toks)
                 lps.append(lp[:cut] if cut else lp)
                 trunc.append(cut is None)
+                forced.append(forced_flags(program, self.tokenizer, s.eos_ids, ids[-1], self.vocab_size)
+                              if program is not None else [False] * len(ids[-1]))
         if len(ids) != k * len(prompt_ids):
             raise RuntimeError(f"{self.name}: vLLM returned {len(ids)} samples for {len(prompt_ids)} prompts x K={k}")
         texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
         return EngineCompletions(prompt_ids=prompt_ids, ids=ids, truncated=trunc, texts=texts, num_samples=k,
-                                 logprobs=lps)
+                                 forced=forced if any(p is not None for p in programs) else None, logprobs=lps)
+
+    def _programs(self, schemas, per_prompt: list[Sampling]) -> list:
+        """Each prompt's compiled schema program (None without one); refused by an engine in its own process."""
+        if schemas is None or all(sc is None for sc in schemas):
+            return [None] * len(per_prompt)
+        if len(schemas) != len(per_prompt):
+            raise ValueError(f"{self.name}: {len(schemas)} schemas for {len(per_prompt)} prompts")
+        if not self.settings.in_process:
+            raise ValueError(f"{self.name}: structured generation (prompt schemas) needs an in-process vLLM engine "
+                             f"(EngineSettings.in_process=true)")
+        from .constrained import Program
+
+        programs = []
+        for p, (sc, s) in enumerate(zip(schemas, per_prompt)):
+            prog = Program.compile(sc, self.tokenizer, list(s.eos_ids)) if sc is not None else None
+            if prog is not None and prog.worst_case > s.max_new_tokens:
+                raise ValueError(f"{self.name}: max_new_tokens={s.max_new_tokens} cannot hold the structured answer "
+                                 f"of prompt {p}: up to {prog.worst_case} tokens; raise max_new_tokens or lower the "
+                                 f"slots' max_tokens")
+            programs.append(prog)
+        return programs
 
     def _lora_requests(self, adapters, n: int):
         if adapters is None or all(a is None for a in adapters):

@@ -13,9 +13,10 @@
 * :meth:`VLLMGenerator.sync` pushes the trained weights after an optimiser step: a full agent's
   parameters, or each LoRA agent's adapter (re-registered under a new id; the base is never pushed).
 
-Refused with a one-line error: prompts with a schema (structured generation: the HF path's
-``SchemaProcessor`` has no vLLM counterpart here), a model on the ``meta`` device, sharded (DTensor)
-parameters outside ``Sharding.gathered``, and a LoRA view passed where full weights are expected.
+Prompts with a schema (structured generation) run through the engine's schema mask (``vllm_schema.py``)
+and return ``forced`` flags as on the HF path. Refused with a one-line error: a model on the ``meta``
+device, sharded (DTensor) parameters outside ``Sharding.gathered``, schemas on an engine in its own
+process, and a LoRA view passed where full weights are expected.
 ``batch_size`` and ``share_prefix`` do not apply to vLLM agents (the engine schedules its own batches
 within its KV-cache budget and shares prompt blocks through its prefix cache).
 """
@@ -25,6 +26,7 @@ import contextlib
 from typing import Sequence
 
 from .adapters import adapter_groups, generate_adapters
+from .constrained import schema_processor
 from .hf import Completions, generate
 from .vllm_engine import EngineCompletions, EngineSettings, Sampling, VLLMEngine
 
@@ -50,12 +52,15 @@ def check_agent(agent) -> None:
     if isinstance(first, DTensor):
         raise ValueError(f"{agent.name}: its model is sharded (train.sharding=fsdp); build the vLLM engines and push "
                          f"weights inside Sharding.gathered()")
+    check_device(first.device, agent.name)
 
 
-def refuse_schemas(agent, schemas) -> None:
-    if schemas is not None and any(s is not None for s in schemas):
-        raise ValueError(f"{agent.name}: structured generation (prompt schemas) is not supported by the vLLM "
-                         f"generator; use generator: hf for this agent, or structured: false")
+def check_device(device, name: str) -> None:
+    """An in-process engine runs on the first visible GPU (vLLM's local rank 0): refuse an agent placed elsewhere
+    rather than serve it from another device."""
+    if device.type == "cuda" and (device.index or 0) != 0:
+        raise ValueError(f"{name}: on {device}, but an in-process vLLM engine runs on the first visible GPU (cuda:0); "
+                         f"keep vLLM agents on cuda:0, or run one process per GPU (torchrun, CUDA_VISIBLE_DEVICES)")
 
 
 class VLLMGenerator:
@@ -117,25 +122,32 @@ class VLLMGenerator:
         out: list = [None] * len(agents)
         for key, idx in self.members.items():
             for i in idx:
-                refuse_schemas(agents[i], schemas[i])
-            self._engine_call(self.engines[key], key, idx, prompt_ids, k, greedy, out)
+                if schemas[i] is not None and any(sc is not None for sc in schemas[i]):
+                    schema_processor(agents[i], schemas[i], 1)  # HF's checks and messages (max_new_tokens, tokenizer)
+            self._engine_call(self.engines[key], key, idx, prompt_ids, k, greedy, schemas, out)
         rest = [i for i in range(len(agents)) if i not in self.engine_of]
         if rest:
             self._hf_calls(rest, prompt_ids, k, greedy, batch_size, batch_adapters, schemas, share_prefix, scope, out)
         return out
 
     def _engine_call(self, engine: VLLMEngine, key: tuple, idx: list[int], prompt_ids, k: int, greedy: bool,
-                     out: list) -> None:
-        prompts, sampling, adapters, owner = [], [], [], []
+                     schemas: list, out: list) -> None:
+        prompts, sampling, adapters, owner, prompt_schemas = [], [], [], [], []
         for i in idx:
             agent = self.agents[i]
             s = Sampling.of(agent, greedy)
-            for p in prompt_ids[i]:
+            for n, p in enumerate(prompt_ids[i]):
                 prompts.append(p)
+                prompt_schemas.append(schemas[i][n] if schemas[i] is not None else None)
                 sampling.append(s)
                 adapters.append(agent.model.adapter if key[0] == "lora" else None)
                 owner.append(i)
-        comp = engine.generate(prompts, k, sampling, adapters if key[0] == "lora" else None)
+        comp = engine.generate(prompts, k, sampling, adapters if key[0] == "lora" else None,
+                               schemas=prompt_schemas if any(sc is not None for sc in prompt_schemas) else None)
+
+        def has_schema(i: int) -> bool:  # as on the HF path: forced flags for an agent with a schema prompt
+            return comp.forced is not None and schemas[i] is not None and any(sc is not None for sc in schemas[i])
+
         rows: dict[int, list[int]] = {i: [] for i in idx}
         for n, i in enumerate(owner):
             rows[i].append(n)
@@ -144,6 +156,7 @@ class VLLMGenerator:
             out[i] = EngineCompletions(prompt_ids=[prompts[n] for n in rows[i]], ids=[comp.ids[s] for s in samples],
                                        truncated=[comp.truncated[s] for s in samples],
                                        texts=[comp.texts[s] for s in samples], num_samples=k,
+                                       forced=[comp.forced[s] for s in samples] if has_schema(i) else None,
                                        logprobs=[comp.logprobs[s] for s in samples])
 
     def _hf_calls(self, rest, prompt_ids, k, greedy, batch_size, batch_adapters, schemas, share_prefix, scope,
