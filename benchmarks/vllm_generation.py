@@ -15,11 +15,12 @@ Modes, alternated ``--repeats`` times inside one process after one untimed warm-
 
 Each timed call prints its wall and CPU seconds (``time.process_time``: every thread of the process, the
 in-process engine's included) with the 1-minute load average next to it (``os.getloadavg``); the table gives
-medians, completions/s and completion tokens/s (lengths differ between samples, so both). On a shared machine
-wall times swing with the other jobs (threads bound to cores wait for each other); ``--bind 0`` runs both
-generators on one thread, where the CPU seconds are the steadier measure.
+medians, completions/s and completion tokens/s (lengths differ between samples, so both). ``--threads``
+(default 2) sets torch's threads, which the in-process engines compute on too. On a shared machine wall
+times swing with the other jobs; decoding is memory-bound, so CPU seconds swing as well, if less.
 
-    /work/venv-vllm/bin/python benchmarks/vllm_generation.py [--workload demo long] [--kind full lora] [--repeats 3]
+    .venv-vllm/bin/python benchmarks/vllm_generation.py [--workload demo long] [--kind full lora] [--repeats 3]
+        [--threads 2]
 """
 from __future__ import annotations
 
@@ -77,6 +78,7 @@ def build(kind: str, max_new: int):
 def child(args) -> None:
     import torch
 
+    torch.set_num_threads(args.threads)
     from comarl.generation.vllm_engine import EngineSettings
     from comarl.generation.vllm_generator import VLLMGenerator
     from comarl.rollout import generate_for_agents
@@ -86,7 +88,7 @@ def child(args) -> None:
     agents = build(args.child, max_new)
     prompts = prompts_for(workload, agents, args.prompt_tokens)
     started = time.perf_counter()
-    gen = VLLMGenerator(agents, EngineSettings(cpu_kv_cache_gib=args.kv_gib, cpu_threads_bind=args.bind))
+    gen = VLLMGenerator(agents, EngineSettings(cpu_kv_cache_gib=args.kv_gib, cpu_threads=args.threads))
     engine_start = time.perf_counter() - started
     torch.manual_seed(0)
     calls = {"hf": lambda: generate_for_agents(agents, prompts, k),
@@ -123,7 +125,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--prompt-tokens", type=int, default=1000)
     ap.add_argument("--kv-gib", type=float, default=1.0, help="KV cache per engine (GiB)")
-    ap.add_argument("--bind", default=None, help="VLLM_CPU_OMP_THREADS_BIND (default: every CPU of this process)")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads, shared by HF and the in-process engines")
     ap.add_argument("--child", choices=["full", "lora"])
     a = ap.parse_args()
     if a.child:
@@ -142,8 +144,7 @@ def main() -> None:
         for kind in a.kind:
             cmd = [sys.executable, __file__, "--child", kind, "--workload", workload, "--repeats", str(a.repeats),
                    "--prompt-tokens", str(a.prompt_tokens), "--kv-gib", str(a.kv_gib)]
-            if a.bind:
-                cmd += ["--bind", a.bind]
+            cmd += ["--threads", str(a.threads)]
             env = {**os.environ, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR")}
             out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None, text=True, cwd=ROOT, env=env)
             line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]

@@ -128,6 +128,18 @@ def test_greedy_equals_hf_greedy_with_eos_cut_like_hf(full):
 
 
 @needs_vllm
+def test_torch_set_num_threads_still_works_after_an_in_process_engine_starts(full):
+    # vLLM's CPU worker replaces torch.set_num_threads with a no-op; the engine puts the real one back
+    before = torch.get_num_threads()
+    target = 2 if before == 1 else 1
+    try:
+        torch.set_num_threads(target)
+        assert torch.get_num_threads() == target
+    finally:
+        torch.set_num_threads(before)
+
+
+@needs_vllm
 def test_prompt_longer_than_the_engine_allows_is_refused(full):
     agent, engine = full
     too_long = [[1] * engine.max_model_len]

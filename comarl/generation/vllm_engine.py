@@ -29,11 +29,13 @@ LoRA agents (``push_adapter``): each adapter is written to ``/dev/shm`` and regi
 ``lora_int_id`` at every push (vLLM keeps serving a cached id's old weights), the previous id is
 removed; one ``generate`` call serves prompts of several adapters, one ``LoRARequest`` each.
 
-Environment (CPU): threads are bound explicitly (``VLLM_CPU_OMP_THREADS_BIND``, default: every CPU
-this process may run on); the KV cache is sized by ``EngineSettings.cpu_kv_cache_gib``; the engine's
-internal queue stays on loopback (``VLLM_HOST_IP=127.0.0.1``). In this process (``in_process``, the
-default: 5 s start instead of ~18 s) the binding holds for the whole process, so the trainer's torch
-runs on the same threads and ``torch.set_num_threads`` becomes a no-op.
+Environment (CPU): the KV cache is sized by ``EngineSettings.cpu_kv_cache_gib``; the engine's internal
+queue stays on loopback (``VLLM_HOST_IP=127.0.0.1``). Threads: an engine in this process (``in_process``,
+the default: 5 s start instead of ~18 s) computes on torch's own intra-op threads, shared with the
+trainer (``cpu_threads`` sets them before the engine starts); vLLM binds nothing there, but its CPU
+worker replaces ``torch.set_num_threads`` with a no-op for the whole process, which we undo after the
+engine is built. An engine in its own process is bound to CPUs (``VLLM_CPU_OMP_THREADS_BIND``:
+``cpu_threads_bind``, else the first ``cpu_threads`` CPUs of this process, else all of them).
 """
 from __future__ import annotations
 
@@ -76,8 +78,11 @@ class EngineSettings:
     """GPU: fraction of the device's memory the engine may take (weights + KV cache); the trainer needs the rest."""
     cpu_kv_cache_gib: float = 1.0
     """CPU: KV-cache size in GiB (without it vLLM reserves most of the machine's memory)."""
+    cpu_threads: int | None = None
+    """CPU: threads the engine computes on (in this process: torch.set_num_threads, shared with the trainer;
+    in its own process: the first N CPUs of this process's affinity); None = torch's current setting / all CPUs."""
     cpu_threads_bind: str | None = None
-    """CPU: VLLM_CPU_OMP_THREADS_BIND, e.g. "0-1"; None = every CPU this process may run on."""
+    """CPU, engine in its own process: VLLM_CPU_OMP_THREADS_BIND as it is, e.g. "0-1" (overrides cpu_threads)."""
     in_process: bool = True
     """Run the engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0): faster start, in-memory pushes."""
     enforce_eager: bool | None = None
@@ -126,9 +131,10 @@ class EngineCompletions(Completions):
     logprobs: list[list[float]] = field(default_factory=list)
 
 
-def _bind_list() -> str:
+def _bind_list(n: int | None) -> str:
+    """The first ``n`` (None: all) CPUs this process may run on, as VLLM_CPU_OMP_THREADS_BIND reads them: "0,1"."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-    return ",".join(str(c) for c in cpus)
+    return ",".join(str(c) for c in cpus[:n])
 
 
 @contextlib.contextmanager
@@ -136,8 +142,8 @@ def _engine_env(settings: EngineSettings, on_cpu: bool):
     """Environment variables vLLM reads while an engine is built, restored afterwards."""
     env = {"VLLM_HOST_IP": "127.0.0.1",
            "VLLM_ENABLE_V1_MULTIPROCESSING": "0" if settings.in_process else "1"}
-    if on_cpu:
-        env["VLLM_CPU_OMP_THREADS_BIND"] = settings.cpu_threads_bind or _bind_list()
+    if on_cpu and not settings.in_process:  # in this process nothing is bound (vLLM binds the processes it spawns)
+        env["VLLM_CPU_OMP_THREADS_BIND"] = settings.cpu_threads_bind or _bind_list(settings.cpu_threads)
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
@@ -216,9 +222,18 @@ class VLLMEngine:
             kwargs.update(enable_lora=True, max_lora_rank=lora_rank_slot(lora_rank), max_loras=slots,
                           max_cpu_loras=slots)
         kwargs.update(s.extra)
+        import torch
+
+        set_threads = torch.set_num_threads  # vLLM's CPU worker swaps it for a no-op (see the module docstring)
+        if self.on_cpu and s.in_process and s.cpu_threads:
+            set_threads(s.cpu_threads)
         started = time.perf_counter()
-        with _engine_env(s, self.on_cpu):
-            self.llm = LLM(**kwargs)
+        try:
+            with _engine_env(s, self.on_cpu):
+                self.llm = LLM(**kwargs)
+        finally:
+            if s.in_process:
+                torch.set_num_threads = set_threads
         self.start_s = time.perf_counter() - started
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self.vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
