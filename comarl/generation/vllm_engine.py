@@ -86,7 +86,8 @@ class EngineSettings:
     in_process: bool = True
     """Run the engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0): faster start, in-memory pushes."""
     enforce_eager: bool | None = None
-    """No torch.compile / CUDA graphs; None = eager on CPU (compiling costs more than it saves there), graphs on GPU."""
+    """No torch.compile / CUDA graphs; None = eager on CPU (starts in seconds; a compiled CPU engine was not
+    measured), CUDA graphs on GPU."""
     seed: int = 0
     """The engine's sampling seed (its random stream is its own, not torch's)."""
     max_loras: int | None = None
@@ -94,7 +95,7 @@ class EngineSettings:
     shm_dir: str = "/dev/shm"
     """Where model and adapter dumps go (a RAM disk; falls back to the temp folder if missing)."""
     extra: dict = field(default_factory=dict)
-    """More ``vllm.LLM`` keyword arguments (e.g. tensor_parallel_size), passed as they are."""
+    """More ``vllm.LLM`` keyword arguments (e.g. max_num_seqs), passed as they are."""
 
 
 @dataclass(frozen=True)

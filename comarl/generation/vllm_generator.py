@@ -15,8 +15,9 @@
 
 Prompts with a schema (structured generation) run through the engine's schema mask (``vllm_schema.py``)
 and return ``forced`` flags as on the HF path. Refused with a one-line error: a model on the ``meta``
-device, sharded (DTensor) parameters outside ``Sharding.gathered``, schemas on an engine in its own
-process, and a LoRA view passed where full weights are expected.
+device, sharded (DTensor) parameters outside ``Sharding.gathered``, an agent on a GPU other than the
+in-process engine's (cuda:0), schemas on an engine in its own process, and a LoRA view passed where full
+weights are expected.
 ``batch_size`` and ``share_prefix`` do not apply to vLLM agents (the engine schedules its own batches
 within its KV-cache budget and shares prompt blocks through its prefix cache).
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 import contextlib
 from typing import Sequence
 
+from ..lora import AdapterModel
 from .adapters import adapter_groups, generate_adapters
 from .constrained import schema_processor
 from .hf import Completions, generate
@@ -32,8 +34,7 @@ from .vllm_engine import EngineCompletions, EngineSettings, Sampling, VLLMEngine
 
 
 def _is_lora_view(agent) -> bool:
-    model = getattr(agent, "model", None)
-    return hasattr(model, "shared") and hasattr(model, "adapter")
+    return isinstance(getattr(agent, "model", None), AdapterModel)
 
 
 def engine_key(agent) -> tuple:
