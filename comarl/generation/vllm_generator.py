@@ -1,0 +1,209 @@
+"""Agents on vLLM engines: which engine samples for which agent, one engine call per base, weights synced.
+
+:class:`VLLMGenerator` is built once for a team (after the agents, before the first rollout):
+
+* every full-weight agent gets its own engine (agents that share one model object, ``share_weights_with``,
+  share it); all LoRA agents on one :class:`~comarl.lora.SharedBase` share ONE engine serving the frozen
+  base, with one adapter per agent;
+* :meth:`VLLMGenerator.generate_for_agents` has the signature of ``rollout.generate_for_agents`` and
+  returns the same per-agent :class:`~comarl.generation.hf.Completions` (as
+  :class:`~comarl.generation.vllm_engine.EngineCompletions`, with the engine's log-probs); the agents
+  of one engine go through ONE engine call (a LoRA request and sampling settings per prompt, so agents
+  with different temperatures still share it); agents left on HF (``on_vllm``) run as today;
+* :meth:`VLLMGenerator.sync` pushes the trained weights after an optimiser step: a full agent's
+  parameters, or each LoRA agent's adapter (re-registered under a new id; the base is never pushed).
+
+Prompts with a schema (structured generation) run through the engine's schema mask (``vllm_schema.py``)
+and return ``forced`` flags as on the HF path. Refused with a one-line error: a model on the ``meta``
+device, sharded (DTensor) parameters outside ``Sharding.gathered``, an agent on a GPU other than the
+in-process engine's (cuda:0), schemas on an engine in its own process, and a LoRA view passed where full
+weights are expected.
+``batch_size`` and ``share_prefix`` do not apply to vLLM agents (the engine schedules its own batches
+within its KV-cache budget and shares prompt blocks through its prefix cache).
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Sequence
+
+from ..lora import AdapterModel
+from .adapters import adapter_groups, generate_adapters
+from .constrained import schema_processor
+from .hf import Completions, generate
+from .vllm_engine import EngineCompletions, EngineSettings, Sampling, VLLMEngine
+
+
+def _is_lora_view(agent) -> bool:
+    return isinstance(getattr(agent, "model", None), AdapterModel)
+
+
+def engine_key(agent) -> tuple:
+    """Agents with equal keys share one engine: a LoRA base, or one model object."""
+    return ("lora", id(agent.model.shared)) if _is_lora_view(agent) else ("full", id(agent.model))
+
+
+def check_agent(agent) -> None:
+    """Refuse an agent the vLLM generator cannot serve (one line naming the agent and the reason)."""
+    from torch.distributed.tensor import DTensor
+
+    first = next(agent.model.parameters())
+    if first.device.type == "meta":
+        raise ValueError(f"{agent.name}: its model is on the meta device (a sharded run's rank > 0 before its shards "
+                         f"are filled); build the vLLM engines inside Sharding.gathered()")
+    if isinstance(first, DTensor):
+        raise ValueError(f"{agent.name}: its model is sharded (train.sharding=fsdp); build the vLLM engines and push "
+                         f"weights inside Sharding.gathered()")
+    check_device(first.device, agent.name)
+
+
+def check_device(device, name: str) -> None:
+    """An in-process engine runs on the first visible GPU (vLLM's local rank 0): refuse an agent placed elsewhere
+    rather than serve it from another device."""
+    if device.type == "cuda" and (device.index or 0) != 0:
+        raise ValueError(f"{name}: on {device}, but an in-process vLLM engine runs on the first visible GPU (cuda:0); "
+                         f"keep vLLM agents on cuda:0, or run one process per GPU (torchrun, CUDA_VISIBLE_DEVICES)")
+
+
+class VLLMGenerator:
+    """vLLM engines for a team's agents (module docstring).
+
+    Args:
+        agents: the team, in order.
+        settings: :class:`EngineSettings` for every engine.
+        on_vllm: per agent, True = sampled by vLLM; None = every agent.
+    """
+
+    def __init__(self, agents: Sequence, settings: EngineSettings | None = None,
+                 on_vllm: Sequence[bool] | None = None):
+        self.agents = list(agents)
+        on_vllm = [True] * len(self.agents) if on_vllm is None else list(on_vllm)
+        if len(on_vllm) != len(self.agents):
+            raise ValueError(f"VLLMGenerator: on_vllm has {len(on_vllm)} entries for {len(self.agents)} agents")
+        self.members: dict[tuple, list[int]] = {}
+        for i, (a, use) in enumerate(zip(self.agents, on_vllm)):
+            if use:
+                check_agent(a)
+                self.members.setdefault(engine_key(a), []).append(i)
+        self.engines: dict[tuple, VLLMEngine] = {}
+        try:
+            for key, idx in self.members.items():
+                self.engines[key] = self._build(key, idx, settings)
+        except BaseException:
+            self.close()
+            raise
+        self.engine_of = {i: key for key, idx in self.members.items() for i in idx}
+
+    def _build(self, key: tuple, idx: list[int], settings: EngineSettings | None) -> VLLMEngine:
+        lead = self.agents[idx[0]]
+        names = ", ".join(self.agents[i].name for i in idx)
+        if key[0] == "full":
+            return VLLMEngine(lead.model, lead.tokenizer, settings, name=names)
+        rank = max(self.agents[i].config.lora.r for i in idx)
+        engine = VLLMEngine(lead.model.shared.peft_model, lead.tokenizer, settings, lora_rank=rank,
+                            num_adapters=len(idx), name=f"LoRA base of {names}")
+        for i in idx:
+            engine.push_adapter(self.agents[i].model.adapter, self.agents[i].model)
+        return engine
+
+    def _check_team(self, agents: Sequence) -> None:
+        if len(agents) != len(self.agents) or any(a is not b for a, b in zip(agents, self.agents)):
+            raise ValueError("VLLMGenerator: generate_for_agents got other agents than the team it was built for")
+
+    def generate_for_agents(self, agents: Sequence, prompt_ids: list[list[list[int]]], k: int, greedy: bool = False,
+                            batch_size: int = 0, batch_adapters: bool = True, schemas: list | None = None,
+                            share_prefix: bool = False, scope=None) -> list[Completions]:
+        """Completions per agent (``prompt_ids[i]`` = agent i's prompts), as ``rollout.generate_for_agents``.
+
+        vLLM agents: one engine call per engine (its agents' prompts together); ``batch_size``,
+        ``batch_adapters``, ``share_prefix`` and ``scope`` apply to the agents left on HF only (a vLLM engine
+        holds whole weights, so sharded runs need no gather to sample from it).
+        """
+        self._check_team(agents)
+        schemas = schemas or [None] * len(agents)
+        out: list = [None] * len(agents)
+        for key, idx in self.members.items():
+            for i in idx:
+                if schemas[i] is not None and any(sc is not None for sc in schemas[i]):
+                    schema_processor(agents[i], schemas[i], 1)  # HF's checks and messages (max_new_tokens, tokenizer)
+            self._engine_call(self.engines[key], key, idx, prompt_ids, k, greedy, schemas, out)
+        rest = [i for i in range(len(agents)) if i not in self.engine_of]
+        if rest:
+            self._hf_calls(rest, prompt_ids, k, greedy, batch_size, batch_adapters, schemas, share_prefix, scope, out)
+        return out
+
+    def _engine_call(self, engine: VLLMEngine, key: tuple, idx: list[int], prompt_ids, k: int, greedy: bool,
+                     schemas: list, out: list) -> None:
+        prompts, sampling, adapters, owner, prompt_schemas = [], [], [], [], []
+        for i in idx:
+            agent = self.agents[i]
+            s = Sampling.of(agent, greedy)
+            for n, p in enumerate(prompt_ids[i]):
+                prompts.append(p)
+                prompt_schemas.append(schemas[i][n] if schemas[i] is not None else None)
+                sampling.append(s)
+                adapters.append(agent.model.adapter if key[0] == "lora" else None)
+                owner.append(i)
+        comp = engine.generate(prompts, k, sampling, adapters if key[0] == "lora" else None,
+                               schemas=prompt_schemas if any(sc is not None for sc in prompt_schemas) else None)
+
+        def has_schema(i: int) -> bool:  # as on the HF path: forced flags for an agent with a schema prompt
+            return comp.forced is not None and schemas[i] is not None and any(sc is not None for sc in schemas[i])
+
+        rows: dict[int, list[int]] = {i: [] for i in idx}
+        for n, i in enumerate(owner):
+            rows[i].append(n)
+        for i in idx:  # the engine's texts: agents of one engine share one tokenizer (one base, or one model)
+            samples = [n * k + j for n in rows[i] for j in range(k)]
+            out[i] = EngineCompletions(prompt_ids=[prompts[n] for n in rows[i]], ids=[comp.ids[s] for s in samples],
+                                       truncated=[comp.truncated[s] for s in samples],
+                                       texts=[comp.texts[s] for s in samples], num_samples=k,
+                                       forced=[comp.forced[s] for s in samples] if has_schema(i) else None,
+                                       logprobs=[comp.logprobs[s] for s in samples])
+
+    def _hf_calls(self, rest, prompt_ids, k, greedy, batch_size, batch_adapters, schemas, share_prefix, scope,
+                  out) -> None:
+        """The agents left on HF, one unit after another (as the rollout does on one device)."""
+        sub = [self.agents[i] for i in rest]
+        units = adapter_groups(sub, greedy) if batch_adapters else [[j] for j in range(len(sub))]
+        for unit in units:
+            idx = [rest[j] for j in unit]
+            agents = [self.agents[i] for i in idx]
+            with scope(agents) if scope is not None else contextlib.nullcontext():
+                if not any(prompt_ids[i] for i in idx):
+                    for i in idx:
+                        out[i] = Completions([], [], [], [], k)
+                elif len(idx) == 1:
+                    i = idx[0]
+                    extra = {"schemas": schemas[i]} if schemas[i] is not None else {}
+                    out[i] = generate(self.agents[i], prompt_ids[i], k, greedy=greedy, batch_size=batch_size,
+                                      share_prefix=share_prefix, **extra)
+                else:
+                    extra = {"schemas": [schemas[i] for i in idx]} if any(schemas[i] is not None for i in idx) else {}
+                    comps = generate_adapters(agents, [prompt_ids[i] for i in idx], k, greedy=greedy,
+                                              batch_size=batch_size, share_prefix=share_prefix, **extra)
+                    for i, c in zip(idx, comps):
+                        out[i] = c
+
+    def sync(self, agents: Sequence | None = None) -> dict[str, float]:
+        """Push the current weights of ``agents`` (default: every vLLM agent) into their engines: a full engine's
+        model once, a LoRA engine's adapters one by one. Call after the optimiser step, before the next rollout
+        (under FSDP: inside ``Sharding.gathered``). Returns seconds per engine name."""
+        wanted = {id(a) for a in (agents if agents is not None else self.agents)}
+        times: dict[str, float] = {}
+        for key, idx in self.members.items():
+            engine = self.engines[key]
+            chosen = [i for i in idx if id(self.agents[i]) in wanted]
+            if not chosen:
+                continue
+            if key[0] == "full":
+                times[engine.name] = engine.push_weights(self.agents[chosen[0]].model)
+            else:
+                times[engine.name] = sum(engine.push_adapter(self.agents[i].model.adapter, self.agents[i].model)
+                                         for i in chosen)
+        return times
+
+    def close(self) -> None:
+        """Stop every engine."""
+        for engine in self.engines.values():
+            engine.close()
+        self.engines.clear()
