@@ -6,7 +6,7 @@ error (over items) before and after training, training samples, wall time, sampl
 and the load average at its start and end. Runs already in the file are skipped, so the grid can be stopped and
 resumed at any time; a killed run loses only itself. After every run (and with ``render``) the file is rendered
 into ``docs/results.md``: tables of the mean and standard error over seeds, and plots of the held-out score against
-training samples (``benchmarks/results/*.png``).
+training samples (``docs/results_plots/*.png``).
 
     python benchmarks/reproduce.py run                        # the whole grid, SmolLM2-135M-Instruct, CPU
     python benchmarks/reproduce.py run --results /work/repro-results/results.jsonl --logs /work/repro-results/logs
@@ -38,7 +38,7 @@ from repro.run import RunOptions  # noqa: E402
 
 DEFAULT_RESULTS = ROOT / "benchmarks" / "results" / "results.jsonl"
 DEFAULT_DOC = ROOT / "docs" / "results.md"
-DEFAULT_PLOTS = ROOT / "benchmarks" / "results"
+DEFAULT_PLOTS = ROOT / "docs" / "results_plots"  # inside docs/: the documentation site publishes them
 
 
 def _options(a) -> RunOptions:

@@ -139,10 +139,11 @@ def test_team_score_draws_what_heldout_score_draws():
     agents = build_agents([AgentConfig(model="tiny", max_new_tokens=6, model_kwargs={"seed": i}) for i in range(2)])
     env = get_env("demo_writing").build(2)
     items = get_env("demo_writing").load_items(None, "heldout", None)[:3]
-    ours = score.team_score(agents, env, items, samples=2, seed=7)
+    ours = score.team_score(agents, env, items, samples=2, seed=7, share_prefix=False)
     ref = heldout_score(agents, env, items, samples=2, greedy=False, seed=7)
     assert ours["reward"]["per_item"] == pytest.approx(list(ref.per_item))
     assert ours["reward"]["stderr"] == pytest.approx(ref.stderr)
+    assert score.team_score(agents, env, items, seed=7, greedy=True)["samples"] == 1
 
 
 def test_summaries_and_verdicts_by_hand():

@@ -98,7 +98,10 @@ def plot_task(task: str, by_cond: dict[str, list[dict]], path: Path) -> None:
         points: dict[int, list[float]] = defaultdict(list)
         ends: dict[int, list[tuple[float, float]]] = defaultdict(list)
         for r in rows:
+            scored = {p["samples"] for p in r["curve"] if "score" in p}
             for p in r["curve"]:
+                if "score" not in p and p["samples"] in scored:
+                    continue  # the trainer's last evaluation and the score after training: the score
                 if "score" in p:
                     sc = p["score"].get(head) or p["score"]["reward"]
                     points[p["samples"]].append(sc["mean"])
@@ -152,11 +155,18 @@ SETUP = """## Set-up
   The reward is the `paper` preset's (equal to the reference code's, max 3.0). The single writer writes both parts in
   one response, split at a `---` line (without one: the reference's fallback cut at a 1:2.5 length ratio).
 - **Coding data**: CoopHumanEval from `../shared/data`, the paper's split (train `train[16:]`, held out `train[:16]`),
-  preset `paper`, 2 turns with `level_feedback`, reward shift as the reference (-4 team, -2.1 single); headline = the
-  share of tests passed after the last turn (comparable between one agent, max reward 2.1, and two, max 4).
-- **Cost columns**: wall time of the whole run (model load, scoring before and after, training), training samples per
-  second (completions generated per second of `trainer.train()`), peak RSS of the run's own process, and the 1-minute
-  load average at its start and end: the machine is shared with other developers, so times vary with the load.
+  preset `paper`, 2 turns with `level_feedback` (`sandbox_slice` 1), reward shift as the reference (-4 team, -2.1
+  single), the paper's sampling (temperature 0.6, top-p 0.6) with 128 new tokens (the paper: 256), and, to fit the CPU,
+  2 items x K = 2 per step (each first-turn joint sample branches into K at the second turn); headline = the share of
+  tests passed after the last turn (comparable between one agent, max reward 2.1, and two, max 4).
+- **Departures from the paper's set-up**, besides scale: the agents see SmolLM2's chat template (the paper's models
+  read raw text; a 135M instruct model needs its template to answer at all), and the learning rate is raised for
+  a run of {steps} steps.
+- **Cost columns**: wall time of the whole run (model load, scoring before and after, training with its evaluations),
+  seconds per training step and training samples per second (completions generated per second of the steps' own time,
+  rollout + update, without the evaluations), peak RSS of the run's own process, and the 1-minute load average at its
+  start and end: the machine is shared with other developers and the grid runs under `nice -n 10`, so times vary
+  with the load (a load of 6-9 on 2 cores leaves the grid a fraction of one core).
 """
 
 
@@ -233,7 +243,8 @@ def _task_section(task: str, rows: list[dict], doc: Path, plots: Path) -> list[s
     out = [f"## {TASK_TITLES.get(task, task)}", ""]
     hdr = (f"| condition | seeds | held-out {head.replace('_', ' ')} | "
            + ("held-out reward | " if head != "reward" else "")
-           + "gain from training | training samples | wall time per run (s) | samples/s | peak RSS (MB) | load start -> end |")
+           + "gain from training | training samples | s/step | wall time per run (s) | samples/s | peak RSS (MB) | "
+             "load start -> end |")
     out += [hdr, "|" + "---|" * (hdr.count("|") - 1)]
     for cond in [c for c in CONDITIONS if c in by]:
         rs = by[cond]
@@ -247,6 +258,7 @@ def _task_section(task: str, rows: list[dict], doc: Path, plots: Path) -> list[s
         if head != "reward":
             cells.append(_pm(*s["reward"]))
         cells += [gain, str(rs[0].get("train_samples", 0)),
+                  " / ".join(f"{r['s_per_step']:.0f}" for r in rs if r.get("s_per_step")) or "-",
                   f"{min(walls):.0f}" + (f"-{max(walls):.0f}" if len(walls) > 1 else ""),
                   f"{sum(sps) / len(sps):.2f}" if sps else "-", f"{max(r['peak_rss_mb'] for r in rs):.0f}",
                   "; ".join(f"{a:.1f} -> {b:.1f}" for a, b in loads)]

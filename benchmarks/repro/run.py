@@ -197,8 +197,13 @@ def execute(spec: RunSpec, opts: RunOptions) -> dict:
                        train_reward_last=_mean([m.get("reward/mean") for m in history[-max(1, steps // 3):]]),
                        curve=[{"step": 0, "samples": 0, "score": before}] + eval_points(history, per_step)
                        + [{"step": steps, "samples": steps * per_step, "score": after}])
-            row["samples_per_s"] = round(row["completions"] / train_s, 3) if train_s > 0 else None
-            row["joint_samples_per_s"] = round(row["train_samples"] / train_s, 3) if train_s > 0 else None
+            # the steps' own time (time/step_s: rollout + update), without the in-training evaluations
+            step_s = sum(float(m.get("time/step_s", 0.0)) for m in history)
+            row.update(step_s=round(step_s, 2), s_per_step=round(step_s / steps, 2) if steps else None,
+                       rollout_s=round(sum(float(m.get("time/rollout_s", 0.0)) for m in history), 2),
+                       update_s=round(sum(float(m.get("time/update_s", 0.0)) for m in history), 2))
+            row["samples_per_s"] = round(row["completions"] / step_s, 3) if step_s > 0 else None
+            row["joint_samples_per_s"] = round(row["train_samples"] / step_s, 3) if step_s > 0 else None
     finally:
         close_env(score_env)
         if train_env is not None:

@@ -5,8 +5,9 @@ agent sees the first one's text) and tasks with a second turn (coding with feedb
 the episode itself with the same conventions: ``samples`` completions per agent and item (the k-th samples
 together), drawn under ``seed`` inside a forked RNG so the caller's random stream is not touched, one batched
 generate call per agent and turn; an item's score is the mean over its samples of the *last* turn's team reward
-(or environment metric); the spread is the standard error over items. For a one-turn parallel team it draws the
-same completions as ``heldout_score`` (tested).
+(or environment metric); the spread is the standard error over items. For a one-turn parallel team with
+``share_prefix=False`` it draws the same completions as ``heldout_score`` (tested); the grid shares each prompt's
+prefill between its samples, as training does.
 """
 from __future__ import annotations
 
@@ -25,13 +26,17 @@ def _team(reward) -> float:
 
 @torch.no_grad()
 def team_score(agents: Sequence, env, items: Sequence[dict], samples: int = 4, greedy: bool = False, seed: int = 0,
-               metrics: Sequence[str] = (), pipeline: Callable | None = None, max_turns: int = 1) -> dict:
+               metrics: Sequence[str] = (), pipeline: Callable | None = None, max_turns: int = 1,
+               share_prefix: bool = True) -> dict:
     """Score ``agents`` on ``items`` without training.
 
     Args:
         pipeline: ``(state, first_agent_text) -> second agent's prompt``: at the first turn agent 1 writes first
             and agent 2 is prompted with its text (the reference's pipeline baseline); None: all agents at once.
         max_turns: turns to play; a branch that the environment ends earlier keeps its last transition.
+        share_prefix: prefill each first-turn prompt once for its ``samples`` completions, as training does
+            (``TrainConfig.share_prefix``); the same distributions, a quarter of the prefill at 4 samples. False
+            draws exactly what ``heldout_score`` draws (tested).
     Returns:
         ``{"reward": {mean, stderr, per_item}, "first_turn_reward": {...}, <metric>: {...}, "samples", "greedy"}``;
         a metric an environment does not report is left out.
@@ -51,10 +56,10 @@ def team_score(agents: Sequence, env, items: Sequence[dict], samples: int = 4, g
                 roots = cur[::k]
                 ids = [a.encode_prompts([s.prompts[j] for s in roots]) for j, a in enumerate(agents)]
                 if pipeline is None:
-                    comps = generate_for_agents(agents, ids, k, greedy=greedy)
+                    comps = generate_for_agents(agents, ids, k, greedy=greedy, share_prefix=share_prefix)
                     texts = [tuple(c.texts[n] for c in comps) for n in range(len(cur))]
                 else:
-                    one = generate_for_agents(agents[:1], ids[:1], k, greedy=greedy)[0].texts
+                    one = generate_for_agents(agents[:1], ids[:1], k, greedy=greedy, share_prefix=share_prefix)[0].texts
                     second = [pipeline(s, t) for s, t in zip(cur, one)]
                     two = generate_for_agents(agents[1:2], [agents[1].encode_prompts(second)], 1, greedy=greedy)[0].texts
                     texts = list(zip(one, two))
