@@ -50,13 +50,14 @@ def test_grid_end_to_end_on_the_tiny_model(tmp_path, capsys):
             assert r["before"] is None and r["steps"] == 0 and r["train_samples"] == 0
     single = next(r for r in rows if r["key"] == "tldr/single/seed0")
     assert single["max_new_tokens"] == 8  # the single TL;DR writer writes both parts: twice the tokens
-    assert "marker_found" in single["heldout"]
+    assert "marker_found" in single["heldout"] and "reward_marker_only" in single["heldout"]
 
     page = (out / "docs" / "results.md").read_text()
     for cond in grid.CONDITIONS.values():
         assert f"| {cond.label} |" in page
     for key in expected:
         assert f"| {key} |" in page
+    assert "single agent, prompt only: wrote the `---` line" in page
     assert "## Does the paper's ordering hold here?" in page and "2 agents, MAGRPO vs single agent, GRPO" in page
     assert "![tldr: held-out score against training samples](../plots/tldr_heldout.png)" in page
     assert (out / "plots" / "tldr_heldout.png").stat().st_size > 1000
@@ -116,7 +117,9 @@ def test_single_writer_env_scores_both_parts_with_the_paper_reward():
     st = env.reset(item)
     [tr] = env.step_batch([st], [(f"{y1}\n---\n{y2}",)])
     assert tr.reward == pytest.approx(pair.score([y1, y2])[0]) and tr.reward > 1.5
-    assert tr.metrics["marker_found"] == 1.0
+    assert tr.metrics["marker_found"] == 1.0 and tr.metrics["reward_marker_only"] == tr.reward
+    [cut] = env.step_batch([st], [(f"{y1} {y2}",)])  # no marker: the fallback cut still earns a reward...
+    assert cut.metrics["marker_found"] == 0.0 and cut.reward > 0 and cut.metrics["reward_marker_only"] == 0.0
 
 
 def test_tldr_split_is_disjoint_and_keeps_the_demo_heldout_posts():

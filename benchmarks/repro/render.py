@@ -263,10 +263,30 @@ def _task_section(task: str, rows: list[dict], doc: Path, plots: Path) -> list[s
                   f"{sum(sps) / len(sps):.2f}" if sps else "-", f"{max(r['peak_rss_mb'] for r in rs):.0f}",
                   "; ".join(f"{a:.1f} -> {b:.1f}" for a, b in loads)]
         out.append("| " + " | ".join(cells) + " |")
+    out += _single_writer_note(by)
     png = plots / f"{task}_heldout.png"
     plot_task(task, by, png)
     out += ["", f"![{task}: held-out score against training samples]({_rel(png, doc)})", ""]
     return out
+
+
+def _single_writer_note(by: dict[str, list[dict]]) -> list[str]:
+    """How much of the single TL;DR writer's score the fallback split gives it (rows that report it)."""
+    out = []
+    for cond in ("single", "grpo"):
+        rs = [r for r in by.get(cond, []) if "marker_found" in r["heldout"]]
+        if not rs:
+            continue
+        found = sum(r["heldout"]["marker_found"]["mean"] for r in rs) / len(rs)
+        strict = [r["heldout"]["reward_marker_only"]["mean"] for r in rs if "reward_marker_only" in r["heldout"]]
+        text = (f"- {CONDITIONS[cond].label}: wrote the `---` line between its parts in {100 * found:.0f}% of its "
+                f"held-out samples ({len(rs)} run{'s' if len(rs) > 1 else ''}); the rest were cut by the reference's "
+                f"fallback rule, which cuts at a 1:2.5 length ratio, inside the band the reward pays for")
+        if strict:
+            text += (f". Counting only responses with the line, it scores {sum(strict) / len(strict):.3f} "
+                     f"({len(strict)} run{'s' if len(strict) > 1 else ''})")
+        out.append(text + ".")
+    return ([""] + out) if out else []
 
 
 def _runs_table(rows: list[dict]) -> list[str]:

@@ -29,7 +29,7 @@ class RunOptions:
     """Where ``smollm2`` is loaded from when it was converted once (``models.prepare_model``); None: the package."""
     steps: int = 10
     """Optimiser steps of every trained run."""
-    eval_every: int = 5
+    eval_every: int = 6
     """Held-out evaluation inside training every this many steps (0: only before and after)."""
     heldout_samples: int = 4
     """Samples per held-out item and agent (sampled at the agents' temperature, under the run's seed)."""

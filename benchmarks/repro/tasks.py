@@ -99,7 +99,9 @@ class SingleWriterEnv:
         for _state, resp in zip(states, responses, strict=True):
             first, second, found = split_two(resp[0], self.marker)
             value, metrics = self.score([first, second])
-            out.append(Transition(value, True, None, {**metrics, "marker_found": float(found)}))
+            strict = value if found else 0.0  # what the response earns when only a real split counts
+            out.append(Transition(value, True, None, {**metrics, "marker_found": float(found),
+                                                      "reward_marker_only": strict}))
         return out
 
 
@@ -163,7 +165,7 @@ def tldr_task() -> Task:
         return PIPELINE_TLDR_PROMPT.replace("{text}", state.item["text"]).replace("{first}", first.strip())
 
     return Task("tldr", train, heldout, build, pipeline_prompt, headline="reward",
-                metrics=("level", "length_ratio", "unique_ratio", "marker_found"), max_new_tokens=48,
+                metrics=("level", "length_ratio", "unique_ratio", "marker_found", "reward_marker_only"), max_new_tokens=48,
                 temperature=0.7, top_p=0.9, reward_max={1: 3.0, 2: 3.0},
                 notes="paper preset reward (0-3), first turn")
 
