@@ -96,10 +96,17 @@ def run_grid(a) -> int:
     return 1 if failed else 0
 
 
+def _twin(spec: RunSpec, results: str) -> dict | None:
+    from repro.run import untrained_twin
+
+    key = untrained_twin(spec)
+    return next((r for r in read_rows(results) if r["key"] == key), None) if key else None
+
+
 def _run_in_process(spec: RunSpec, opts: RunOptions, results: str) -> bool:
     from repro.run import execute
 
-    row = execute(spec, opts)
+    row = execute(spec, opts, _twin(spec, results))
     row["rss_scope"] = "process"  # the grid's process, all runs so far
     append_row(results, row)
     _print_row(row)
@@ -132,7 +139,8 @@ def run_one(a) -> int:
     from repro.run import execute
 
     opts = RunOptions(**json.loads(a.options))
-    row = execute(RunSpec(a.task, a.condition, a.seed), opts)
+    spec = RunSpec(a.task, a.condition, a.seed)
+    row = execute(spec, opts, _twin(spec, a.results))
     row["rss_scope"] = "run"
     append_row(a.results, row)
     return 0

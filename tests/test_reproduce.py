@@ -45,6 +45,9 @@ def test_grid_end_to_end_on_the_tiny_model(tmp_path, capsys):
             assert r["completions"] == 4 * cond.num_agents and r["samples_per_s"] > 0
             assert [p["samples"] for p in r["curve"]] == [0, 2, 4, 4]
             assert r["curve"][0]["score"] == r["before"] and r["curve"][-1]["score"] == r["heldout"]
+            twin = f"tldr/{'single' if cond.num_agents == 1 else 'parallel'}/seed{r['seed']}"  # measured once
+            assert r["before"]["from"] == twin
+            assert r["before"]["reward"] == next(t for t in rows if t["key"] == twin)["heldout"]["reward"]
             assert "reward/mean" in r["curve"][1]["metrics"]
         else:
             assert r["before"] is None and r["steps"] == 0 and r["train_samples"] == 0
@@ -176,3 +179,23 @@ def test_coding_task_end_to_end_on_the_tiny_model(tmp_path):
     for r in rows.values():
         assert r["headline"] == "pass_rate" and r["num_turns"] == 2 and len(r["heldout"]["pass_rate"]["per_item"]) == 2
     assert "CoopHumanEval" in (out / "docs" / "results.md").read_text()
+
+
+def test_before_is_reused_only_from_a_twin_measured_the_same_way():
+    from types import SimpleNamespace
+
+    from repro import run
+
+    assert run.untrained_twin(grid.RunSpec("tldr", "magrpo_lora", 2)) == "tldr/parallel/seed2"
+    assert run.untrained_twin(grid.RunSpec("tldr", "grpo", 0)) == "tldr/single/seed0"
+    assert run.untrained_twin(grid.RunSpec("tldr", "pipeline", 0)) is None
+    opts = run.RunOptions(model="tiny", heldout_samples=4)
+    task = SimpleNamespace(temperature=0.7, top_p=0.9, heldout_items=[{}] * 12)
+    cfgs = [SimpleNamespace(max_new_tokens=48)]
+    twin = {"key": "tldr/parallel/seed0", "model": "tiny", "max_new_tokens": 48, "temperature": 0.7, "top_p": 0.9,
+            "heldout_items": 12, "heldout": {"samples": 4, "reward": {"mean": 1.0}}}
+    assert run.reusable_before(twin, opts, task, cfgs)["from"] == "tldr/parallel/seed0"
+    for change in ({"max_new_tokens": 32}, {"model": "smollm2"}, {"heldout_items": 8},
+                   {"heldout": {"samples": 2, "reward": {"mean": 1.0}}}):
+        assert run.reusable_before({**twin, **change}, opts, task, cfgs) is None
+    assert run.reusable_before(None, opts, task, cfgs) is None

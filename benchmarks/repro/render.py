@@ -146,8 +146,10 @@ SETUP = """## Set-up
   MAAC: one central critic (a third SmolLM2); MADPO: online joint DPO (beta 0.1) against frozen copies.
 - **Held-out score**: the team's mean reward on items never trained on, {hs} sampled completions per agent and item
   under the run's seed (so seeds differ for the prompt-only rows too); ± is the standard error over seeds where a row
-  has several, else over items. Before and after training it is measured by the same function; the curves' middle
-  points are the trainer's own evaluation on the held-out items (`eval_steps`).
+  has several, else over items. Before and after training it is measured by the same function; a trained run's score
+  before training is its prompt-only twin's row (the same untrained agents, prompts, sampling and seed: `parallel`
+  for two agents, `single` for one; the row names it in `before.from`); the curves' middle points are the trainer's
+  own evaluation on the held-out items (`eval_steps`).
 - **TL;DR data**: `trl-lib/tldr` is not reachable offline and no package ships it, so there are **no real Reddit
   posts** here: the grid uses the 36 TL;DR-style posts the repository holds, written for this project (the 24 demo
   posts in `comarl/envs/writing/demo_tldr.jsonl` and the 12 in `tests/data/writing/tldr_sample.jsonl`). 24 train, 12

@@ -137,8 +137,32 @@ def eval_points(history: list[dict], per_step: int, prefix: str = "eval/") -> li
     return out
 
 
-def execute(spec: RunSpec, opts: RunOptions) -> dict:
-    """Run one cell of the grid and return its results row (not yet written)."""
+def untrained_twin(spec: RunSpec) -> str | None:
+    """The prompt-only row whose agents are this trained run's agents before training: the same model, prompts,
+    sampling and seed, so the same held-out score (a LoRA adapter starts at zero, a value head does not sample)."""
+    cond = CONDITIONS[spec.condition]
+    if not cond.trained:
+        return None
+    return RunSpec(spec.task, "single" if cond.num_agents == 1 else "parallel", spec.seed).key
+
+
+def reusable_before(row: dict | None, opts: RunOptions, task: Task, cfgs: list) -> dict | None:
+    """The twin row's held-out score, when it was measured under this run's settings; else None."""
+    if not row:
+        return None
+    same = (row.get("model") == opts.model and row.get("max_new_tokens") == cfgs[0].max_new_tokens
+            and row.get("temperature") == task.temperature and row.get("top_p") == task.top_p
+            and row.get("heldout_items") == len(task.heldout_items)
+            and row["heldout"].get("samples") == opts.heldout_samples)
+    return {**row["heldout"], "from": row["key"]} if same else None
+
+
+def execute(spec: RunSpec, opts: RunOptions, twin: dict | None = None) -> dict:
+    """Run one cell of the grid and return its results row (not yet written).
+
+    ``twin``: the results row of :func:`untrained_twin`, if finished: its held-out score is this run's score
+    before training (recorded with ``"from": <its key>``) instead of measuring the same thing again.
+    """
     import torch
 
     from comarl import Trainer, build_agents
@@ -181,7 +205,7 @@ def execute(spec: RunSpec, opts: RunOptions) -> dict:
             trainer = Trainer(cfgs, train_env, task.train_items, cfg,
                               eval_dataset=task.heldout_items if opts.eval_every else None)
             build_s = time.perf_counter() - t
-            before = score(trainer.agents)
+            before = reusable_before(twin, opts, task, cfgs) or score(trainer.agents)
             t = time.perf_counter()
             history = trainer.train()
             train_s = time.perf_counter() - t
