@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -64,6 +65,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", dest="batch_size", type=int, default=None, help="items per step (default per task)")
     p.add_argument("--num-generations", dest="num_generations", type=int, default=None, help="K (default per task)")
     p.add_argument("--lr", type=float, default=None, help="full fine-tuning learning rate (default per model)")
+    p.add_argument("--threads", type=int, default=d.threads,
+                   help=f"torch CPU threads per run, 0 = torch's default ({d.threads}: see RunOptions.threads)")
     p.add_argument("--model-path", dest="model_path", default=None, help=argparse.SUPPRESS)
 
 
@@ -122,7 +125,8 @@ def _run_child(spec: RunSpec, opts: RunOptions, a) -> bool:
         Path(a.logs).mkdir(parents=True, exist_ok=True)
         log = open(Path(a.logs) / (spec.key.replace("/", "_") + ".log"), "a")
     try:
-        rc = subprocess.run(cmd, stdout=log or None, stderr=subprocess.STDOUT if log else None).returncode
+        env = dict(os.environ, **({"OMP_NUM_THREADS": str(opts.threads)} if opts.threads else {}))
+        rc = subprocess.run(cmd, stdout=log or None, stderr=subprocess.STDOUT if log else None, env=env).returncode
     finally:
         if log:
             log.close()

@@ -49,6 +49,9 @@ class RunOptions:
     """Override every task's items per step (the test)."""
     num_generations: int | None = None
     """Override every task's K (the test)."""
+    threads: int = 1
+    """torch CPU threads per run. 1 on the shared 2-core machine: with the load at 6-9, two OpenMP threads that
+    wait for each other made one SmolLM2 generate call 7x slower (280 s against 41 s, measured under nice 10)."""
 
 
 LR = {"smollm2": 2e-5, "tiny": 2e-3}
@@ -167,6 +170,8 @@ def execute(spec: RunSpec, opts: RunOptions, twin: dict | None = None) -> dict:
 
     from comarl import Trainer, build_agents
 
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
     t0 = time.perf_counter()
     load_start = load_average()
     cond = CONDITIONS[spec.condition]
