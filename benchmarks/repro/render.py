@@ -168,7 +168,9 @@ SETUP = """## Set-up
   seconds per training step and training samples per second (completions generated per second of the steps' own time,
   rollout + update, without the evaluations), peak RSS of the run's own process, and the 1-minute load average at its
   start and end: the machine is shared with other developers and the grid runs under `nice -n 10`, so times vary
-  with the load (a load of 6-9 on 2 cores leaves the grid a fraction of one core).
+  with the load (a load of 6-9 on 2 cores leaves the grid a fraction of one core). Runs use one torch thread
+  (`--threads 1`): under that load two threads that wait for each other made a generate call 7x slower; the
+  `threads` column of the last table says which runs had two.
 """
 
 
@@ -294,14 +296,14 @@ def _single_writer_note(by: dict[str, list[dict]]) -> list[str]:
 def _runs_table(rows: list[dict]) -> list[str]:
     out = ["## Every run", "", "One line per row of the results file (± over items).", "",
            "| key | held-out headline | before training | steps | training samples | completions | wall s | "
-           "train s | samples/s | peak RSS MB | load start -> end (1, 5, 15 min) | finished |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "s/step | samples/s | threads | peak RSS MB | load start -> end (1, 5, 15 min) | finished |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["task"] != "tldr", r["task"], list(CONDITIONS).index(r["condition"]),
                                          r["seed"])):
         h, b = headline(r), headline(r, "before") if r.get("before") else None
         out.append(f"| {r['key']} | {_pm(h['mean'], h['stderr'])} | {_pm(b['mean'], b['stderr']) if b else '-'} | "
                    f"{r.get('steps', 0)} | {r.get('train_samples', 0)} | {r.get('completions', 0)} | {r['wall_s']:.0f} | "
-                   f"{r.get('train_s', 0):.0f} | {r.get('samples_per_s') or '-'} | {r['peak_rss_mb']:.0f} "
+                   f"{r.get('s_per_step') or '-'} | {r.get('samples_per_s') or '-'} | {r['threads']} | {r['peak_rss_mb']:.0f} "
                    f"({r.get('rss_scope', 'run')}) | {', '.join(f'{x:.1f}' for x in r['load_start'])} -> "
                    f"{', '.join(f'{x:.1f}' for x in r['load_end'])} | {r['finished']} |")
     out.append("")
