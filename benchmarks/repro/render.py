@@ -181,9 +181,9 @@ def render(rows: list[dict], doc: str | Path, plots: str | Path, results_path: s
         doc.write_text(INTRO.format(results=results_path, nrows=0, steps="-", heldout="-") + "\nNo runs yet.\n")
         return
     trained = [r for r in rows if r["trained"]]
-    team = [r for r in trained if r["num_agents"] == 2]
-    ref = (team or trained or rows)[0]
+    ref = next((r for r in trained if r["num_agents"] == 2), trained[0] if trained else rows[0])
     tldr = [r for r in rows if r["task"] == "tldr"]
+    pair = next((r for r in tldr if r["num_agents"] == 2), ref)  # a two-agent TL;DR row: tokens per agent
     lines = [INTRO.format(results=_results_name(results_path), nrows=len(rows), steps=ref.get("steps", "-"),
                           heldout=" / ".join(sorted({str(r["heldout_items"]) for r in rows})))]
     lines.append(_findings(rows))
@@ -191,7 +191,7 @@ def render(rows: list[dict], doc: str | Path, plots: str | Path, results_path: s
         lines += _task_section(task, [r for r in rows if r["task"] == task], doc, plots)
     single = next((r for r in tldr if r["num_agents"] == 1), None)
     lines.append(SETUP.format(model=_model_name(ref["model"]), steps=ref.get("steps", "-"), batch=ref.get("batch_size", "-"),
-                              k=ref.get("num_generations", "-"), lr=ref.get("lr") or 0, tokens=ref["max_new_tokens"],
+                              k=ref.get("num_generations", "-"), lr=ref.get("lr") or 0, tokens=pair["max_new_tokens"],
                               tokens2=single["max_new_tokens"] if single else "twice that", temp=ref["temperature"],
                               top_p=ref["top_p"], hs=ref["heldout"]["samples"]))
     lines += _runs_table(rows)
