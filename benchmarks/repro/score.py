@@ -1,0 +1,94 @@
+"""Held-out scores of a team, as ``comarl.heldout.heldout_score`` defines them, for every row of the grid.
+
+``heldout_score`` scores the first turn of a parallel team. The grid also needs the pipeline baseline (the second
+agent sees the first one's text) and tasks with a second turn (coding with feedback), so :func:`team_score` walks
+the episode itself with the same conventions: ``samples`` completions per agent and item (the k-th samples
+together), drawn under ``seed`` inside a forked RNG so the caller's random stream is not touched, one batched
+generate call per agent and turn; an item's score is the mean over its samples of the *last* turn's team reward
+(or environment metric); the spread is the standard error over items. For a one-turn parallel team with
+``share_prefix=False`` it draws the same completions as ``heldout_score`` (tested); the grid shares each prompt's
+prefill between its samples, as training does.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from comarl.generation.team import generate_for_agents
+from comarl.heldout import mean_and_stderr
+
+
+def _team(reward) -> float:
+    return float(np.mean(getattr(reward, "values", [reward])))
+
+
+@torch.no_grad()
+def team_score(agents: Sequence, env, items: Sequence[dict], samples: int = 4, greedy: bool = False, seed: int = 0,
+               metrics: Sequence[str] = (), pipeline: Callable | None = None, max_turns: int = 1,
+               share_prefix: bool = True) -> dict:
+    """Score ``agents`` on ``items`` without training.
+
+    Args:
+        pipeline: ``(state, first_agent_text) -> second agent's prompt``: at the first turn agent 1 writes first
+            and agent 2 is prompted with its text (the reference's pipeline baseline); None: all agents at once.
+        max_turns: turns to play; a branch that the environment ends earlier keeps its last transition.
+        share_prefix: prefill each first-turn prompt once for its ``samples`` completions, as training does
+            (``TrainConfig.share_prefix``); the same distributions, a quarter of the prefill at 4 samples. False
+            draws exactly what ``heldout_score`` draws (tested).
+    Returns:
+        ``{"reward": {mean, stderr, per_item}, "first_turn_reward": {...}, <metric>: {...}, "samples", "greedy"}``;
+        a metric an environment does not report is left out.
+    """
+    if not items:
+        raise ValueError("team_score: no items")
+    k = 1 if greedy else samples
+    states = [env.reset(item) for item in items for _ in range(k)]  # item-major, k copies
+    first: list = [None] * len(states)
+    last: list = [None] * len(states)
+    live = list(range(len(states)))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for turn in range(max_turns):
+            cur = [states[i] for i in live]
+            if turn == 0:  # one prompt per item, k samples: exactly heldout_score's generate call
+                roots = cur[::k]
+                ids = [a.encode_prompts([s.prompts[j] for s in roots]) for j, a in enumerate(agents)]
+                if pipeline is None:
+                    comps = generate_for_agents(agents, ids, k, greedy=greedy, share_prefix=share_prefix)
+                    texts = [tuple(c.texts[n] for c in comps) for n in range(len(cur))]
+                else:
+                    one = generate_for_agents(agents[:1], ids[:1], k, greedy=greedy, share_prefix=share_prefix)[0].texts
+                    second = [pipeline(s, t) for s, t in zip(cur, one)]
+                    two = generate_for_agents(agents[1:2], [agents[1].encode_prompts(second)], 1, greedy=greedy)[0].texts
+                    texts = list(zip(one, two))
+            else:
+                ids = [a.encode_prompts([s.prompts[j] for s in cur]) for j, a in enumerate(agents)]
+                comps = generate_for_agents(agents, ids, 1, greedy=greedy)
+                texts = [tuple(c.texts[n] for c in comps) for n in range(len(cur))]
+            trans = env.step_batch(cur, texts)
+            nxt = []
+            for i, tr in zip(live, trans):
+                last[i] = tr
+                if turn == 0:
+                    first[i] = tr
+                if not tr.done and tr.next_state is not None:
+                    states[i] = tr.next_state
+                    nxt.append(i)
+            live = nxt
+            if not live:
+                break
+
+    def per_item(values: list[float]) -> dict:
+        per = [float(np.mean(values[p * k:(p + 1) * k])) for p in range(len(items))]
+        mean, se = mean_and_stderr(per)
+        return {"mean": mean, "stderr": se, "per_item": per}
+
+    out = {"reward": per_item([_team(t.reward) for t in last]),
+           "first_turn_reward": per_item([_team(t.reward) for t in first]),
+           "samples": k, "greedy": greedy, "items": len(items)}
+    for name in metrics:
+        if all(name in t.metrics for t in last):
+            out[name] = per_item([float(t.metrics[name]) for t in last])
+    return out

@@ -1,0 +1,201 @@
+"""benchmarks/reproduce.py (issue 31): the grid end to end on the tiny model, its resume, and its pieces.
+
+The end-to-end test runs every TL;DR condition for two seeds, 2 optimiser steps each, on the random tiny model
+with small settings (2 held-out posts, 1 item x K=2 per step, 4 new tokens), then checks the results rows and the
+rendered page, and that a second invocation runs nothing.
+"""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import reproduce  # noqa: E402
+from repro import grid, render, results, score, tasks  # noqa: E402
+
+SMALL = ["--model", "tiny", "--steps", "2", "--eval-every", "1", "--max-new-tokens", "4", "--heldout-limit", "2",
+         "--heldout-samples", "1", "--batch-size", "1", "--num-generations", "2", "--in-process"]
+
+
+def _run(tmp_path, *extra):
+    out = tmp_path / "out"
+    args = ["run", "--results", str(out / "results.jsonl"), "--doc", str(out / "docs" / "results.md"),
+            "--plots", str(out / "plots"), *SMALL, *extra]
+    return reproduce.main(args), out
+
+
+def test_grid_end_to_end_on_the_tiny_model(tmp_path, capsys):
+    rc, out = _run(tmp_path, "--tasks", "tldr", "--seeds", "0,1")
+    assert rc == 0
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    expected = {s.key for s in grid.GridPlan(tasks=("tldr",), seeds=(0, 1)).runs()}
+    assert {r["key"] for r in rows} == expected and len(rows) == len(expected) == 14  # 9 conditions + 5 seed-1 rows
+    for r in rows:
+        h = r["heldout"]["reward"]
+        assert len(h["per_item"]) == 2 and r["heldout_items"] == 2 and r["heldout"]["samples"] == 1
+        assert h["mean"] == pytest.approx(sum(h["per_item"]) / 2)
+        assert r["wall_s"] > 0 and r["peak_rss_mb"] > 0 and len(r["load_start"]) == len(r["load_end"]) == 3
+        cond = grid.CONDITIONS[r["condition"]]
+        assert r["num_agents"] == cond.num_agents and r["trained"] == cond.trained
+        if cond.trained:  # 2 steps x 1 item x K=2; before, one eval per step, after
+            assert r["steps"] == 2 and r["train_samples"] == 4
+            assert r["completions"] == 4 * cond.num_agents and r["samples_per_s"] > 0
+            assert [p["samples"] for p in r["curve"]] == [0, 2, 4, 4]
+            assert r["curve"][0]["score"] == r["before"] and r["curve"][-1]["score"] == r["heldout"]
+            twin = f"tldr/{'single' if cond.num_agents == 1 else 'parallel'}/seed{r['seed']}"  # measured once
+            assert r["before"]["from"] == twin
+            assert r["before"]["reward"] == next(t for t in rows if t["key"] == twin)["heldout"]["reward"]
+            assert "reward/mean" in r["curve"][1]["metrics"]
+        else:
+            assert r["before"] is None and r["steps"] == 0 and r["train_samples"] == 0
+    single = next(r for r in rows if r["key"] == "tldr/single/seed0")
+    assert single["max_new_tokens"] == 8  # the single TL;DR writer writes both parts: twice the tokens
+    assert "marker_found" in single["heldout"] and "reward_marker_only" in single["heldout"]
+
+    page = (out / "docs" / "results.md").read_text()
+    for cond in grid.CONDITIONS.values():
+        assert f"| {cond.label} |" in page
+    for key in expected:
+        assert f"| {key} |" in page
+    assert "single agent, prompt only: wrote the `---` line" in page
+    assert "## Does the paper's ordering hold here?" in page and "2 agents, MAGRPO vs single agent, GRPO" in page
+    assert "![tldr: held-out score against training samples](../plots/tldr_heldout.png)" in page
+    assert (out / "plots" / "tldr_heldout.png").stat().st_size > 1000
+    assert "14 runs so far" in page
+
+    # a second invocation finds every run done and runs nothing; render alone rebuilds the same page
+    capsys.readouterr()
+    rc, _ = _run(tmp_path, "--tasks", "tldr", "--seeds", "0,1")
+    assert rc == 0 and "14 already in" in capsys.readouterr().out
+    assert len((out / "results.jsonl").read_text().splitlines()) == 14
+    (out / "docs" / "results.md").unlink()
+    assert reproduce.main(["render", "--results", str(out / "results.jsonl"), "--doc", str(out / "docs" / "results.md"),
+                           "--plots", str(out / "plots")]) == 0
+    assert (out / "docs" / "results.md").read_text() == page
+
+
+def test_a_killed_run_loses_only_itself(tmp_path):
+    path = tmp_path / "r.jsonl"
+    results.append_row(path, {"key": "tldr/single/seed0", "v": 1})
+    with open(path, "a") as f:
+        f.write('{"key": "tldr/parallel/seed0", "v"')  # the machine stopped inside the write
+    assert results.done_keys(path) == {"tldr/single/seed0"}
+    results.append_row(path, {"key": "tldr/parallel/seed0", "v": 2})  # the rerun starts a line of its own
+    assert results.done_keys(path) == {"tldr/single/seed0", "tldr/parallel/seed0"}
+    path.write_text('{"key": "a", "v": 1}\n{"key": "a", "v": 2}\n')
+    assert results.read_rows(path) == [{"key": "a", "v": 2}]  # a rerun of a key replaces the earlier row
+
+
+def test_grid_order_and_seeds():
+    runs = grid.GridPlan().runs()
+    keys = [r.key for r in runs]
+    assert len(keys) == len(set(keys)) == 9 + 5 * 2 + 5
+    assert keys.index("tldr/madpo/seed0") < keys.index("tldr/single/seed1")  # a full first seed first
+    assert {r.condition for r in runs if r.seed == 2} == set(grid.MANY_SEEDS)
+    assert {r.condition for r in runs if r.task == "coophumaneval"} == set(grid.CODING_CONDITIONS)
+    with pytest.raises(SystemExit, match="unknown condition"):
+        grid.parse_list("magrpo,mappo", (), tuple(grid.CONDITIONS), "condition")
+
+
+def test_split_two_by_marker_and_the_reference_fallback():
+    assert tasks.split_two("a b\n---\nc d") == ("a b", "c d", True)
+    # 20 characters, no marker: cut at int(20 / 3.5) = 5, moved to the space at index 8
+    assert tasks.split_two("aa bb cc dd ee ff gg") == ("aa bb", "cc dd ee ff gg", False)
+    assert tasks.split_two("") == ("", "", False)
+
+
+def test_single_writer_env_scores_both_parts_with_the_paper_reward():
+    from comarl.envs.registry import get_env
+
+    pair = get_env("tldr").build(2, preset="paper")
+    env = tasks.SingleWriterEnv(pair.score)
+    item = {"text": "POST: my cat sleeps in the sink"}
+    assert "my cat sleeps in the sink" in env.reset(item).prompts[0] and "---" in env.reset(item).prompts[0]
+    y1 = "The cat naps in the sink every single afternoon now."
+    y2 = ("However, although she has a soft bed and a blanket, the owner's cat still prefers the cold bathroom "
+          "sink; therefore the owner wonders whether this unusual habit is normal for cats in general.")
+    st = env.reset(item)
+    [tr] = env.step_batch([st], [(f"{y1}\n---\n{y2}",)])
+    assert tr.reward == pytest.approx(pair.score([y1, y2])[0]) and tr.reward > 1.5
+    assert tr.metrics["marker_found"] == 1.0 and tr.metrics["reward_marker_only"] == tr.reward
+    [cut] = env.step_batch([st], [(f"{y1} {y2}",)])  # no marker: the fallback cut still earns a reward...
+    assert cut.metrics["marker_found"] == 0.0 and cut.reward > 0 and cut.metrics["reward_marker_only"] == 0.0
+
+
+def test_tldr_split_is_disjoint_and_keeps_the_demo_heldout_posts():
+    from comarl.demo import demo_items
+
+    train, heldout = tasks.tldr_items()
+    assert (len(train), len(heldout)) == (24, 12)
+    assert not {t["prompt"] for t in train} & {h["prompt"] for h in heldout}
+    assert [h["prompt"] for h in demo_items("tldr")[1]] == [h["prompt"] for h in heldout[:8]]
+    with pytest.raises(AssertionError, match="1 held-out item"):
+        tasks.split_check("x", [{"id": 1}, {"id": 2}], [{"id": 2}], "id")
+
+
+def test_team_score_draws_what_heldout_score_draws():
+    """One turn, two agents in parallel: the grid's scorer gives comarl.heldout's numbers exactly."""
+    from comarl import AgentConfig, build_agents
+    from comarl.envs.registry import get_env
+    from comarl.heldout import heldout_score
+
+    agents = build_agents([AgentConfig(model="tiny", max_new_tokens=6, model_kwargs={"seed": i}) for i in range(2)])
+    env = get_env("demo_writing").build(2)
+    items = get_env("demo_writing").load_items(None, "heldout", None)[:3]
+    ours = score.team_score(agents, env, items, samples=2, seed=7, share_prefix=False)
+    ref = heldout_score(agents, env, items, samples=2, greedy=False, seed=7)
+    assert ours["reward"]["per_item"] == pytest.approx(list(ref.per_item))
+    assert ours["reward"]["stderr"] == pytest.approx(ref.stderr)
+    assert score.team_score(agents, env, items, seed=7, greedy=True)["samples"] == 1
+
+
+def test_summaries_and_verdicts_by_hand():
+    def row(seed, mean, per_item, before=None):
+        r = {"seed": seed, "headline": "reward", "heldout": {"reward": {"mean": mean, "stderr": 0.1, "per_item": per_item}}}
+        r["before"] = {"reward": {"mean": before, "stderr": 0.1, "per_item": [before] * len(per_item)}} if before is not None else None
+        return r
+
+    s = render.summarize([row(0, 1.0, [1.0]), row(1, 2.0, [2.0]), row(2, 3.0, [3.0])])
+    assert (s["mean"], s["over"]) == (2.0, "seeds") and s["stderr"] == pytest.approx(1 / 3 ** 0.5)  # std 1 / sqrt 3
+    one = render.summarize([row(0, 1.5, [1.0, 2.0], before=0.5)])
+    assert (one["mean"], one["stderr"], one["over"]) == (1.5, 0.1, "items")
+    assert one["gain"] == pytest.approx((1.0, 0.5))  # per-item gains 0.5 and 1.5: mean 1, s.e. 0.5
+    assert render.verdict({"mean": 1.2, "stderr": 0.3}, {"mean": 0.0, "stderr": 0.4})[2] == "holds"  # 1.2 > 2 * 0.5
+    assert render.verdict({"mean": 0.5, "stderr": 0.3}, {"mean": 0.0, "stderr": 0.4})[2].startswith("not resolved")
+    assert render.verdict({"mean": -1.5, "stderr": 0.3}, {"mean": 0.0, "stderr": 0.4})[2] == "reversed"
+
+
+@pytest.mark.slow
+def test_coding_task_end_to_end_on_the_tiny_model(tmp_path):
+    """CoopHumanEval, paper preset, 2 turns with level_feedback, through the sandbox: a baseline and MAGRPO."""
+    rc, out = _run(tmp_path, "--tasks", "coophumaneval", "--seeds", "0", "--conditions", "pipeline,magrpo",
+                   "--coding-train-limit", "2")
+    assert rc == 0
+    rows = {r["condition"]: r for r in results.read_rows(out / "results.jsonl")}
+    assert set(rows) == {"pipeline", "magrpo"}
+    for r in rows.values():
+        assert r["headline"] == "pass_rate" and r["num_turns"] == 2 and len(r["heldout"]["pass_rate"]["per_item"]) == 2
+    assert "CoopHumanEval" in (out / "docs" / "results.md").read_text()
+
+
+def test_before_is_reused_only_from_a_twin_measured_the_same_way():
+    from types import SimpleNamespace
+
+    from repro import run
+
+    assert run.untrained_twin(grid.RunSpec("tldr", "magrpo_lora", 2)) == "tldr/parallel/seed2"
+    assert run.untrained_twin(grid.RunSpec("tldr", "grpo", 0)) == "tldr/single/seed0"
+    assert run.untrained_twin(grid.RunSpec("tldr", "pipeline", 0)) is None
+    opts = run.RunOptions(model="tiny", heldout_samples=4)
+    task = SimpleNamespace(temperature=0.7, top_p=0.9, heldout_items=[{}] * 12)
+    cfgs = [SimpleNamespace(max_new_tokens=48)]
+    twin = {"key": "tldr/parallel/seed0", "model": "tiny", "max_new_tokens": 48, "temperature": 0.7, "top_p": 0.9,
+            "heldout_items": 12, "heldout": {"samples": 4, "reward": {"mean": 1.0}}}
+    assert run.reusable_before(twin, opts, task, cfgs)["from"] == "tldr/parallel/seed0"
+    for change in ({"max_new_tokens": 32}, {"model": "smollm2"}, {"heldout_items": 8},
+                   {"heldout": {"samples": 2, "reward": {"mean": 1.0}}}):
+        assert run.reusable_before({**twin, **change}, opts, task, cfgs) is None
+    assert run.reusable_before(None, opts, task, cfgs) is None
