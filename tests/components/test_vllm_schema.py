@@ -1,6 +1,6 @@
 """Schemas on a vLLM engine: the HF path's forced skeleton, sampled values and forced flags (vllm_schema.py).
 
-Needs ``vllm`` (skipped otherwise; models and tolerance as in tests/test_vllm_engine.py).
+Needs ``vllm`` (skipped otherwise; models and tolerance as in tests/components/test_vllm_engine.py).
 """
 import pytest
 

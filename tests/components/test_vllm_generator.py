@@ -1,6 +1,6 @@
 """A team on vLLM engines: LoRA agents share one engine and one call, adapters follow training, refusals.
 
-Needs ``vllm`` (skipped otherwise; see tests/test_vllm_engine.py for the models and the tolerance).
+Needs ``vllm`` (skipped otherwise; see tests/components/test_vllm_engine.py for the models and the tolerance).
 """
 import pytest
 import torch
