@@ -590,7 +590,7 @@ def safetensors_state(folder: Path) -> dict[str, torch.Tensor]:
         raise FileNotFoundError(f"no safetensors weights in {folder}")
     state = {}
     for f in files:
-        state.update(_read(f, lambda: load_file(str(f))))
+        state.update(_read(f, lambda f=f: load_file(str(f))))
     return state
 
 

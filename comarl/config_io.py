@@ -429,7 +429,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
         parts = key.strip().split(".")
         value = parse_value(raw)
         targets = [data]
-        for depth, part in enumerate(parts[:-1]):
+        for part in parts[:-1]:
             nxt = []
             for t in targets:
                 if isinstance(t, list):

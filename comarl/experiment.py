@@ -30,7 +30,8 @@ def build_env(cfg: ExperimentConfig):
     if cfg.env.stages is not None:  # the config's team graph replaces the environment's own (docs/teams.md)
         from .stages import attach_stages, parse_stages
 
-        env = attach_stages(env, parse_stages(cfg.env.stages, [a.name or f"agent{i}" for i, a in enumerate(cfg.agents)]))
+        names = [a.name or f"agent{i}" for i, a in enumerate(cfg.agents)]
+        env = attach_stages(env, parse_stages(cfg.env.stages, names))
     env = with_error_policy(env, cfg.env.on_error)  # inside the reward processing: a zeroed item is a raw 0
     env = with_reward_processing(env, cfg.env.reward_scale, cfg.env.reward_shift)
     if cfg.env.reward_model is not None:  # MARLHF: the fitted joint reward model's score is the reward

@@ -203,11 +203,12 @@ class RolloutSettings:
     @classmethod
     def from_train_config(cls, cfg, **changes) -> "RolloutSettings":
         """The rollout part of a ``TrainConfig``; ``changes`` override fields (evaluation: aligned, n samples)."""
-        fields = dict(num_generations=cfg.rollout.num_generations, joint_mode=cfg.rollout.joint_mode, num_turns=cfg.rollout.num_turns,
-                      discount=cfg.rollout.discount, early_stop_reward=cfg.rollout.early_stop_reward,
+        fields = dict(num_generations=cfg.rollout.num_generations, joint_mode=cfg.rollout.joint_mode,
+                      num_turns=cfg.rollout.num_turns, discount=cfg.rollout.discount,
+                      early_stop_reward=cfg.rollout.early_stop_reward,
                       early_stop_sibling_mean=cfg.rollout.early_stop_sibling_mean,
-                      generation_batch_size=cfg.hardware.generation_batch_size, batch_adapters=cfg.hardware.batch_adapters,
-                      share_prefix=cfg.hardware.share_prefix)
+                      generation_batch_size=cfg.hardware.generation_batch_size,
+                      batch_adapters=cfg.hardware.batch_adapters, share_prefix=cfg.hardware.share_prefix)
         return cls(**{**fields, **changes})
 
 

@@ -69,8 +69,8 @@ class Parts:
         from ..sources import PromptBatches
 
         cfg = self.config
-        return PromptBatches(self.items, self.env, cfg.run.batch_size * dist.world_size(), cfg.run.seed, cfg.run.shuffle,
-                             cfg.run.epochs, cfg.run.max_steps)
+        return PromptBatches(self.items, self.env, cfg.run.batch_size * dist.world_size(), cfg.run.seed,
+                             cfg.run.shuffle, cfg.run.epochs, cfg.run.max_steps)
 
 
 def policy_gradient(parts: Parts):

@@ -238,7 +238,8 @@ def run_sharding(cfg, device_type: str) -> Sharding | None:
     (``train.*``); None when not sharding or not distributed (call ``dist.init_from_env`` first)."""
     if cfg.hardware.sharding == "none" or not dist.is_distributed():
         return None
-    return Sharding(build_mesh(cfg.hardware.fsdp_shard_size, device_type), mixed_precision_policy(cfg.hardware.mixed_precision))
+    return Sharding(build_mesh(cfg.hardware.fsdp_shard_size, device_type),
+                    mixed_precision_policy(cfg.hardware.mixed_precision))
 
 
 def built_on_rank0(build, configs: list) -> list:

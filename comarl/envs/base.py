@@ -55,7 +55,8 @@ class EnvState:
     history: tuple[tuple[tuple[str, str], ...], ...] = ()
     info: Mapping[str, Any] = field(default_factory=dict)
 
-    def advanced(self, responses: Sequence[str], next_prompts: Sequence[str], info: Mapping[str, Any] | None = None) -> "EnvState":
+    def advanced(self, responses: Sequence[str], next_prompts: Sequence[str],
+                 info: Mapping[str, Any] | None = None) -> "EnvState":
         """The state of the next turn after ``responses`` were written."""
         hist = self.history or tuple(() for _ in self.prompts)
         new_hist = tuple(h + ((p, r),) for h, p, r in zip(hist, self.prompts, responses))

@@ -49,7 +49,8 @@ _FORCE, _SAMPLE, _FREE = 0, 1, 2
 
 
 def token_texts(tokenizer, vocab_size: int, exclude: set[int]) -> list[str]:
-    """Text of every token id < ``vocab_size`` on its own; "" for special ids, ``exclude`` and ids past the tokenizer."""
+    """Text of every token id < ``vocab_size`` on its own; "" for special ids, ``exclude`` and ids past the
+    tokenizer."""
     n = min(len(tokenizer), vocab_size)
     texts = tokenizer.batch_decode([[i] for i in range(n)], skip_special_tokens=False,
                                    clean_up_tokenization_spaces=False)

@@ -64,7 +64,8 @@ class CentralizedEnv:
             minimum reward); None = ``env.failure_reward`` when the environment defines it, else 0.0.
     """
 
-    def __init__(self, env: Environment, prompt_builder: Callable[[Mapping[str, Any], Sequence[str]], str] | None = None,
+    def __init__(self, env: Environment,
+                 prompt_builder: Callable[[Mapping[str, Any], Sequence[str]], str] | None = None,
                  parser: Callable[[str, int], Sequence[str]] | None = None, failure_reward: float | None = None):
         fmt = TaggedFormat()
         self.env = env

@@ -39,7 +39,8 @@ class DPOSettings:
 
 @dataclass
 class IterativeSettings:
-    """``train.preference.iterative``: the rounds of madpo_iter and marlhf_iter: schedule, replay, reference refresh, comparator, reward model."""
+    """``train.preference.iterative``: the rounds of madpo_iter and marlhf_iter: schedule, replay, reference
+    refresh, comparator, reward model."""
 
     rounds: int = 2
     """madpo_iter, marlhf_iter: rounds of (sample the current policy, build pairs, train on them)."""
@@ -125,7 +126,8 @@ class PreferenceSettings:
             raise ConfigError(f"train.preference.comparator: must be one of {list(COMPARATORS)}, "
                               f"got {self.comparator!r}")
         if self.comparator_rounds_back < 1:
-            raise ConfigError(f"train.preference.comparator_rounds_back: must be >= 1, got {self.comparator_rounds_back}")
+            raise ConfigError("train.preference.comparator_rounds_back: must be >= 1, "
+                              f"got {self.comparator_rounds_back}")
         if self.comparator == "model" and not self.comparator_model:
             raise ConfigError("train.preference.comparator_model: comparator=model needs a model "
                               "(hub id, local folder or tiny)")

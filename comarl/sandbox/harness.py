@@ -207,7 +207,10 @@ def run_tests(job: dict, client, out: Reporter, tests: list, entry_points: list,
         out.send(k="program", error=str(msg[1])[:MAX_ERROR_CHARS])
         return
     compiled = [compile_or_error(test, f"<test {i}>") for i, test in enumerate(tests)]
-    expose = set(entry_points) if entry_points else names_read(c for c, _ in compiled if c is not None) - set(dir(builtins))
+    if entry_points:
+        expose = set(entry_points)
+    else:
+        expose = names_read(c for c, _ in compiled if c is not None) - set(dir(builtins))
     ns = trusted_namespace(msg[2], expose)
     if job["setup"]:
         code, err = compile_or_error(job["setup"], "<setup>")

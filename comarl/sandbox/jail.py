@@ -198,7 +198,8 @@ def private_root(plan: list, workdir: str) -> str:
             os.makedirs(os.path.dirname(target), exist_ok=True)
             open(target, "w").close()
         if kind == "mask":
-            mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")  # root-owned: read-only to the job
+            # root-owned: read-only to the job
+            mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
         elif kind == "tmpfs":
             mount("tmpfs", target, "tmpfs", MS_NOSUID, "mode=0755,size=1m")
         elif kind == "proc":

@@ -8,7 +8,8 @@ plain data (``wire.PLAIN_TYPES``) or another reference. A reference equals only
 itself, hashes by identity and supports no arithmetic or ordering, so an object
 of the program can never stand in for an expected value: every comparison a
 test makes runs here, on plain data. (Its truth value is the object's own
-``bool()``, an exact bool: no more than a function returning a plain bool gets.) A :class:`RemoteValue` is a list/dict/set/bytearray attribute
+``bool()``, an exact bool: no more than a function returning a plain bool
+gets.) A :class:`RemoteValue` is a list/dict/set/bytearray attribute
 that stays mutable in the worker (``obj.items.append(x)`` changes the
 program's list); comparing or reading it fetches a plain copy.
 

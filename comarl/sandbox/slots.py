@@ -57,7 +57,8 @@ def build_slots(limits: SandboxLimits, workers: int) -> list[Slot]:
         uid, fd = claimed[i] if claimed else (None, None)
         if uid is not None:
             kill_uid(uid)  # leftovers of an earlier trainer that crashed
-        cg = JobCgroup.create(cgroup_name(uid, i), limits.memory_mb, limits.max_processes) if running_as_root() else None
+        cg = (JobCgroup.create(cgroup_name(uid, i), limits.memory_mb, limits.max_processes)
+              if running_as_root() else None)
         slots.append(Slot(i, uid, fd, cg))
     return slots
 

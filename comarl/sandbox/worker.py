@@ -186,11 +186,12 @@ class Worker:
             if snippet != self.snippet:
                 self.snippet = snippet
                 random.seed(0)
-            ok, res = self.timed(lambda: OPS[op](*args), budget)
+            ok, res = self.timed(lambda op=op, args=args: OPS[op](*args), budget)
             _flush()
             if ok:
                 value, live = res
-                ok, data = self.timed(lambda: self.encode(("ok", value), live=value if live else None), budget)
+                ok, data = self.timed(lambda v=value, keep=live: self.encode(("ok", v), live=v if keep else None),
+                                      budget)
                 if ok:
                     self.wire.write_frame(self.wfd, data)
                     continue
@@ -293,8 +294,9 @@ def _plain_copy(value, memo: dict):
 
 
 _EXACT = frozenset({type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset})
-_SCALARS = ((int, int.__index__), (float, float.__float__), (complex, complex.__complex__ if hasattr(complex, "__complex__")
-            else complex), (str, str.__str__), (bytes, bytes), (bytearray, bytearray))
+_SCALARS = ((int, int.__index__), (float, float.__float__),
+            (complex, complex.__complex__ if hasattr(complex, "__complex__") else complex),
+            (str, str.__str__), (bytes, bytes), (bytearray, bytearray))
 
 
 # op -> function(args...) returning (value, live)

@@ -182,7 +182,8 @@ class Trainer:
         self._last_examples = out.examples or self._last_examples
         errors = self.error_policy.errors - errors  # env.on_error=zero: items scored 0 this step
         if dist.is_distributed():  # count completions and env errors over all ranks (the others agree already)
-            self.state.counters["completions"] = done + int(dist.all_reduce_sum(self.state.counters["completions"] - done))
+            mine = self.state.counters["completions"] - done
+            self.state.counters["completions"] = done + int(dist.all_reduce_sum(mine))
             errors = int(dist.all_reduce_sum(errors))
         if errors:
             self.team.count("env_errors", errors)
@@ -206,8 +207,9 @@ class Trainer:
         ``{"metrics": {...}, "summary": env.summarize(records) or {}}``."""
         items = list(items) if items is not None else self.eval_items
         with self.team.gathered(env=self.env, rollout=True):
-            return evaluate_agents(self.agents, self.env, items, num_generations or self.config.run.eval_num_generations,
-                                   self.config, shard=True, lockstep=self.team.lockstep, generator=self.generator)
+            return evaluate_agents(self.agents, self.env, items,
+                                   num_generations or self.config.run.eval_num_generations, self.config,
+                                   shard=True, lockstep=self.team.lockstep, generator=self.generator)
 
     # ----------------------------------------------------------------- files
     def save_checkpoint(self) -> Path | None:
@@ -229,7 +231,8 @@ class Trainer:
         if not dist.is_main():
             return None
         return ckpt.save_checkpoint(cfg.run.output_dir, st.step, team.agents, team.optimizers, team.schedulers, state,
-                                    keep=cfg.run.save_total_limit, extra=extra or None, checksums=cfg.run.checkpoint_checksums)
+                                    keep=cfg.run.save_total_limit, extra=extra or None,
+                                    checksums=cfg.run.checkpoint_checksums)
 
     def resume(self, where: str) -> None:
         cfg, team = self.config, self.team

@@ -124,7 +124,8 @@ def merge_class(item: Mapping[str, Any], responses: Sequence[str], assignment: S
     if init.strip():
         parts.append(textwrap.indent(textwrap.dedent(init), "    "))
     for m in methods:
-        text = chosen.get(m) or f"def {m}(self, *args, **kwargs):\n    raise NotImplementedError({m + ' was not written'!r})"
+        text = chosen.get(m) or (f"def {m}(self, *args, **kwargs):\n"
+                                 f"    raise NotImplementedError({m + ' was not written'!r})")
         parts.append(_indent(text))
     parts.extend(_indent(t) for t in extra.values())
     program = "\n".join(imports) + "\n\n" + "\n\n".join(helpers.values()) + "\n\n" + "\n\n".join(parts) + "\n"

@@ -118,5 +118,6 @@ def _entry(dataset: str, description: str) -> EnvEntry:
 
 
 register_env("humaneval", _entry("humaneval", "HumanEval (164): helper aux + main entry point, or one agent"))
-register_env("mbpp", _entry("mbpp", "MBPP sanitized (427) or OpenMLRL HumanEval-style MBPP: helper + main, or one agent"))
+register_env("mbpp", _entry("mbpp", "MBPP sanitized (427) or OpenMLRL HumanEval-style MBPP: helper + main, "
+                                    "or one agent"))
 register_env("coophumaneval", _entry("coophumaneval", "CoopHumanEval (82): problems meant for a helper + main split"))

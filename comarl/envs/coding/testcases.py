@@ -107,7 +107,8 @@ def program_imports(program: str) -> list[str]:
         tree = ast.parse(program)
     except (SyntaxError, ValueError):
         return []
-    return [ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) and not getattr(n, "level", 0)]
+    return [ast.unparse(n) for n in tree.body
+            if isinstance(n, (ast.Import, ast.ImportFrom)) and not getattr(n, "level", 0)]
 
 
 def third_party(lines: list[str]) -> tuple[str, ...]:

@@ -195,7 +195,8 @@ def gold_call_from_text(src: str, schemas: Sequence[Mapping[str, Any]]) -> ToolC
         params = schema.get("parameters", {})
         order = list(dict.fromkeys([*params.get("required", []), *params.get("properties", {})]))
         if len(node.args) > len(order):
-            raise ValueError(f"{name}: {len(node.args)} positional argument(s), the schema names {len(order)} parameter(s)")
+            raise ValueError(f"{name}: {len(node.args)} positional argument(s), "
+                             f"the schema names {len(order)} parameter(s)")
         args = {p: _value(a) for p, a in zip(order, node.args)}
         for kw in node.keywords:
             if kw.arg is None or kw.arg in args:

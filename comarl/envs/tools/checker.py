@@ -160,7 +160,8 @@ def check_call(schema: Mapping[str, Any] | None, call: ToolCall, gold: Gold) -> 
     return None
 
 
-def match_unordered(schemas: Sequence[Mapping[str, Any]], calls: Sequence[ToolCall], gold: Sequence[Gold]) -> str | None:
+def match_unordered(schemas: Sequence[Mapping[str, Any]], calls: Sequence[ToolCall],
+                    gold: Sequence[Gold]) -> str | None:
     """BFCL's parallel (no order) verdict: None when ``calls`` match ``gold`` as a set."""
     if len(calls) != len(gold):
         return f"{len(calls)} call(s), expected {len(gold)}"

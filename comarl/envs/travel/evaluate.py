@@ -252,7 +252,8 @@ def valid_accommodation(q: TravelQuery, plan: Plan, ref: Reference) -> Check:
 
 def complete_information(q: TravelQuery, plan: Plan) -> Check:
     days = days_of(q, plan)
-    filled_days = [d for d in days if d and d.get("current_city") != "You don't need to fill in the information for this or later days."]
+    unfilled = "You don't need to fill in the information for this or later days."
+    filled_days = [d for d in days if d and d.get("current_city") != unfilled]
     if len(filled_days) != q.days:
         return False, f"the plan should have {q.days} days"
     visited: set[str] = set()

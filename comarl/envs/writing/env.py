@@ -110,7 +110,8 @@ class WritingEnv:
         """The role-ordered parts of one joint response, and whether the single
         agent's markers were all found (always True with N >= 2)."""
         if len(responses) != self.num_agents:
-            raise ValueError(f"{self.task.name}: joint action has {len(responses)} responses, environment has {self.num_agents} agents")
+            raise ValueError(f"{self.task.name}: joint action has {len(responses)} responses, "
+                             f"environment has {self.num_agents} agents")
         if self.num_agents == 1:
             return split_marker(responses[0], self.marker, len(self.roles))
         return list(responses), True
@@ -210,7 +211,8 @@ def rouge_summary(pairs: Sequence[tuple[Sequence[str], str]], roles: Sequence[st
 
 
 def build_env(task: WritingTask, num_agents: int, args: Mapping[str, Any]) -> WritingEnv:
-    """Check ``env.args``, choose the preset (``env.args.preset``, default ``default``) and let it build the environment.
+    """Check ``env.args``, choose the preset (``env.args.preset``, default ``default``) and let it build the
+    environment.
 
     Raises:
         ValueError: naming the bad key (``env.args.<key>``) or ``num_agents``.

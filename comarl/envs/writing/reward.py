@@ -207,7 +207,8 @@ def _band_from(value: Any, key: str) -> Band:
         except (TypeError, ValueError) as e:
             raise ValueError(f"{key}: band values must be numbers ({e})") from None
     else:
-        raise ValueError(f"{key}: a band is a mapping {{low, high, zero_below, zero_above}} or a list [zero_below, low, high, zero_above], got {value!r}")
+        raise ValueError(f"{key}: a band is a mapping {{low, high, zero_below, zero_above}} or a list "
+                         f"[zero_below, low, high, zero_above], got {value!r}")
     if any(math.isnan(v) for v in (band.low, band.high, band.zero_below, band.zero_above)):
         raise ValueError(f"{key}: band values must not be NaN")
     if band.low > band.high:
@@ -219,7 +220,8 @@ def _band_from(value: Any, key: str) -> Band:
     return band
 
 
-def reward_config(overrides: Mapping[str, Any] | None, defaults: RewardConfig, key: str = "env.args.reward") -> RewardConfig:
+def reward_config(overrides: Mapping[str, Any] | None, defaults: RewardConfig,
+                  key: str = "env.args.reward") -> RewardConfig:
     """``defaults`` with ``overrides`` applied and checked.
 
     Raises:
