@@ -207,7 +207,7 @@ class StageGraph:
 
 
 # ---------------------------------------------------------------------- prompts
-def default_stage_prompt(prompt: str, inputs: Inputs, graph: StageGraph) -> str:
+def default_stage_prompt(prompt: str, inputs: Inputs, graph: StageGraph | None) -> str:
     """The agent's own prompt followed by one block per output it reads::
 
         <prompt>
@@ -215,6 +215,10 @@ def default_stage_prompt(prompt: str, inputs: Inputs, graph: StageGraph) -> str:
         [Planner's output]
         <text>
     """
+    if not inputs:
+        return prompt
+    if graph is None:
+        raise ValueError("default_stage_prompt: outputs to read but no team graph to name their agents")
     blocks = [prompt] + [f"[{graph.name(a)}'s output]\n{text}" for a, text in inputs.items()]
     return "\n\n".join(blocks)
 

@@ -35,6 +35,13 @@ class AgentRewards:
 Reward = float | AgentRewards
 
 
+def scalar_reward(reward: Reward, where: str) -> float:
+    """``reward`` as the one team number; :class:`AgentRewards` has none, and is refused naming ``where``."""
+    if isinstance(reward, AgentRewards):
+        raise TypeError(f"{where}: per-agent rewards {reward.values} where one team reward was expected")
+    return float(reward)
+
+
 @dataclass(frozen=True)
 class EnvState:
     """What one branch of an episode looks like before a turn.

@@ -34,6 +34,8 @@ MAX_ERROR_CHARS = 1000
 def _load(name: str):
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
     spec = importlib.util.spec_from_file_location("_comarl_sandbox_" + name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"sandbox: cannot load {path}")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)

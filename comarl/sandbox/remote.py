@@ -115,7 +115,7 @@ class Client:
             raise RequestTimeout()
         buf = io.BytesIO()
         p = pickle.Pickler(buf, protocol=5)
-        p.persistent_id = _outgoing_id
+        p.persistent_id = _outgoing_id  # type: ignore[method-assign]  # pickle's documented hook, set per pickler
         try:
             p.dump((op, self.snippet, budget, args))
         except Exception as e:
@@ -298,7 +298,7 @@ class RemoteValue(Remote):
     def __ne__(self, other):
         return not self.__eq__(other)
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as a mutable list/dict/set is
 
     def __bool__(self):
         return bool(self.value())

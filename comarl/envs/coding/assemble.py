@@ -50,7 +50,8 @@ def missing_imports(code: str) -> list[str]:
         tree = quiet_parse(code)
     except (SyntaxError, ValueError, RecursionError):
         return []
-    used, defined = set(), set(dir(builtins))
+    used: set[str] = set()
+    defined = set(dir(builtins))
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
             (used if isinstance(node.ctx, ast.Load) else defined).add(node.id)

@@ -56,7 +56,7 @@ def _answer_type(accepted: Sequence[Any]) -> type | None:
     return None
 
 
-def _items_ok(value: list, accepted: Sequence[Any], item_type: type) -> bool:
+def _items_ok(value: Any, accepted: Sequence[Any], item_type: type) -> bool:
     """BFCL's one-level nested type check: some accepted list whose items' type the value's items share."""
     for alt in accepted:
         if not isinstance(alt, list):

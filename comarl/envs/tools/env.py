@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Mapping, Sequence
 
-from ..base import EnvState, EvalRecord, Transition
+from ..base import EnvState, EvalRecord, Transition, scalar_reward
 from . import prompts as P
 from .bfcl_decode import decode_bfcl
 from .calls import FORMATS, parse_calls
@@ -120,7 +120,7 @@ class ToolCallEnv:
                 for key in every:
                     every[key].append(m[key])
                     by_cat[key][str(rec.item.get("category", "unknown"))].append(m[key])
-                rewards.append(float(tr.reward))
+                rewards.append(scalar_reward(tr.reward, self.name))
                 for k in ("parse", "name_f1", "args", "count", "cross_duplicate", "repeated", "lazy", "unbalanced"):
                     terms[k].append(m[k])
                 for i in range(self.num_agents):

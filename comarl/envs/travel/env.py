@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from ...prefill import restore, with_prefill
 from ...schema import Schema, Slot, with_schema
-from ..base import EnvState, EvalRecord, Transition
+from ..base import EnvState, EvalRecord, Transition, scalar_reward
 from ..registry import EnvEntry, register_env
 from . import catalog as C
 from .data import item_query, load_items
@@ -204,7 +204,7 @@ class TravelEnv:
         ``reward_mean``, ``max_reward``.
         """
         ms = [t.metrics for r in records for t in r.transitions]
-        rewards = [float(t.reward) for r in records for t in r.transitions]
+        rewards = [scalar_reward(t.reward, "travelplanner") for r in records for t in r.transitions]
         n = len(ms)
         if not n:
             return {"samples": 0}

@@ -128,7 +128,7 @@ def valid_city_sequence(cities: Sequence[str]) -> bool:
 
 
 def diverse_restaurants(q: TravelQuery, plan: Plan) -> Check:
-    seen: set[str] = set()
+    seen: set[Any] = set()
     for i, day in enumerate(days_of(q, plan)):
         for meal in MEALS:
             v = day.get(meal)

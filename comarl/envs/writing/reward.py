@@ -150,7 +150,8 @@ def score_parts(parts: Sequence[str], cfg: RewardConfig) -> tuple[float, dict[st
     n_cat = len(words.transition_categories(" ".join(parts), cfg.transitions))
 
     def mean_defined(rs: list[float | None]) -> float:
-        return sum(rs) / len(rs) if rs and all(r is not None for r in rs) else 0.0
+        defined = [r for r in rs if r is not None]
+        return sum(defined) / len(rs) if rs and len(defined) == len(rs) else 0.0
 
     metrics = {
         "level": 0.0, "level1": 0.0, "level2": 0.0, "level3": 0.0, "level4": 0.0, "degenerate": 0.0,
