@@ -63,10 +63,13 @@ def _reward_model_env(env, cfg: ExperimentConfig):
     from .preference.parallel_fit import ParallelFit
     from .compute.sharding import run_sharding
 
+    settings = cfg.env.reward_model
+    if settings is None:
+        raise ConfigError("env.reward_model: MARLHF needs the reward model's settings")
     parallel = None
     if dist.init_from_env(cfg.train.hardware.dist_backend):
-        parallel = ParallelFit(run_sharding(cfg.train, torch.device(cfg.env.reward_model.device).type))
-    env, report = reward_model_env(env, cfg.env.reward_model, cfg.train.run.seed, parallel)
+        parallel = ParallelFit(run_sharding(cfg.train, torch.device(settings.device).type))
+    env, report = reward_model_env(env, settings, cfg.train.run.seed, parallel)
     if not dist.is_main():
         return env
     print(f"reward model: held-out pairwise accuracy {report['rm/accuracy']:.3f} "

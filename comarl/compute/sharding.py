@@ -132,7 +132,7 @@ def root_module(model) -> torch.nn.Module:
 def shard_target(module: torch.nn.Module) -> torch.nn.Module:
     """Where the FSDP root goes: a ``PeftModel``'s inner causal LM, whose forward every call passes through
     (``PeftModel.generate`` skips the PeftModel's own forward, and FSDP needs its root's forward first)."""
-    return module.get_base_model() if hasattr(module, "get_base_model") else module
+    return module.get_base_model() if hasattr(module, "get_base_model") else module  # type: ignore[operator]
 
 
 def is_sharded(model) -> bool:

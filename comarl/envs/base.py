@@ -102,7 +102,8 @@ class Environment(Protocol):
     them whole for the rollout (see :func:`rollout_modules`).
     """
 
-    num_agents: int
+    @property
+    def num_agents(self) -> int: ...  # read-only here: a plain attribute or a property (wrappers) both fit
 
     def reset(self, item: Mapping[str, Any]) -> EnvState: ...
 

@@ -48,7 +48,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from .hf import Completions
 from .vllm_schema import EXTRA_KEY, forced_flags, processor_class, register, release
@@ -241,7 +241,7 @@ class VLLMEngine:
         self.vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
         shutil.rmtree(folder, ignore_errors=True)  # loaded; a multi-process push writes its own dump
         self._ids = itertools.count(1)
-        self._adapters: dict[str, object] = {}  # adapter name -> its current LoRARequest
+        self._adapters: dict[str, Any] = {}  # adapter name -> its current LoRARequest
         self.push_s: list[float] = []
 
     # -- sampling

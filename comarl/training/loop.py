@@ -68,9 +68,10 @@ class Trainer:
                  config: TrainConfig | None = None, eval_dataset: Any = None, generator: Callable | None = None):
         self.config = cfg = config or TrainConfig()
         self.algorithm = get_algorithm(cfg.algorithm)
-        self.error_policy = error_policy_of(env)  # env.on_error (experiment.build_env); else raise, named
-        if self.error_policy is None:
-            env = self.error_policy = with_error_policy(env, "raise")
+        policy = error_policy_of(env)  # env.on_error (experiment.build_env); else raise, named
+        if policy is None:
+            env = policy = with_error_policy(env, "raise")
+        self.error_policy = policy
         check_run(cfg, self.algorithm, agents, env)  # every config check, before data and models
         if cfg.run.output_dir and dist.launch_rank() == 0:
             run_dir.prepare_output_dir(cfg.run.output_dir, cfg.run.resume, cfg.run.overwrite)
@@ -216,6 +217,8 @@ class Trainer:
         """Write ``checkpoint-<step>``: the team, the data position, the counters, and what the update and
         the source need to resume (a critic, a round's reward model or reference)."""
         st, team, cfg = self.state, self.team, self.config
+        if cfg.run.output_dir is None:
+            raise ValueError("save_checkpoint: train.output_dir is not set (no folder to write checkpoints to)")
         state = {**self.source.cursor.state(), "counters": st.counters, "world_size": dist.world_size(),
                  "global_batch": self.global_batch, "run_id": self.run_id}
         modules, extra = {}, {}

@@ -128,7 +128,8 @@ def dpo_step(team, config, batch: PairBatch, step: int, loss_fn=joint_dpo_loss) 
         for i, (d, needed, _, _) in enumerate(sel):
             agent = agents[i]
             bad = False
-            coef = coefs[i] if coefs[i] is not None else torch.zeros(len(needed))
+            given = coefs[i]
+            coef = given if given is not None else torch.zeros(len(needed))
             mb, pad = cfg.hardware.micro_batch_size, agent.tokenizer.pad_token_id
             n_micro = -(-len(needed) // mb)
             # sharded: every rank runs as many forwards/backwards (FSDP collectives), each copy of a prompt encoded

@@ -139,6 +139,7 @@ class PolicyGradient:
                            for a, b in batch.spans]
         model.train()
         if kl_in_reward:  # R <- R - beta * sum_t kl_t, before the advantages
+            assert old is not None  # computed above whenever kl_in_reward
             seq_kl = torch.cat([sequence_kl(o, r, mask.to(o.dtype), cfg.loss.kl_estimator).cpu()
                                 for o, (r, mask) in zip(old, ref_out)])
             start = 0

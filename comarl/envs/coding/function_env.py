@@ -17,7 +17,6 @@ Registers ``humaneval``, ``mbpp`` and ``coophumaneval`` on import.
 """
 from __future__ import annotations
 
-from functools import partial
 from typing import Any, Mapping, Sequence
 
 from ..base import EnvState, Transition
@@ -94,7 +93,7 @@ class FunctionCodingEnv:
 
     def step_batch(self, states: Sequence[EnvState], responses: Sequence[Sequence[str]]) -> list[Transition]:
         return step_batch(self.preset, self.settings, self.runner, self.num_agents, states, responses,
-                          partial(self.preset.followups, expert=self.expert))
+                          lambda settings, branches: self.preset.followups(settings, branches, self.expert))
 
     # ---- evaluation ----
     def summarize(self, records) -> dict[str, Any]:
