@@ -85,7 +85,7 @@ class _SlotTable:
 class _Tables:
     """Slot tables per (tokenizer, slot kind, vocab size), built once per process (a vocabulary pass ~1 s)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._texts: dict = {}
         self._tables: dict = {}
         self._ids: dict = {}
