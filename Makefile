@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install demo demo-smollm2 test test-fast bench clean docs docs-serve
+.PHONY: install demo demo-smollm2 lint test test-fast bench clean docs docs-serve
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -26,7 +26,12 @@ demo: $(STAMP)
 demo-smollm2: $(STAMP)
 	$(BIN)/comarl demo --model smollm2
 
-test: $(STAMP) $(CHROMIUM)
+# ruff (pyproject [tool.ruff]) and mypy (pyproject [tool.mypy]: comarl/) must be clean; `make test` runs them first.
+lint: $(STAMP)
+	$(BIN)/ruff check comarl
+	$(BIN)/mypy
+
+test: $(STAMP) $(CHROMIUM) lint
 	$(BIN)/python -m pytest -q -ra
 
 test-fast: $(STAMP)
@@ -51,4 +56,4 @@ $(CHROMIUM):
 	else echo "chromium needs root and apt to install: the docs' browser test will be skipped"; fi
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -251,7 +251,7 @@ def _drop_gguf_quantizer(model, where: str) -> None:
         del model.config.quantization_config
 
 
-def build_agents(configs: list[AgentConfig | str | Any], meta: bool = False) -> list[Agent]:
+def build_agents(configs: Sequence[AgentConfig | str | Any], meta: bool = False) -> list[Agent]:
     """Build agents; the same model id twice gives two independent copies unless
     ``share_weights_with`` asks for sharing. A model *object* passed twice is
     copied for the second agent for the same reason.

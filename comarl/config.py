@@ -44,7 +44,8 @@ class RolloutConfig:
     early_stop_reward: float | None = None
     """A branch ends when its (mean) reward reaches this value; None = never."""
     early_stop_sibling_mean: float | None = None
-    """Every branch of a node ends when the mean reward of the node's joint actions exceeds this (reference rule); None = never."""
+    """Every branch of a node ends when the mean reward of the node's joint actions exceeds this (reference rule);
+    None = never."""
     max_samples_per_item: int = 4096
     """Refuse configs whose tree would generate more completions per item than this."""
 
@@ -166,7 +167,8 @@ class RunConfig:
         for key in ("batch_size", "gradient_accumulation_steps", "epochs", "eval_num_generations", "logging_steps"):
             if getattr(self, key) < 1:
                 _bad(key, f"must be >= 1, got {getattr(self, key)}")
-        for key in ("max_steps", "warmup_steps", "eval_steps", "save_steps", "log_samples_steps", "max_consecutive_skips"):
+        for key in ("max_steps", "warmup_steps", "eval_steps", "save_steps", "log_samples_steps",
+                    "max_consecutive_skips"):
             if getattr(self, key) < 0:
                 _bad(key, f"must be >= 0, got {getattr(self, key)}")
         if self.batch_size % self.gradient_accumulation_steps:
@@ -198,13 +200,16 @@ class HardwareConfig:
     dist_backend: str | None = None
     """torch.distributed backend under torchrun (None = nccl with CUDA, else gloo)."""
     sharding: str = "none"
-    """none (each rank holds every agent whole) | fsdp (FSDP2: every agent sharded over the ranks; docs/distributed.md)."""
+    """none (each rank holds every agent whole) | fsdp (FSDP2: every agent sharded over the ranks;
+    docs/distributed.md)."""
     fsdp_shard_size: int = 0
     """Under sharding=fsdp: ranks per shard group (0 = all ranks, 1-D mesh; S = HSDP, W/S replicas x S shards)."""
     fsdp_gather: str = "team"
-    """Under sharding=fsdp, what is whole during generation: team (every agent, once per step) | agent (one at a time, per call)."""
+    """Under sharding=fsdp, what is whole during generation: team (every agent, once per step) | agent (one at a
+    time, per call)."""
     share_prefix: bool = True
-    """Encode each prompt once for its K samples (generation, update); models that cannot fall back (docs/shared_prefix.md)."""
+    """Encode each prompt once for its K samples (generation, update); models that cannot fall back
+    (docs/shared_prefix.md)."""
     batch_adapters: bool = True
     """LoRA agents on one base with equal generation settings share one generate call (docs/lora.md)."""
 
@@ -321,7 +326,8 @@ class EnvConfig:
     reward_shift: float = 0.0
     """Added to every reward after reward_scale (the reference's reward_processor.shift)."""
     centralized_roles: int = 0
-    """0 = one agent per role; R > 0 = one agent writes all R roles in tagged sections (comarl.preference.centralized)."""
+    """0 = one agent per role; R > 0 = one agent writes all R roles in tagged sections
+    (comarl.preference.centralized)."""
     centralized_tag: str = "agent_{i}"
     """Section tag of the centralised actor; {i} is the role index."""
     centralized_failure_reward: float = 0.0
@@ -373,7 +379,8 @@ class ExperimentConfig:
             from .stages import parse_stages
 
             if self.env.centralized_roles:
-                raise ConfigError("env.stages: a centralised actor writes every role in one completion; it has no stages")
+                raise ConfigError("env.stages: a centralised actor writes every role in one completion; "
+                                  "it has no stages")
             parse_stages(self.env.stages, [a.name or f"agent{i}" for i, a in enumerate(self.agents)]).validate(
                 len(self.agents), self.train.rollout.joint_mode)
         alg = get_algorithm(self.train.algorithm)

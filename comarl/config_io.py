@@ -193,7 +193,7 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
         if value not in typing.get_args(tp):
             raise ConfigError(f"{key}: must be one of {list(typing.get_args(tp))}, got {value!r}")
         return value
-    if dataclasses.is_dataclass(tp):
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         if isinstance(value, tp):
             return value
         if not isinstance(value, dict):
@@ -429,7 +429,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
         parts = key.strip().split(".")
         value = parse_value(raw)
         targets = [data]
-        for depth, part in enumerate(parts[:-1]):
+        for part in parts[:-1]:
             nxt = []
             for t in targets:
                 if isinstance(t, list):

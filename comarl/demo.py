@@ -65,7 +65,8 @@ def demo_setup(model: str = "tiny", task: str = "writing", steps: int = 0, outpu
         env = get_env("demo_writing").build(2, **windows)
     else:
         env = get_env("tldr").build(2)
-    cfg = TrainConfig(algorithm="magrpo", num_generations=4, batch_size=batch,
+    # the flat keys are @aliased's (config_io), which mypy cannot see
+    cfg = TrainConfig(algorithm="magrpo", num_generations=4, batch_size=batch,  # type: ignore[call-arg]
                       max_steps=steps, seed=seed,
                       output_dir=output_dir, log_samples_steps=20, report_to=["jsonl", "tensorboard"],
                       save_steps=0)

@@ -87,7 +87,9 @@ def comparison_table(columns: Sequence[tuple[str, dict, dict]]) -> str:
     header = ["metric"] + [label for label, _, _ in columns]
     rows = [[k] + [f"{c[k]:.4f}" if k in c else "-" for c in cols] for k in keys]
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
-    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
+    def line(r):
+        return "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
+
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 

@@ -30,7 +30,8 @@ def build_env(cfg: ExperimentConfig):
     if cfg.env.stages is not None:  # the config's team graph replaces the environment's own (docs/teams.md)
         from .stages import attach_stages, parse_stages
 
-        env = attach_stages(env, parse_stages(cfg.env.stages, [a.name or f"agent{i}" for i, a in enumerate(cfg.agents)]))
+        names = [a.name or f"agent{i}" for i, a in enumerate(cfg.agents)]
+        env = attach_stages(env, parse_stages(cfg.env.stages, names))
     env = with_error_policy(env, cfg.env.on_error)  # inside the reward processing: a zeroed item is a raw 0
     env = with_reward_processing(env, cfg.env.reward_scale, cfg.env.reward_shift)
     if cfg.env.reward_model is not None:  # MARLHF: the fitted joint reward model's score is the reward
@@ -62,10 +63,13 @@ def _reward_model_env(env, cfg: ExperimentConfig):
     from .preference.parallel_fit import ParallelFit
     from .compute.sharding import run_sharding
 
+    settings = cfg.env.reward_model
+    if settings is None:
+        raise ConfigError("env.reward_model: MARLHF needs the reward model's settings")
     parallel = None
     if dist.init_from_env(cfg.train.hardware.dist_backend):
-        parallel = ParallelFit(run_sharding(cfg.train, torch.device(cfg.env.reward_model.device).type))
-    env, report = reward_model_env(env, cfg.env.reward_model, cfg.train.run.seed, parallel)
+        parallel = ParallelFit(run_sharding(cfg.train, torch.device(settings.device).type))
+    env, report = reward_model_env(env, settings, cfg.train.run.seed, parallel)
     if not dist.is_main():
         return env
     print(f"reward model: held-out pairwise accuracy {report['rm/accuracy']:.3f} "

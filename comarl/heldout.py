@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -76,7 +76,7 @@ def _staged_joints(agents, env, graph, states, k: int, greedy: bool, batch_size:
     from .rollout import generate_for_agents
 
     n = len(agents)
-    branches = [(s, {}) for s in states for _ in range(k)]  # (state, agent -> text)
+    branches: list[tuple[Any, dict[int, str]]] = [(s, {}) for s in states for _ in range(k)]  # (state, agent -> text)
     for si, stage in enumerate(graph.stages):
         acting = [stage.route.chosen(stage.agents, ctx) if stage.route is not None else stage.agents
                   for _, ctx in branches]

@@ -25,6 +25,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -64,7 +65,7 @@ class SharedBase:
 
     def __init__(self, base: torch.nn.Module):
         self.base = base
-        self.peft_model = None
+        self.peft_model: Any = None  # the PeftModel, built with the first adapter
         self.active: str | None = None
         self.adapters: dict[str, list[torch.nn.Parameter]] = {}
 

@@ -212,7 +212,8 @@ def joint_dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, r
 
 def reference_free_dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
                             beta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`joint_dpo_loss` with the reference log-probs set to 0: ``z = beta * sum_i (log pi_i(y_w) - log pi_i(y_l))``.
+    """:func:`joint_dpo_loss` with the reference log-probs set to 0:
+    ``z = beta * sum_i (log pi_i(y_w) - log pi_i(y_l))``.
 
     No reference model is needed; nothing anchors the policy to where it started. Shapes as there."""
     zero = torch.zeros_like(policy_chosen)

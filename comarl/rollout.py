@@ -58,7 +58,7 @@ from typing import Any, Sequence
 
 import torch
 
-from .envs.base import AgentRewards, EnvState, Environment, EvalRecord
+from .envs.base import AgentRewards, EnvState, Environment, EvalRecord, Transition
 from .generation.team import generate_for_agents
 from .schema import schema_of
 from .stages import Stage, StageGraph, leaves_and_completions, stage_graph, stage_prompt
@@ -146,11 +146,12 @@ class _Node:
     context_prompts: dict = field(default_factory=dict)  # agent -> the prompt it wrote them from
     prompts: dict = field(default_factory=dict)  # agent -> [its prompt] (branch) or [J] (aligned, per joint)
     texts: dict = field(default_factory=dict)  # agent -> its samples' texts here
-    joints: torch.Tensor | None = None  # [J, N], -1 where an agent does not act
-    rewards: torch.Tensor | None = None  # [J, N]
+    # joints, rewards and returns are filled in as the tree grows (sampling, env step, back-up), before any read
+    joints: torch.Tensor = None  # type: ignore[assignment]  # [J, N], -1 where an agent does not act
+    rewards: torch.Tensor = None  # type: ignore[assignment]  # [J, N]
     children: list = field(default_factory=list)  # [J] of _Node | None
     stage_children: bool = False  # the children are later stages of this turn (no reward, no discount)
-    returns: torch.Tensor | None = None  # [J, N]
+    returns: torch.Tensor = None  # type: ignore[assignment]  # [J, N]
     greedy_return: torch.Tensor | None = None  # [N], return of the greedy continuation from this node
     truncated: list = field(default_factory=list)  # [J] bool: ended only by num_turns (see _truncated)
     next_prompts: dict = field(default_factory=dict)  # j -> [N] next prompts of a truncated branch
@@ -203,11 +204,12 @@ class RolloutSettings:
     @classmethod
     def from_train_config(cls, cfg, **changes) -> "RolloutSettings":
         """The rollout part of a ``TrainConfig``; ``changes`` override fields (evaluation: aligned, n samples)."""
-        fields = dict(num_generations=cfg.rollout.num_generations, joint_mode=cfg.rollout.joint_mode, num_turns=cfg.rollout.num_turns,
-                      discount=cfg.rollout.discount, early_stop_reward=cfg.rollout.early_stop_reward,
+        fields = dict(num_generations=cfg.rollout.num_generations, joint_mode=cfg.rollout.joint_mode,
+                      num_turns=cfg.rollout.num_turns, discount=cfg.rollout.discount,
+                      early_stop_reward=cfg.rollout.early_stop_reward,
                       early_stop_sibling_mean=cfg.rollout.early_stop_sibling_mean,
-                      generation_batch_size=cfg.hardware.generation_batch_size, batch_adapters=cfg.hardware.batch_adapters,
-                      share_prefix=cfg.hardware.share_prefix)
+                      generation_batch_size=cfg.hardware.generation_batch_size,
+                      batch_adapters=cfg.hardware.batch_adapters, share_prefix=cfg.hardware.share_prefix)
         return cls(**{**fields, **changes})
 
 
@@ -282,9 +284,17 @@ def _greedy_stage(agents: Sequence, env: Environment, graph: StageGraph, si: int
         if stop:
             c.node.greedy_return = c.ret
         else:
-            c.state, c.scale = tr.next_state, c.scale * s.discount
+            c.state, c.scale = _next_state(tr), c.scale * s.discount
             live.append(c)
     return live
+
+
+def _next_state(tr: Transition) -> EnvState:
+    """The state a branch goes on from; asked only of a branch that goes on (or is truncated), never of one
+    whose env returned no next state."""
+    if tr.next_state is None:
+        raise RuntimeError("a branch without a next state was continued")  # unreachable: _ends/_truncated check
+    return tr.next_state
 
 
 def _truncated(tr, reward: torch.Tensor, turn: int, s: RolloutSettings) -> bool:
@@ -468,12 +478,12 @@ def _score_leaves(level: list[_Node], items, graph: StageGraph, env: Environment
         rewards = [reward_vector(tr.reward, n, f"turn {turn} of item {node.item}") for tr in trs]
         node.rewards = torch.stack(rewards)
         stop_all = siblings_end(node.rewards, s.early_stop_sibling_mean)
-        node.children = [None if stop_all or _ends(tr, r, turn, s) else _Node(node.item, tr.next_state, turn + 1,
-                                                                               actors=list(graph.stages[0].agents))
+        node.children = [None if stop_all or _ends(tr, r, turn, s) else
+                         _Node(node.item, _next_state(tr), turn + 1, actors=list(graph.stages[0].agents))
                          for tr, r in zip(trs, rewards)]
         next_level += [c for c in node.children if c is not None]
         node.truncated = [not stop_all and _truncated(tr, r, turn, s) for tr, r in zip(trs, rewards)]
-        node.next_prompts = {j: list(tr.next_state.prompts) for j, tr in enumerate(trs) if node.truncated[j]}
+        node.next_prompts = {j: list(_next_state(tr).prompts) for j, tr in enumerate(trs) if node.truncated[j]}
         for tr in trs:
             for key, val in tr.metrics.items():
                 acc.add_metric(f"env/{key}", float(val))

@@ -7,7 +7,8 @@ text pieces and :class:`Slot` s, e.g. for a one-day plan::
     Schema(('{"days": [{"day": 1, "current_city": "', Slot(16), ', "lunch": "', Slot(24), '}]}'))
 
 A slot's terminator (default ``"``) belongs to the slot, so the piece after a
-slot starts after it (``, "lunch": "``, not ``", "lunch": "``). During generation (``comarl/generation/constrained.py``) the literal pieces are
+slot starts after it (``, "lunch": "``, not ``", "lunch": "``). During
+generation (``comarl/generation/constrained.py``) the literal pieces are
 forced token by token and the model samples only inside slots; a slot ends
 when the model writes its terminator (here the closing quote) or after
 ``max_tokens`` sampled tokens (then the terminator is forced); the completion

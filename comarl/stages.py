@@ -148,7 +148,8 @@ class StageGraph:
                 raise ConfigError(f"{where}: a stage needs at least one agent")
             for a in st.agents:
                 if not isinstance(a, int) or isinstance(a, bool) or not 0 <= a < num_agents:
-                    raise ConfigError(f"{where}: agent {a!r} is not one of the {num_agents} agents (0..{num_agents - 1})")
+                    raise ConfigError(f"{where}: agent {a!r} is not one of the {num_agents} agents "
+                                      f"(0..{num_agents - 1})")
                 if a in seen:
                     raise ConfigError(f"{where}: agent {a} already acts in stage {seen[a]}; an agent acts in one stage")
                 seen[a] = s
@@ -185,7 +186,7 @@ class StageGraph:
         """(leaves, completions) of one turn from one node of the first stage, every routed stage counted
         with all its agents (the most it can be): the upper bound the budgets check."""
         joints, completions = 1, 0
-        for s, st in enumerate(self.stages):
+        for st in self.stages:
             n = len(st.agents)
             if st.aligned:
                 completions += n * joints
@@ -206,7 +207,7 @@ class StageGraph:
 
 
 # ---------------------------------------------------------------------- prompts
-def default_stage_prompt(prompt: str, inputs: Inputs, graph: StageGraph) -> str:
+def default_stage_prompt(prompt: str, inputs: Inputs, graph: StageGraph | None) -> str:
     """The agent's own prompt followed by one block per output it reads::
 
         <prompt>
@@ -214,6 +215,10 @@ def default_stage_prompt(prompt: str, inputs: Inputs, graph: StageGraph) -> str:
         [Planner's output]
         <text>
     """
+    if not inputs:
+        return prompt
+    if graph is None:
+        raise ValueError("default_stage_prompt: outputs to read but no team graph to name their agents")
     blocks = [prompt] + [f"[{graph.name(a)}'s output]\n{text}" for a, text in inputs.items()]
     return "\n\n".join(blocks)
 

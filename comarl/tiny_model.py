@@ -70,19 +70,20 @@ def tiny_model(arch: str = "qwen2", vocab_size: int = 1024, hidden_size: int = 6
     The seed fixes the weights, so two calls give identical models. ``meta``: the architecture on the
     ``meta`` device, no weights (sharded runs fill it from rank 0).
     """
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import (LlamaConfig, LlamaForCausalLM, PretrainedConfig, PreTrainedModel, Qwen2Config,
+                              Qwen2ForCausalLM)
 
     tok = tokenizer or tiny_tokenizer(vocab_size)
     common = dict(vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
                   num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
                   max_position_embeddings=2048, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                   bos_token_id=tok.eos_token_id, tie_word_embeddings=True)
-    if arch == "qwen2":
-        cfg, cls = Qwen2Config(**common), Qwen2ForCausalLM
-    elif arch == "llama":
-        cfg, cls = LlamaConfig(**common), LlamaForCausalLM
-    else:
+    archs: dict[str, tuple[type[PretrainedConfig], type[PreTrainedModel]]] = {
+        "qwen2": (Qwen2Config, Qwen2ForCausalLM), "llama": (LlamaConfig, LlamaForCausalLM)}
+    if arch not in archs:
         raise ValueError(f"tiny model arch must be 'qwen2' or 'llama', got {arch!r}")
+    config_cls, cls = archs[arch]
+    cfg = config_cls(**common)
     if meta:
         with torch.device("meta"):
             model = cls(cfg)

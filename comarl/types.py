@@ -111,13 +111,15 @@ class RolloutTree:
     truncated: torch.Tensor
     prompts: list[list[str]]
     next_prompts: dict[tuple[int, int], list[str]] = field(default_factory=dict)
-    width: torch.Tensor | None = None
-    groups: torch.Tensor | None = None
-    stage_child: torch.Tensor | None = None
-    turn: torch.Tensor | None = None
-    stage: torch.Tensor | None = None
+    # None at construction means the default, which __post_init__ fills in: after it these are never None, so
+    # they are typed as what every reader sees (a dataclass cannot type an argument apart from its field).
+    width: torch.Tensor = None  # type: ignore[assignment]
+    groups: torch.Tensor = None  # type: ignore[assignment]
+    stage_child: torch.Tensor = None  # type: ignore[assignment]
+    turn: torch.Tensor = None  # type: ignore[assignment]
+    stage: torch.Tensor = None  # type: ignore[assignment]
     joint_prompts: dict[tuple[int, int], list[str]] = field(default_factory=dict)
-    context: list[dict[int, str]] | None = None
+    context: list[dict[int, str]] = None  # type: ignore[assignment]
 
     def __post_init__(self):
         g, j = self.child.shape

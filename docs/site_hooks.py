@@ -37,7 +37,8 @@ _FENCE = re.compile(r"^\s*(```|~~~)")
 def _generator():
     if str(ROOT) not in sys.path:  # mkdocs run from the checkout: document this checkout's comarl
         sys.path.insert(0, str(ROOT))
-    spec = importlib.util.spec_from_file_location("gen_config_reference", Path(__file__).with_name("gen_config_reference.py"))
+    spec = importlib.util.spec_from_file_location("gen_config_reference",
+                                                  Path(__file__).with_name("gen_config_reference.py"))
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
     spec.loader.exec_module(module)

@@ -69,15 +69,18 @@ class Parts:
         from ..sources import PromptBatches
 
         cfg = self.config
-        return PromptBatches(self.items, self.env, cfg.run.batch_size * dist.world_size(), cfg.run.seed, cfg.run.shuffle,
-                             cfg.run.epochs, cfg.run.max_steps)
+        return PromptBatches(self.items, self.env, cfg.run.batch_size * dist.world_size(), cfg.run.seed,
+                             cfg.run.shuffle, cfg.run.epochs, cfg.run.max_steps)
 
 
 def policy_gradient(parts: Parts):
     """The policy-gradient update with the algorithm's estimator (and critic, when it has one)."""
     from ..updates import PolicyGradient
 
-    return PolicyGradient(parts.config, parts.algorithm.advantage, parts.rollout_settings(), parts.critic)
+    advantage = parts.algorithm.advantage
+    if advantage is None:
+        raise ValueError(f"algorithm {parts.algorithm.name}: a policy-gradient update needs an advantage estimator")
+    return PolicyGradient(parts.config, advantage, parts.rollout_settings(), parts.critic)
 
 
 def prompt_batches(parts: Parts):

@@ -75,7 +75,8 @@ def _is_lora(agent) -> bool:
     """An agent (config or built) whose reference is its own base with the adapter off."""
     cfg = getattr(agent, "config", agent)
     model = getattr(agent, "model", None) if hasattr(agent, "tokenizer") else getattr(cfg, "model", None)
-    return getattr(cfg, "lora", None) is not None or (hasattr(model, "disable_adapter") and hasattr(model, "peft_config"))
+    return getattr(cfg, "lora", None) is not None or (hasattr(model, "disable_adapter")
+                                                      and hasattr(model, "peft_config"))
 
 
 def online_update(parts: Parts):
@@ -102,8 +103,8 @@ def pairs_file(parts: Parts):
 
     cfg = parts.config
     pairs = load_pairs_file(cfg.preference.pairs.pairs_in)
-    return PairsFile(pairs, cfg.preference.pairs.pairs_in, parts.env, cfg.run.batch_size * dist.world_size(), cfg.run.seed,
-                     cfg.run.shuffle, cfg.run.epochs, cfg.run.max_steps)
+    return PairsFile(pairs, cfg.preference.pairs.pairs_in, parts.env, cfg.run.batch_size * dist.world_size(),
+                     cfg.run.seed, cfg.run.shuffle, cfg.run.epochs, cfg.run.max_steps)
 
 
 MADPO = register_algorithm(Algorithm("madpo", min_generations=2, update=online_update, check=check_dpo,

@@ -134,14 +134,16 @@ def all_reduce_grads(model: torch.nn.Module, bucket_mb: float = 64.0) -> None:
     from torch.distributed.tensor import DTensor
 
     params = [p for p in model.parameters() if p.requires_grad and not isinstance(p, DTensor)]
+    every: list[torch.Tensor] = []
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
+        every.append(p.grad)
     comm = _comm_device()
     limit = int(bucket_mb * 2 ** 20)
     groups: dict[tuple, list[torch.Tensor]] = {}
-    for p in params:
-        groups.setdefault((p.grad.dtype, p.grad.device), []).append(p.grad)
+    for grad in every:
+        groups.setdefault((grad.dtype, grad.device), []).append(grad)
     for grads in groups.values():
         bucket, size = [], 0
         for g in grads + [None]:

@@ -9,6 +9,7 @@ a float read in their forward) to 0, and restores both on exit.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
@@ -25,7 +26,8 @@ def dropout_disabled(model, enabled: bool = True):
     if not enabled:
         yield
         return
-    layers, rates = [], []
+    layers: list[torch.nn.Module] = []
+    rates: list[tuple[Any, float]] = []  # (module, its attention_dropout)
     for m in root_module(model).modules():
         if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.training:
             layers.append(m)
@@ -33,7 +35,7 @@ def dropout_disabled(model, enabled: bool = True):
         p = getattr(m, "attention_dropout", None)
         if isinstance(p, float) and p > 0:
             rates.append((m, p))
-            m.attention_dropout = 0.0
+            m.attention_dropout = 0.0  # type: ignore[assignment]  # a float attribute of an HF attention module
     try:
         yield
     finally:

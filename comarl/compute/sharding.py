@@ -132,7 +132,7 @@ def root_module(model) -> torch.nn.Module:
 def shard_target(module: torch.nn.Module) -> torch.nn.Module:
     """Where the FSDP root goes: a ``PeftModel``'s inner causal LM, whose forward every call passes through
     (``PeftModel.generate`` skips the PeftModel's own forward, and FSDP needs its root's forward first)."""
-    return module.get_base_model() if hasattr(module, "get_base_model") else module
+    return module.get_base_model() if hasattr(module, "get_base_model") else module  # type: ignore[operator]
 
 
 def is_sharded(model) -> bool:
@@ -238,7 +238,8 @@ def run_sharding(cfg, device_type: str) -> Sharding | None:
     (``train.*``); None when not sharding or not distributed (call ``dist.init_from_env`` first)."""
     if cfg.hardware.sharding == "none" or not dist.is_distributed():
         return None
-    return Sharding(build_mesh(cfg.hardware.fsdp_shard_size, device_type), mixed_precision_policy(cfg.hardware.mixed_precision))
+    return Sharding(build_mesh(cfg.hardware.fsdp_shard_size, device_type),
+                    mixed_precision_policy(cfg.hardware.mixed_precision))
 
 
 def built_on_rank0(build, configs: list) -> list:

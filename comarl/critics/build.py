@@ -70,7 +70,7 @@ def build_critic(kind: str, settings: CriticSettings, agents: list, gamma: float
             models = [_on_agent(a, settings) for a in agents]
         else:
             models = _separate(settings, [settings.device or str(a.device) for a in agents])
-        inputs = AgentInputs(settings.critic_type, len(agents))
+        inputs: AgentInputs | JointInputs = AgentInputs(settings.critic_type, len(agents))
     elif kind == "central":
         if settings.model is None:
             raise ConfigError("train.critic.model: maac needs a separate critic model (one central critic reads "

@@ -88,7 +88,8 @@ class Critic:
         self.gamma, self.micro, self.max_grad_norm = gamma, micro_batch_size, max_grad_norm
         self._targets: list[_Targets | None] = [None] * len(models)
         self.last_skipped = False  # the last update's step was skipped (a non-finite value loss on some rank)
-        self.comm = dist.Collectives()  # the collectives (all_reduce_sum, all_reduce_max, all_reduce_grads); a test's fake ranks
+        # the collectives (all_reduce_sum, all_reduce_max, all_reduce_grads); a test's fake ranks
+        self.comm = dist.Collectives()
         self.sharded = False  # set by ``shard_critic`` (FSDP mesh): ``update`` then runs in lockstep over ranks
         self._warned_q_cut = False  # a Q critic warns once that a num_turns cut counts as terminal
 
@@ -195,7 +196,8 @@ class Critic:
                 c, k = inputs.column(i), int(r.agents[i].returns.shape[1])
                 if tree.staged:  # the nodes where agent i acts, in the order of its groups
                     nodes = tree.agent_nodes(i)
-                    part = sample_advantages(adv[nodes][:, :, c], values[nodes][:, :, c], tree.joints[nodes][:, :, i], k)
+                    part = sample_advantages(adv[nodes][:, :, c], values[nodes][:, :, c],
+                                             tree.joints[nodes][:, :, i], k)
                 else:
                     part = sample_advantages(adv[:, :, c], values[:, :, c], tree.joints[0, :, i], k)
                 raw_adv.setdefault(i, []).append(part)

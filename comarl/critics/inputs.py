@@ -139,7 +139,9 @@ class JointInputs:
             responses = [said.get(i, "") for i in range(n)] if said else None
             return self.joint_input(prompts, responses), None
 
-        per_joint = lambda g: self.critic_type == "q" or any((g, i) in tree.joint_prompts for i in range(n))
+        def per_joint(g):
+            return self.critic_type == "q" or any((g, i) in tree.joint_prompts for i in range(n))
+
         return _staged_units(tree, range(tree.num_nodes), per_joint, text)
 
     def bootstrap(self, next_prompts: list[str], c: int) -> str:

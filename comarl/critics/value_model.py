@@ -17,11 +17,13 @@ class ValueHead(nn.Module):
 
     def __init__(self, hidden_size: int, hidden_dim: int = 0):
         super().__init__()
+        self.net: nn.Module
         if hidden_dim > 0:
-            self.net = nn.Sequential(nn.Linear(hidden_size, hidden_dim), nn.Tanh(), nn.Linear(hidden_dim, 1))
+            first, last = nn.Linear(hidden_size, hidden_dim), nn.Linear(hidden_dim, 1)
+            self.net = nn.Sequential(first, nn.Tanh(), last)
         else:
-            self.net = nn.Linear(hidden_size, 1)
-        last = self.net[-1] if hidden_dim > 0 else self.net
+            last = nn.Linear(hidden_size, 1)
+            self.net = last
         nn.init.zeros_(last.bias)  # start at V = 0-ish: the first advantages are (nearly) the rewards
         nn.init.normal_(last.weight, std=1.0 / (hidden_size + 1) ** 0.5 * 0.1)
 

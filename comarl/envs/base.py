@@ -35,6 +35,13 @@ class AgentRewards:
 Reward = float | AgentRewards
 
 
+def scalar_reward(reward: Reward, where: str) -> float:
+    """``reward`` as the one team number; :class:`AgentRewards` has none, and is refused naming ``where``."""
+    if isinstance(reward, AgentRewards):
+        raise TypeError(f"{where}: per-agent rewards {reward.values} where one team reward was expected")
+    return float(reward)
+
+
 @dataclass(frozen=True)
 class EnvState:
     """What one branch of an episode looks like before a turn.
@@ -55,7 +62,8 @@ class EnvState:
     history: tuple[tuple[tuple[str, str], ...], ...] = ()
     info: Mapping[str, Any] = field(default_factory=dict)
 
-    def advanced(self, responses: Sequence[str], next_prompts: Sequence[str], info: Mapping[str, Any] | None = None) -> "EnvState":
+    def advanced(self, responses: Sequence[str], next_prompts: Sequence[str],
+                 info: Mapping[str, Any] | None = None) -> "EnvState":
         """The state of the next turn after ``responses`` were written."""
         hist = self.history or tuple(() for _ in self.prompts)
         new_hist = tuple(h + ((p, r),) for h, p, r in zip(hist, self.prompts, responses))
@@ -94,7 +102,8 @@ class Environment(Protocol):
     them whole for the rollout (see :func:`rollout_modules`).
     """
 
-    num_agents: int
+    @property
+    def num_agents(self) -> int: ...  # read-only here: a plain attribute or a property (wrappers) both fit
 
     def reset(self, item: Mapping[str, Any]) -> EnvState: ...
 

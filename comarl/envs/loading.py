@@ -121,7 +121,8 @@ def load_hub(source: str, split: str, fields_hint: str, config: str | None = Non
         datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE = saved
 
 
-def load_rows(source: str, split: str | None, limit: int | None, normalize: RowFn, fields_hint: str) -> list[dict[str, Any]]:
+def load_rows(source: str, split: str | None, limit: int | None, normalize: RowFn,
+              fields_hint: str) -> list[dict[str, Any]]:
     """Rows of ``source`` (hub id or local path), each passed through ``normalize``.
 
     Args:
@@ -189,7 +190,8 @@ def item_keys(train: list[dict[str, Any]], other: list[dict[str, Any]]) -> tuple
     return "content", [content(it) for it in train], [content(it) for it in other]
 
 
-def check_no_overlap(train: list[dict[str, Any]], other: list[dict[str, Any]], train_name: str, other_name: str) -> None:
+def check_no_overlap(train: list[dict[str, Any]], other: list[dict[str, Any]], train_name: str,
+                     other_name: str) -> None:
     """Raise ``ValueError`` naming both splits when ``other`` shares an item with ``train``.
 
     Items are the same when they carry the same id (:data:`ID_FIELDS`), or,

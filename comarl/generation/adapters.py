@@ -68,7 +68,7 @@ def adapter_groups(agents: Sequence, greedy: bool = False) -> list[list[int]]:
 @torch.no_grad()
 def generate_adapters(agents: Sequence, prompt_ids: Sequence[list[list[int]]], num_samples: int,
                       greedy: bool = False, batch_size: int = 0,
-                      schemas: Sequence[list] | None = None, share_prefix: bool = False) -> list[Completions]:
+                      schemas: Sequence[list | None] | None = None, share_prefix: bool = False) -> list[Completions]:
     """Completions for each agent of one adapter group (see :func:`adapter_groups`) from shared calls.
 
     Args:
@@ -123,5 +123,5 @@ def generate_adapters(agents: Sequence, prompt_ids: Sequence[list[list[int]]], n
             a.model.train(mode)
     return [Completions(prompt_ids=list(prompt_ids[j]), ids=ids_out[j], truncated=trunc_out[j],
                         texts=a.tokenizer.batch_decode(ids_out[j], skip_special_tokens=True), num_samples=k,
-                        forced=forced_out[j] if schemas[j] and any(s is not None for s in schemas[j]) else None)
+                        forced=forced_out[j] if (own := schemas[j]) and any(s is not None for s in own) else None)
             for j, a in enumerate(agents)]

@@ -40,6 +40,7 @@ this is checked per piece and a tokenizer that fails it is refused.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -49,7 +50,8 @@ _FORCE, _SAMPLE, _FREE = 0, 1, 2
 
 
 def token_texts(tokenizer, vocab_size: int, exclude: set[int]) -> list[str]:
-    """Text of every token id < ``vocab_size`` on its own; "" for special ids, ``exclude`` and ids past the tokenizer."""
+    """Text of every token id < ``vocab_size`` on its own; "" for special ids, ``exclude`` and ids past the
+    tokenizer."""
     n = min(len(tokenizer), vocab_size)
     texts = tokenizer.batch_decode([[i] for i in range(n)], skip_special_tokens=False,
                                    clean_up_tokenization_spaces=False)
@@ -83,7 +85,7 @@ class _SlotTable:
 class _Tables:
     """Slot tables per (tokenizer, slot kind, vocab size), built once per process (a vocabulary pass ~1 s)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._texts: dict = {}
         self._tables: dict = {}
         self._ids: dict = {}
@@ -155,7 +157,8 @@ class _Row:
     """Where one row is in its program: the forced tokens still queued, or the slot and its sampled count."""
 
     def __init__(self, program: Program):
-        self.program, self.step, self.queue, self.count = program, -1, [], 0
+        self.program, self.step, self.count = program, -1, 0
+        self.queue: list[int] = []
         self._next()
 
     def _next(self) -> None:
@@ -178,6 +181,8 @@ class _Row:
                 self._next()
         elif self.step < len(self.program.steps):  # in a slot
             slot = self.program.steps[self.step]
+            if closing is None:
+                raise ValueError("a row in a slot advanced without the slot's closing tokens")
             if token in closing:
                 self._next()
             else:
@@ -220,7 +225,8 @@ class SchemaProcessor:
                     act, what = row.action()
                     row.advance(tok_id, self.closing.get(what) if act == _SAMPLE else None)
         self.seen = new
-        force_rows, force_ids, sample_rows = [], [], {}
+        force_rows, force_ids = [], []
+        sample_rows: dict[Any, list[int]] = {}
         for r, row in enumerate(self.rows):
             act, what = row.action() if row is not None else (_FREE, None)
             self.forced[r].append(act == _FORCE)
@@ -233,9 +239,9 @@ class SchemaProcessor:
             rows = torch.tensor(force_rows, device=scores.device)
             scores[rows] = float("-inf")
             scores[rows, torch.tensor(force_ids, device=scores.device)] = 0.0
-        for slot, rows in sample_rows.items():
+        for slot, members in sample_rows.items():
             allowed = self._table(slot, scores).allowed
-            idx = torch.tensor(rows, device=scores.device)
+            idx = torch.tensor(members, device=scores.device)
             scores[idx] = scores[idx].masked_fill(~allowed, float("-inf"))
         return scores
 
@@ -257,7 +263,7 @@ def schema_processor(agent, schemas: list[Schema | None], k: int) -> SchemaProce
     limit = agent.config.max_new_tokens
     for p, schema in enumerate(schemas):
         prog = Program.compile(schema, tok, eos) if schema is not None else None
-        if prog is not None and prog.worst_case > limit:
+        if schema is not None and prog is not None and prog.worst_case > limit:
             raise ValueError(f"agents.{agent.index}.max_new_tokens: {agent.name}'s max_new_tokens={limit} cannot hold "
                              f"the structured answer of prompt {p}: up to {prog.worst_case} tokens (skeleton, "
                              f"{len(schema.slots)} slots at their max_tokens, EOS); raise max_new_tokens or lower "

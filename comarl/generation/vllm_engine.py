@@ -48,7 +48,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from .hf import Completions
 from .vllm_schema import EXTRA_KEY, forced_flags, processor_class, register, release
@@ -112,7 +112,8 @@ class Sampling:
 
     @classmethod
     def of(cls, agent, greedy: bool = False) -> "Sampling":
-        """The agent's settings (``AgentConfig``), greedy when asked or at temperature 0 (as ``hf.generation_kwargs``)."""
+        """The agent's settings (``AgentConfig``), greedy when asked or at temperature 0 (as
+        ``hf.generation_kwargs``)."""
         cfg = agent.config
         sample = not greedy and cfg.temperature > 0
         return cls(max_new_tokens=cfg.max_new_tokens, eos_ids=tuple(agent.eos_ids),
@@ -240,7 +241,7 @@ class VLLMEngine:
         self.vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
         shutil.rmtree(folder, ignore_errors=True)  # loaded; a multi-process push writes its own dump
         self._ids = itertools.count(1)
-        self._adapters: dict[str, object] = {}  # adapter name -> its current LoRARequest
+        self._adapters: dict[str, Any] = {}  # adapter name -> its current LoRARequest
         self.push_s: list[float] = []
 
     # -- sampling
@@ -271,8 +272,9 @@ class VLLMEngine:
             if not p:
                 raise ValueError(f"{self.name}: an empty prompt cannot be sampled by vLLM")
             if len(p) + s.max_new_tokens > self.max_model_len:
-                raise ValueError(f"{self.name}: a prompt of {len(p)} tokens + max_new_tokens={s.max_new_tokens} exceeds "
-                                 f"the engine's max_model_len={self.max_model_len} (EngineSettings.max_model_len)")
+                raise ValueError(f"{self.name}: a prompt of {len(p)} tokens + max_new_tokens={s.max_new_tokens} "
+                                 f"exceeds the engine's max_model_len={self.max_model_len} "
+                                 "(EngineSettings.max_model_len)")
         lora = self._lora_requests(adapters, len(prompt_ids))
         requests = lora or [None] * len(prompt_ids)
         programs = self._programs(schemas, per_prompt)

@@ -157,7 +157,8 @@ class VLLMGenerator:
             out[i] = EngineCompletions(prompt_ids=[prompts[n] for n in rows[i]], ids=[comp.ids[s] for s in samples],
                                        truncated=[comp.truncated[s] for s in samples],
                                        texts=[comp.texts[s] for s in samples], num_samples=k,
-                                       forced=[comp.forced[s] for s in samples] if has_schema(i) else None,
+                                       forced=[comp.forced[s] for s in samples]
+                                       if has_schema(i) and comp.forced is not None else None,
                                        logprobs=[comp.logprobs[s] for s in samples])
 
     def _hf_calls(self, rest, prompt_ids, k, greedy, batch_size, batch_adapters, schemas, share_prefix, scope,

@@ -54,12 +54,12 @@ def full_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
         names.add(name)
         yield name, p.detach()
     if _tied(model) and "lm_head.weight" not in names:
-        yield "lm_head.weight", model.get_output_embeddings().weight.detach()
+        yield "lm_head.weight", model.get_output_embeddings().weight.detach()  # type: ignore[operator]  # HF method
 
 
 def base_weights(peft_model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """``(name, tensor)`` of the frozen base under a peft ``PeftModel``, in the base model's own names."""
-    base = peft_model.get_base_model()
+    base = peft_model.get_base_model()  # type: ignore[operator]  # peft method, hidden by nn.Module's __getattr__
     names = set()
     for name, p in base.named_parameters():
         if "lora_" in name:
@@ -98,8 +98,8 @@ def write_model_folder(model: torch.nn.Module, folder: str | Path) -> Path:
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     is_peft = hasattr(model, "get_base_model") and hasattr(model, "peft_config")
-    base = model.get_base_model() if is_peft else model
-    config = base.config.to_dict()
+    base = model.get_base_model() if is_peft else model  # type: ignore[operator]  # peft method (checked above)
+    config = base.config.to_dict()  # type: ignore[operator, union-attr]  # a transformers model's config
     config.pop("quantization_config", None)  # a de-quantised GGUF model is plain float weights now
     (folder / "config.json").write_text(json.dumps(config, indent=2, default=str))
     write_weights(base_weights(model) if is_peft else full_weights(model), folder)

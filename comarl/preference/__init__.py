@@ -1,11 +1,8 @@
 """Preference-based training: joint preference pairs, MADPO settings (see docs/preference.md)."""
+from .centralized import CentralizedEnv, ParseError, TaggedFormat
 from .pairs import JointPair, joint_returns, select_pairs, tree_pairs
+from .reward_model import JointRewardModel, RewardModelEnv
 from .settings import PreferenceSettings
 
-__all__ = ["JointPair", "PreferenceSettings", "joint_returns", "select_pairs", "tree_pairs"]
-from .centralized import CentralizedEnv, ParseError, TaggedFormat
-
-__all__ += ["CentralizedEnv", "ParseError", "TaggedFormat"]
-from .reward_model import JointRewardModel, RewardModelEnv
-
-__all__ += ["JointRewardModel", "RewardModelEnv"]
+__all__ = ["CentralizedEnv", "JointPair", "JointRewardModel", "ParseError", "PreferenceSettings", "RewardModelEnv",
+           "TaggedFormat", "joint_returns", "select_pairs", "tree_pairs"]

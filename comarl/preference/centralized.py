@@ -64,7 +64,8 @@ class CentralizedEnv:
             minimum reward); None = ``env.failure_reward`` when the environment defines it, else 0.0.
     """
 
-    def __init__(self, env: Environment, prompt_builder: Callable[[Mapping[str, Any], Sequence[str]], str] | None = None,
+    def __init__(self, env: Environment,
+                 prompt_builder: Callable[[Mapping[str, Any], Sequence[str]], str] | None = None,
                  parser: Callable[[str, int], Sequence[str]] | None = None, failure_reward: float | None = None):
         fmt = TaggedFormat()
         self.env = env
@@ -76,14 +77,14 @@ class CentralizedEnv:
         self.failure_reward = float(failure_reward if failure_reward is not None
                                     else getattr(env, "failure_reward", 0.0))
 
-    def _wrap(self, inner: EnvState, outer: EnvState | None, completion: str | None) -> EnvState:
+    def _wrap(self, inner: EnvState, outer: EnvState | None, completion: str = "") -> EnvState:
         prompt = self.prompt_builder(inner.item, inner.prompts)
         if outer is None:
             return EnvState(item=inner.item, prompts=(prompt,), info={"inner": inner})
         return outer.advanced([completion], [prompt], info={"inner": inner})
 
     def reset(self, item: Mapping[str, Any]) -> EnvState:
-        return self._wrap(self.env.reset(item), None, None)
+        return self._wrap(self.env.reset(item), None)
 
     def rollout_modules(self) -> list:
         return rollout_modules(self.env)
@@ -103,9 +104,13 @@ class CentralizedEnv:
             where.append(j)
         inner = self.env.step_batch([s for s, _ in parsed], [r for _, r in parsed]) if parsed else []
         for j, tr in zip(where, inner):
-            nxt = None if tr.done else self._wrap(tr.next_state, states[j], responses[j][0])
+            # no next state ends the branch, done or not (as the rollout reads a transition)
+            nxt = None if tr.done or tr.next_state is None else self._wrap(tr.next_state, states[j], responses[j][0])
             out[j] = Transition(tr.reward, tr.done, nxt, {**tr.metrics, "central/parse_failure": 0.0})
-        return out
+        answered = [t for t in out if t is not None]
+        if len(answered) != len(out):
+            raise ValueError(f"CentralizedEnv: the wrapped env answered {len(inner)} of {len(parsed)} joint actions")
+        return answered
 
     # -- evaluation: the wrapped environment's summary, on the parsed role responses
     def summarize(self, records) -> dict[str, Any]:

@@ -70,7 +70,8 @@ def load_classifier(spec: str, device: str):
         lm, tok = tiny_model()
         config = lm.config
         config.num_labels, config.pad_token_id = 1, tok.pad_token_id
-        return Qwen2ForSequenceClassification(config).to(device), tok
+        model = Qwen2ForSequenceClassification(config)
+        return model.to(device), tok  # type: ignore[arg-type]  # transformers' typed .to takes no device string
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(spec)
@@ -93,6 +94,8 @@ def reward_model_env(env, settings: RewardModelSettings, seed: int = 0, parallel
     from ..critics.joint_input import resolve_joint_input
 
     settings.validate()
+    if settings.pairs is None:  # validate() refused it already
+        raise ConfigError("env.reward_model.pairs: name the pairs JSONL file the reward model learns from")
     path = Path(settings.pairs)
     if not path.exists():
         raise ConfigError(f"env.reward_model.pairs: {path} does not exist")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -80,7 +81,7 @@ NodeRng = Callable[[int], random.Random]
 """Node index g -> the random stream of ``pair_selection: random`` at that node."""
 
 
-def tree_pairs(rewards: torch.Tensor, child: torch.Tensor, joints: torch.Tensor, k: int, gamma: float,
+def tree_pairs(rewards: torch.Tensor, child: torch.Tensor, joints: torch.Tensor, k: Any, gamma: float,
                mode: str, max_pairs: int | None, rng: random.Random | NodeRng | None = None,
                tree=None) -> list[JointPair]:
     """Pairs at every node of a rollout tree (rewards [G, J, N], child [G, J], joints [J, N]).

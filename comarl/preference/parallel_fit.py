@@ -57,7 +57,7 @@ class ParallelFit:
     def idle(self, model: torch.nn.Module) -> None:
         """A rank with no pair in a batch: a zero-loss forward/backward joins FSDP's collectives."""
         if self.sharding is not None:
-            idle_backward(model, model.config.pad_token_id or 0)
+            idle_backward(model, model.config.pad_token_id or 0)  # type: ignore[union-attr, arg-type]  # HF config
 
     def whole(self, model: torch.nn.Module):
         """Context in which the model is whole on every rank (a collective when sharded)."""

@@ -31,13 +31,16 @@ import contextlib
 import json
 import random
 import zlib
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import torch
 
 from ..critics.joint_input import role_marker_template
 from ..envs.base import AgentRewards, EnvState, Environment, Transition, rollout_modules
 from ..losses import bradley_terry_loss
+
+if TYPE_CHECKING:
+    from .parallel_fit import ParallelFit
 
 
 class JointRewardModel:
@@ -58,7 +61,7 @@ class JointRewardModel:
                              f"got num_labels={getattr(model.config, 'num_labels', None)}")
         self.model, self.tokenizer, self.joint_input = model, tokenizer, joint_input
         self.max_length = max_length
-        self.parallel = None  # the ranks' collectives once data_parallel (preference.parallel_fit.ParallelFit)
+        self.parallel: ParallelFit | None = None  # the ranks' collectives once data_parallel
         head = getattr(model, "score", None) or getattr(model, "classifier", None)
         if freeze_backbone:
             if head is None:
@@ -130,7 +133,7 @@ class JointRewardModel:
         try:
             # sharded: whole, so ranks may score different numbers of batches
             with par.whole(self.model) if par is not None else contextlib.nullcontext():
-                right = sum(int((self.pair_loss(mine[a:a + batch_size])[1] > 0).sum())
+                right: float = sum(int((self.pair_loss(mine[a:a + batch_size])[1] > 0).sum())
                             for a in range(0, len(mine), batch_size))
         finally:
             self.model.train(was)
@@ -168,6 +171,7 @@ class JointRewardModel:
                     loss.backward()
                 else:  # no pair on this rank: a sharded model still joins the batch's collectives
                     loss = torch.zeros(())
+                    assert par is not None  # alone, a rank's share is the whole (non-empty) batch
                     par.idle(self.model)
                 if par is not None:
                     par.after_backward(self.model)  # gradients summed over ranks (unless FSDP did)

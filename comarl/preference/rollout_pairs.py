@@ -90,8 +90,9 @@ def text_pairs_to_ids(agents, pairs) -> list[AgentPairs]:
             texts = [sides[k][0][sides[k][1]][i] for k in redo]
             for k, x in zip(redo, agent.tokenizer(texts, add_special_tokens=False)["input_ids"]):
                 recorded[k] = (list(x) + eos, [False] * (len(x) + len(eos)))
-        comps = [ids for ids, _ in recorded]
-        forced = [f for _, f in recorded] if any(any(f) for _, f in recorded) else None
+        every = [rec for rec in recorded if rec is not None]  # all of them: the missing ones were re-tokenised
+        comps = [ids for ids, _ in every]
+        forced = [f for _, f in every] if any(any(f) for _, f in every) else None
         n = len(pairs)
         out.append(AgentPairs(prompts + prompts, comps, list(range(n)), list(range(n, 2 * n)), forced))
     return out

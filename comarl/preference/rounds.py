@@ -32,6 +32,7 @@ import dataclasses
 import json
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -45,6 +46,9 @@ from ..sources import PromptBatches, read_pairs
 from ..steps import PairBatch, PromptBatch, SkipStep
 from .pair_tokens import tokenizer_fingerprint
 from .parallel_fit import ParallelFit
+
+if TYPE_CHECKING:
+    from .reward_model import JointRewardModel
 from .replay import replay_pool
 from .rollout_pairs import (all_ranks_pairs, comparison_pairs_of, node_items, node_rngs, step_pairs, text_pairs,
                             text_pairs_to_ids)
@@ -363,7 +367,7 @@ class RewardModelRounds:
         self.round: int | None = None
         self.metrics: dict[str, float] = {}
         self.examples: list[dict] = []
-        self.reward_model = None
+        self.reward_model: JointRewardModel | None = None
         self.pool: list[dict] = []
         self.weights = torch.zeros(0)
 

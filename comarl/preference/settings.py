@@ -39,7 +39,8 @@ class DPOSettings:
 
 @dataclass
 class IterativeSettings:
-    """``train.preference.iterative``: the rounds of madpo_iter and marlhf_iter: schedule, replay, reference refresh, comparator, reward model."""
+    """``train.preference.iterative``: the rounds of madpo_iter and marlhf_iter: schedule, replay, reference
+    refresh, comparator, reward model."""
 
     rounds: int = 2
     """madpo_iter, marlhf_iter: rounds of (sample the current policy, build pairs, train on them)."""
@@ -96,47 +97,49 @@ class PreferenceSettings:
                                          for f in fields(cls)}
 
     def validate(self) -> None:
-        if self.pair_selection not in SELECTIONS:
+        p, it = self.pairs, self.iterative
+        if p.pair_selection not in SELECTIONS:
             raise ConfigError(f"train.preference.pair_selection: must be one of {list(SELECTIONS)}, "
-                              f"got {self.pair_selection!r}")
-        if self.pair_selection == "all" and self.pairs_per_item is not None:
+                              f"got {p.pair_selection!r}")
+        if p.pair_selection == "all" and p.pairs_per_item is not None:
             raise ConfigError("train.preference.pairs_per_item: must be null with pair_selection=all "
                               "(all keeps every positive-gap pair)")
-        if self.pairs_per_item is not None and self.pairs_per_item < 1:
-            raise ConfigError(f"train.preference.pairs_per_item: must be >= 1 or null, got {self.pairs_per_item}")
-        if self.replay not in REPLAY:
-            raise ConfigError(f"train.preference.replay: must be one of {list(REPLAY)}, got {self.replay!r}")
-        if self.reference not in ("current", "initial"):
-            raise ConfigError(f"train.preference.reference: must be current or initial, got {self.reference!r}")
+        if p.pairs_per_item is not None and p.pairs_per_item < 1:
+            raise ConfigError(f"train.preference.pairs_per_item: must be >= 1 or null, got {p.pairs_per_item}")
+        if it.replay not in REPLAY:
+            raise ConfigError(f"train.preference.replay: must be one of {list(REPLAY)}, got {it.replay!r}")
+        if it.reference not in ("current", "initial"):
+            raise ConfigError(f"train.preference.reference: must be current or initial, got {it.reference!r}")
         for key in ("rounds", "round_batches", "steps_per_round", "replay_rounds"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"train.preference.{key}: must be >= 1, got {getattr(self, key)}")
-        if self.replay == "decay_sample" and not 0 <= self.replay_decay <= 1:
+            if getattr(it, key) < 1:
+                raise ConfigError(f"train.preference.{key}: must be >= 1, got {getattr(it, key)}")
+        if it.replay == "decay_sample" and not 0 <= it.replay_decay <= 1:
             raise ConfigError(f"train.preference.replay_decay: must be in [0, 1] with replay=decay_sample, "
-                              f"got {self.replay_decay}")
-        if self.replay != "decay_sample" and not 0 < self.replay_decay <= 1:
-            raise ConfigError(f"train.preference.replay_decay: must be in (0, 1], got {self.replay_decay}")
-        if self.replay_sample_size is not None and (self.replay != "decay_sample" or self.replay_sample_size < 1):
+                              f"got {it.replay_decay}")
+        if it.replay != "decay_sample" and not 0 < it.replay_decay <= 1:
+            raise ConfigError(f"train.preference.replay_decay: must be in (0, 1], got {it.replay_decay}")
+        if it.replay_sample_size is not None and (it.replay != "decay_sample" or it.replay_sample_size < 1):
             raise ConfigError(f"train.preference.replay_sample_size: must be null, or >= 1 with "
-                              f"replay=decay_sample (replay is {self.replay!r}), got {self.replay_sample_size}")
-        if not self.beta > 0:
-            raise ConfigError(f"train.preference.beta: must be > 0, got {self.beta}")
-        if self.comparator not in COMPARATORS:
+                              f"replay=decay_sample (replay is {it.replay!r}), got {it.replay_sample_size}")
+        if not self.dpo.beta > 0:
+            raise ConfigError(f"train.preference.beta: must be > 0, got {self.dpo.beta}")
+        if it.comparator not in COMPARATORS:
             raise ConfigError(f"train.preference.comparator: must be one of {list(COMPARATORS)}, "
-                              f"got {self.comparator!r}")
-        if self.comparator_rounds_back < 1:
-            raise ConfigError(f"train.preference.comparator_rounds_back: must be >= 1, got {self.comparator_rounds_back}")
-        if self.comparator == "model" and not self.comparator_model:
+                              f"got {it.comparator!r}")
+        if it.comparator_rounds_back < 1:
+            raise ConfigError("train.preference.comparator_rounds_back: must be >= 1, "
+                              f"got {it.comparator_rounds_back}")
+        if it.comparator == "model" and not it.comparator_model:
             raise ConfigError("train.preference.comparator_model: comparator=model needs a model "
                               "(hub id, local folder or tiny)")
-        if self.comparator_model and self.comparator != "model":
+        if it.comparator_model and it.comparator != "model":
             raise ConfigError(f"train.preference.comparator_model: only read with comparator=model "
-                              f"(comparator is {self.comparator!r})")
-        if self.comparator_path and self.comparator != "checkpoint":
+                              f"(comparator is {it.comparator!r})")
+        if it.comparator_path and it.comparator != "checkpoint":
             raise ConfigError(f"train.preference.comparator_path: only read with comparator=checkpoint "
-                              f"(comparator is {self.comparator!r})")
-        if self.reward_model_refit not in REFITS:
+                              f"(comparator is {it.comparator!r})")
+        if it.reward_model_refit not in REFITS:
             raise ConfigError(f"train.preference.reward_model_refit: must be one of {list(REFITS)}, "
-                              f"got {self.reward_model_refit!r}")
-        if self.reward_model is not None:
-            self.reward_model.validate("train.preference.reward_model", needs_pairs=False)
+                              f"got {it.reward_model_refit!r}")
+        if it.reward_model is not None:
+            it.reward_model.validate("train.preference.reward_model", needs_pairs=False)

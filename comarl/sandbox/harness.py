@@ -34,6 +34,8 @@ MAX_ERROR_CHARS = 1000
 def _load(name: str):
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
     spec = importlib.util.spec_from_file_location("_comarl_sandbox_" + name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"sandbox: cannot load {path}")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
@@ -207,7 +209,10 @@ def run_tests(job: dict, client, out: Reporter, tests: list, entry_points: list,
         out.send(k="program", error=str(msg[1])[:MAX_ERROR_CHARS])
         return
     compiled = [compile_or_error(test, f"<test {i}>") for i, test in enumerate(tests)]
-    expose = set(entry_points) if entry_points else names_read(c for c, _ in compiled if c is not None) - set(dir(builtins))
+    if entry_points:
+        expose = set(entry_points)
+    else:
+        expose = names_read(c for c, _ in compiled if c is not None) - set(dir(builtins))
     ns = trusted_namespace(msg[2], expose)
     if job["setup"]:
         code, err = compile_or_error(job["setup"], "<setup>")

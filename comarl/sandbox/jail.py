@@ -11,6 +11,7 @@ import ctypes
 import os
 import resource
 import stat
+from collections.abc import Sequence
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
@@ -64,7 +65,7 @@ def new_network_namespace(as_root: bool) -> str:
         return f"network: host (unshare refused: {e})"
 
 
-def private_mounts(workdir: str, uid: int, gid: int, tmp_mb: int, needed_paths: list[str] = ()) -> str:
+def private_mounts(workdir: str, uid: int, gid: int, tmp_mb: int, needed_paths: Sequence[str] = ()) -> str:
     """A mount namespace where every world-writable dir is a fresh small tmpfs.
 
     The job's ``workdir`` (created by the parent under one of those dirs) is
@@ -198,7 +199,8 @@ def private_root(plan: list, workdir: str) -> str:
             os.makedirs(os.path.dirname(target), exist_ok=True)
             open(target, "w").close()
         if kind == "mask":
-            mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")  # root-owned: read-only to the job
+            # root-owned: read-only to the job
+            mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
         elif kind == "tmpfs":
             mount("tmpfs", target, "tmpfs", MS_NOSUID, "mode=0755,size=1m")
         elif kind == "proc":
@@ -232,6 +234,13 @@ def set_limits(cpu_s: int, memory_mb: int, file_size_mb: int, nproc: int | None)
     resource.setrlimit(resource.RLIMIT_AS, (memory_mb * mib, memory_mb * mib))
 
 
+def paired_gid(uid: int, gid: int | None) -> int:
+    """The job's gid, which comes wherever its uid does (the runner sends gid = uid); refuses a uid without one."""
+    if gid is None:
+        raise ValueError(f"sandbox uid {uid} came without a gid")
+    return gid
+
+
 def drop_privileges(uid: int, gid: int) -> None:
     """Become ``uid``/``gid`` with no supplementary groups, for good."""
     os.setgroups([])
@@ -260,7 +269,8 @@ def prepare_job(workdir: str, uid: int | None, gid: int | None, limits: dict, ne
         notes.append(new_network_namespace(as_root=os.geteuid() == 0))
     private = pidns = False
     if uid is not None:
-        notes.append(private_mounts(workdir, uid, gid, max(64, 4 * limits["file_size_mb"]), needed_paths))
+        tmp_mb = max(64, 4 * limits["file_size_mb"])
+        notes.append(private_mounts(workdir, uid, paired_gid(uid, gid), tmp_mb, needed_paths))
         private = notes[-1].startswith("mounts: private")
         if private and (covered := expose(needed_paths)):
             notes.append("exposed through " + ",".join(covered))
@@ -290,7 +300,7 @@ def isolate_worker(workdir: str, uid: int | None, gid: int | None, limits: dict,
     set_limits(limits["cpu_time_s"], limits["memory_mb"], limits["file_size_mb"],
                limits["max_processes"] if uid is not None else None)
     if uid is not None:
-        drop_privileges(uid, gid)
+        drop_privileges(uid, paired_gid(uid, gid))
     no_new_privileges()
     if seccomp is not None:
         notes.append(seccomp.install())
@@ -308,6 +318,6 @@ def become_trusted_runner(workdir: str, uid: int | None, gid: int | None) -> Non
     """
     os.chdir(workdir)
     if uid is not None:
-        drop_privileges(uid, gid)
+        drop_privileges(uid, paired_gid(uid, gid))
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)

@@ -8,7 +8,8 @@ plain data (``wire.PLAIN_TYPES``) or another reference. A reference equals only
 itself, hashes by identity and supports no arithmetic or ordering, so an object
 of the program can never stand in for an expected value: every comparison a
 test makes runs here, on plain data. (Its truth value is the object's own
-``bool()``, an exact bool: no more than a function returning a plain bool gets.) A :class:`RemoteValue` is a list/dict/set/bytearray attribute
+``bool()``, an exact bool: no more than a function returning a plain bool
+gets.) A :class:`RemoteValue` is a list/dict/set/bytearray attribute
 that stays mutable in the worker (``obj.items.append(x)`` changes the
 program's list); comparing or reading it fetches a plain copy.
 
@@ -114,7 +115,7 @@ class Client:
             raise RequestTimeout()
         buf = io.BytesIO()
         p = pickle.Pickler(buf, protocol=5)
-        p.persistent_id = _outgoing_id
+        p.persistent_id = _outgoing_id  # type: ignore[method-assign]  # pickle's documented hook, set per pickler
         try:
             p.dump((op, self.snippet, budget, args))
         except Exception as e:
@@ -297,7 +298,7 @@ class RemoteValue(Remote):
     def __ne__(self, other):
         return not self.__eq__(other)
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as a mutable list/dict/set is
 
     def __bool__(self):
         return bool(self.value())

@@ -122,6 +122,7 @@ def run_job(job: TestJob, limits: SandboxLimits, uid: int | None, cgroup: JobCgr
             raise
         finally:
             os.close(wfd)
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None  # all three PIPE
         out, err = _Capped(limits.max_output_bytes), _Capped(limits.max_output_bytes)
         res = _Capped(MAX_RESULT_BYTES)
         try:
@@ -155,7 +156,9 @@ def _pump(proc: subprocess.Popen, payload: bytes, sinks: dict, deadline: float, 
     come within ``phase_s``."""
     end = deadline
     sel = selectors.DefaultSelector()
-    stdin_fd = proc.stdin.fileno()
+    stdin = proc.stdin
+    assert stdin is not None  # Popen(stdin=PIPE)
+    stdin_fd = stdin.fileno()
     os.set_blocking(stdin_fd, False)
     sel.register(stdin_fd, selectors.EVENT_WRITE)
     for fd in sinks:
@@ -177,7 +180,7 @@ def _pump(proc: subprocess.Popen, payload: bytes, sinks: dict, deadline: float, 
                     sent += os.write(fd, payload[sent:sent + 65536])
                     if sent >= len(payload):
                         sel.unregister(fd)
-                        proc.stdin.close()
+                        stdin.close()
                     continue
                 chunk = os.read(fd, 65536)
             except BlockingIOError:
@@ -194,7 +197,7 @@ def _pump(proc: subprocess.Popen, payload: bytes, sinks: dict, deadline: float, 
     return False
 
 
-def _parse(data: bytes, nonce: str) -> list[dict]:
+def _parse(data: bytes | bytearray, nonce: str) -> list[dict]:
     """The harness's records; lines without the nonce (forged) are dropped."""
     prefix = nonce.encode() + b" "
     records = []

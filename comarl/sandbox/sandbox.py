@@ -108,7 +108,7 @@ class Sandbox:
 
     def _attempt(self, job: TestJob, slot: Slot) -> TestReport:
         report = run_job(job, self.limits, slot.uid, slot.cgroup)  # SlotFailure: setup, spawn, cgroup gone
-        if slot.uid is not None and not claim_intact(slot.uid, slot.lock_fd):  # another trainer may have killed it
+        if (claim := slot.claim()) is not None and not claim_intact(*claim):  # another trainer may have killed it
             raise SlotFailure(f"the claim on uid {slot.uid} was lost during the job (its lock file was removed)")
         return report
 

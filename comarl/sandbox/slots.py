@@ -29,11 +29,19 @@ class Slot:
     lock_fd: int | None = None
     cgroup: JobCgroup | None = None
 
+    def claim(self) -> tuple[int, int] | None:
+        """(uid, lock_fd) of the slot's uid claim, or None where it has no uid (the two are set together)."""
+        if self.uid is None:
+            return None
+        if self.lock_fd is None:
+            raise RuntimeError(f"sandbox slot {self.index}: uid {self.uid} without the lock fd of its claim")
+        return self.uid, self.lock_fd
+
     def broken(self) -> str | None:
         """Why this slot cannot run a job as it is (its cgroup directory gone, its uid claim lost), or None."""
         if self.cgroup is not None and (gone := self.cgroup.missing()):
             return f"its cgroup {gone}"
-        if self.uid is not None and not claim_intact(self.uid, self.lock_fd):
+        if (claim := self.claim()) is not None and not claim_intact(*claim):
             return f"its claim on uid {self.uid} was lost (the lock file was removed)"
         return None
 
@@ -41,8 +49,8 @@ class Slot:
         """Kill what still runs in the slot, remove its cgroup and release its uid."""
         if self.cgroup is not None:
             self.cgroup.remove()
-        if self.uid is not None:
-            release([(self.uid, self.lock_fd)])
+        if (claim := self.claim()) is not None:
+            release([claim])
 
 
 def cgroup_name(uid: int | None, index: int) -> str:
@@ -57,7 +65,8 @@ def build_slots(limits: SandboxLimits, workers: int) -> list[Slot]:
         uid, fd = claimed[i] if claimed else (None, None)
         if uid is not None:
             kill_uid(uid)  # leftovers of an earlier trainer that crashed
-        cg = JobCgroup.create(cgroup_name(uid, i), limits.memory_mb, limits.max_processes) if running_as_root() else None
+        cg = (JobCgroup.create(cgroup_name(uid, i), limits.memory_mb, limits.max_processes)
+              if running_as_root() else None)
         slots.append(Slot(i, uid, fd, cg))
     return slots
 
@@ -66,10 +75,10 @@ def rebuild_slot(slot: Slot, limits: SandboxLimits) -> None:
     """Make ``slot`` work again, in place: its leftovers killed, its cgroup created afresh, its uid claimed again
     (a new one when the claim was lost). Raises SandboxError when the cgroup cannot be created again (the job
     would run without its memory and process limits)."""
-    if slot.uid is not None:
-        kill_uid(slot.uid)
-        if not claim_intact(slot.uid, slot.lock_fd):
-            release([(slot.uid, slot.lock_fd)])
+    if (claim := slot.claim()) is not None:
+        kill_uid(claim[0])
+        if not claim_intact(*claim):
+            release([claim])
             slot.uid = slot.lock_fd = None
             [(slot.uid, slot.lock_fd)] = claim_uids(1)
             kill_uid(slot.uid)

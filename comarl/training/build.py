@@ -146,7 +146,8 @@ def build_run(agents: Sequence, env: Environment, items: list[dict], cfg, algori
     parts = Parts(cfg, team, env, items, step_alg, critic, generator)
     source = algorithm.source(parts)
     total_opt = source.total_steps * cfg.loss.num_iterations
-    team.schedulers = [build_scheduler(o, cfg.run.lr_scheduler, cfg.run.warmup_steps, total_opt) for o in team.optimizers]
+    team.schedulers = [build_scheduler(o, cfg.run.lr_scheduler, cfg.run.warmup_steps, total_opt)
+                       for o in team.optimizers]
     return Run(team, algorithm.update(parts), source, critic)
 
 

@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -35,7 +36,7 @@ class DeferredInterrupt:
     def __init__(self, enabled: bool):
         self.enabled = enabled and threading.current_thread() is threading.main_thread()
         self.requested = False
-        self._previous = None
+        self._previous: Any = None  # the handler signal.signal gives back (a callable, an int or None)
 
     def _handle(self, signum, frame) -> None:
         if self.requested:

@@ -26,6 +26,7 @@ class MetricsLogger:
         self._jsonl = self._samples = self._tb = self._wandb = None
         if not self.enabled:
             return
+        assert self.dir is not None  # enabled: output_dir is set
         self.dir.mkdir(parents=True, exist_ok=True)
         if "jsonl" in report_to:
             self._jsonl = open(self.dir / "metrics.jsonl", "a", encoding="utf-8")

@@ -68,9 +68,10 @@ class Trainer:
                  config: TrainConfig | None = None, eval_dataset: Any = None, generator: Callable | None = None):
         self.config = cfg = config or TrainConfig()
         self.algorithm = get_algorithm(cfg.algorithm)
-        self.error_policy = error_policy_of(env)  # env.on_error (experiment.build_env); else raise, named
-        if self.error_policy is None:
-            env = self.error_policy = with_error_policy(env, "raise")
+        policy = error_policy_of(env)  # env.on_error (experiment.build_env); else raise, named
+        if policy is None:
+            env = policy = with_error_policy(env, "raise")
+        self.error_policy = policy
         check_run(cfg, self.algorithm, agents, env)  # every config check, before data and models
         if cfg.run.output_dir and dist.launch_rank() == 0:
             run_dir.prepare_output_dir(cfg.run.output_dir, cfg.run.resume, cfg.run.overwrite)
@@ -182,7 +183,8 @@ class Trainer:
         self._last_examples = out.examples or self._last_examples
         errors = self.error_policy.errors - errors  # env.on_error=zero: items scored 0 this step
         if dist.is_distributed():  # count completions and env errors over all ranks (the others agree already)
-            self.state.counters["completions"] = done + int(dist.all_reduce_sum(self.state.counters["completions"] - done))
+            mine = self.state.counters["completions"] - done
+            self.state.counters["completions"] = done + int(dist.all_reduce_sum(mine))
             errors = int(dist.all_reduce_sum(errors))
         if errors:
             self.team.count("env_errors", errors)
@@ -206,14 +208,17 @@ class Trainer:
         ``{"metrics": {...}, "summary": env.summarize(records) or {}}``."""
         items = list(items) if items is not None else self.eval_items
         with self.team.gathered(env=self.env, rollout=True):
-            return evaluate_agents(self.agents, self.env, items, num_generations or self.config.run.eval_num_generations,
-                                   self.config, shard=True, lockstep=self.team.lockstep, generator=self.generator)
+            return evaluate_agents(self.agents, self.env, items,
+                                   num_generations or self.config.run.eval_num_generations, self.config,
+                                   shard=True, lockstep=self.team.lockstep, generator=self.generator)
 
     # ----------------------------------------------------------------- files
     def save_checkpoint(self) -> Path | None:
         """Write ``checkpoint-<step>``: the team, the data position, the counters, and what the update and
         the source need to resume (a critic, a round's reward model or reference)."""
         st, team, cfg = self.state, self.team, self.config
+        if cfg.run.output_dir is None:
+            raise ValueError("save_checkpoint: train.output_dir is not set (no folder to write checkpoints to)")
         state = {**self.source.cursor.state(), "counters": st.counters, "world_size": dist.world_size(),
                  "global_batch": self.global_batch, "run_id": self.run_id}
         modules, extra = {}, {}
@@ -229,7 +234,8 @@ class Trainer:
         if not dist.is_main():
             return None
         return ckpt.save_checkpoint(cfg.run.output_dir, st.step, team.agents, team.optimizers, team.schedulers, state,
-                                    keep=cfg.run.save_total_limit, extra=extra or None, checksums=cfg.run.checkpoint_checksums)
+                                    keep=cfg.run.save_total_limit, extra=extra or None,
+                                    checksums=cfg.run.checkpoint_checksums)
 
     def resume(self, where: str) -> None:
         cfg, team = self.config, self.team

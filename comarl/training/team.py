@@ -125,7 +125,7 @@ class Team:
             opt.zero_grad(set_to_none=True)
             self.counters["nonfinite_skips"] += 1
             warnings.warn(f"step {step}: non-finite loss or gradient for {self.agents[i].name}; update "
-                          f"skipped (skips so far: {self.counters['nonfinite_skips']})", RuntimeWarning)
+                          f"skipped (skips so far: {self.counters['nonfinite_skips']})", RuntimeWarning, stacklevel=2)
             return None
         opt.step()
         sched.step()

@@ -99,8 +99,10 @@ def dpo_step(team, config, batch: PairBatch, step: int, loss_fn=joint_dpo_loss) 
         for i, (d, needed, _, _) in enumerate(sel):
             agent = agents[i]
             agent.model.train()
-            fn = lambda p, c, a=agent: completion_logprobs(a.model, p, c, a.tokenizer.pad_token_id,
-                                                           a.config.temperature, cfg.hardware.share_prefix)
+            def fn(p, c, a=agent):
+                return completion_logprobs(a.model, p, c, a.tokenizer.pad_token_id, a.config.temperature,
+                                           cfg.hardware.share_prefix)
+
             with torch.no_grad(), team.gathered([agent.model]), autocast(cfg.hardware.mixed_precision, agent.device), \
                     dropout_disabled(agent.model, cfg.loss.disable_dropout):  # the same policy the backward pass sees
                 pol_seq.append(_sequence_logprobs(fn, d.prompts, d.completions, needed, cfg.hardware.micro_batch_size,
@@ -126,7 +128,8 @@ def dpo_step(team, config, batch: PairBatch, step: int, loss_fn=joint_dpo_loss) 
         for i, (d, needed, _, _) in enumerate(sel):
             agent = agents[i]
             bad = False
-            coef = coefs[i] if coefs[i] is not None else torch.zeros(len(needed))
+            given = coefs[i]
+            coef = given if given is not None else torch.zeros(len(needed))
             mb, pad = cfg.hardware.micro_batch_size, agent.tokenizer.pad_token_id
             n_micro = -(-len(needed) // mb)
             # sharded: every rank runs as many forwards/backwards (FSDP collectives), each copy of a prompt encoded
@@ -136,7 +139,8 @@ def dpo_step(team, config, batch: PairBatch, step: int, loss_fn=joint_dpo_loss) 
                     idle_backward(agent.model, pad)
                     continue
                 idx = needed[m * mb:(m + 1) * mb]
-                with autocast(cfg.hardware.mixed_precision, agent.device), dropout_disabled(agent.model, cfg.loss.disable_dropout):
+                with autocast(cfg.hardware.mixed_precision, agent.device), \
+                        dropout_disabled(agent.model, cfg.loss.disable_dropout):
                     logp, mask = completion_logprobs(agent.model, [d.prompts[s] for s in idx],
                                                      [d.completions[s] for s in idx], pad,
                                                      agent.config.temperature, share)

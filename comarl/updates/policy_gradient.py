@@ -114,8 +114,9 @@ class PolicyGradient:
                                [len(c) - sum(f) for c, f in zip(comps, forced)], dtype=torch.long)
         if cfg.loss.mask_truncated and samples:  # truncated completions leave the loss and its normalisation
             lengths = lengths * (~torch.cat([s.truncated for s in samples])).long()
-        batch = LossBatch(prompts, comps, lengths, micro_batch_spans(group_sizes(samples, len(comps)),
-                                                                     cfg.hardware.micro_batch_size, cfg.hardware.share_prefix),
+        spans = micro_batch_spans(group_sizes(samples, len(comps)), cfg.hardware.micro_batch_size,
+                                  cfg.hardware.share_prefix)
+        batch = LossBatch(prompts, comps, lengths, spans,
                           n_seq=dist.all_reduce_sum(int((lengths > 0).sum())),
                           n_tok=dist.all_reduce_sum(int(lengths.sum())), n_all=dist.all_reduce_sum(len(comps)),
                           forced=forced)
@@ -138,6 +139,7 @@ class PolicyGradient:
                            for a, b in batch.spans]
         model.train()
         if kl_in_reward:  # R <- R - beta * sum_t kl_t, before the advantages
+            assert old is not None  # computed above whenever kl_in_reward
             seq_kl = torch.cat([sequence_kl(o, r, mask.to(o.dtype), cfg.loss.kl_estimator).cpu()
                                 for o, (r, mask) in zip(old, ref_out)])
             start = 0
@@ -237,7 +239,7 @@ class PolicyGradient:
         n = team.count("empty_batch_skips")
         warnings.warn(f"step {step}: {team.agents[i].name} has no completion in the loss "
                       f"({int(batch.n_all)} sequences, all truncated under mask_truncated or empty); update skipped "
-                      f"(empty-batch skips so far: {n})", RuntimeWarning)
+                      f"(empty-batch skips so far: {n})", RuntimeWarning, stacklevel=2)
         return {f"{team.agents[i].name}/lr": team.lr(i)}
 
     @staticmethod
@@ -245,7 +247,7 @@ class PolicyGradient:
         """The critic's step (agent ``i``'s column) was skipped on every rank: its own counter, one line."""
         n = team.count("critic_nonfinite_skips")
         warnings.warn(f"step {step}: non-finite value loss for {team.agents[i].name}'s critic; critic "
-                      f"update skipped (critic skips so far: {n})", RuntimeWarning)
+                      f"update skipped (critic skips so far: {n})", RuntimeWarning, stacklevel=2)
 
     # ----------------------------------------------------------------- checkpoints
     def checkpoint_parts(self, team, step: int) -> tuple[dict, dict]:

@@ -124,3 +124,21 @@ def test_eval_compares_a_team_with_the_centralised_baseline_in_one_table(tmp_pat
     row = next(line for line in table.splitlines() if line.startswith("summary.reward.mean "))
     assert len(row.split()) == 3  # a value for each side
     assert next(line for line in table.splitlines() if line.startswith("summary.central.parse_failure")).split()[1] == "-"
+
+
+class NoNextState:
+    """A two-role env whose step is not done yet has no next state: the rollout ends such a branch."""
+
+    num_agents = 2
+
+    def reset(self, item):
+        return comarl.EnvState(item=item, prompts=("A", "B"))
+
+    def step_batch(self, states, responses):
+        return [comarl.Transition(0.5, False, None) for _ in states]
+
+
+def test_a_wrapped_transition_without_next_state_ends_the_branch():
+    env = CentralizedEnv(NoNextState())
+    tr, = env.step_batch([env.reset({})], [("<agent_0>a</agent_0><agent_1>b</agent_1>",)])
+    assert (tr.reward, tr.done, tr.next_state) == (0.5, False, None)

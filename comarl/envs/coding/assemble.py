@@ -30,7 +30,8 @@ _FROM = {
     "typing": "List Dict Tuple Set FrozenSet Optional Any Union Callable Iterable Iterator Sequence".split(),
     "collections": "Counter defaultdict deque OrderedDict namedtuple".split(),
     "functools": "reduce lru_cache cmp_to_key".split(),
-    "itertools": "permutations combinations combinations_with_replacement product accumulate groupby chain zip_longest".split(),
+    "itertools": ("permutations combinations combinations_with_replacement product accumulate groupby chain "
+                  "zip_longest").split(),
     "math": "sqrt gcd floor ceil factorial isqrt comb".split(),
     "heapq": "heappush heappop heapify".split(),
     "bisect": "bisect_left bisect_right".split(),
@@ -49,7 +50,8 @@ def missing_imports(code: str) -> list[str]:
         tree = quiet_parse(code)
     except (SyntaxError, ValueError, RecursionError):
         return []
-    used, defined = set(), set(dir(builtins))
+    used: set[str] = set()
+    defined = set(dir(builtins))
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
             (used if isinstance(node.ctx, ast.Load) else defined).add(node.id)
@@ -92,7 +94,8 @@ def _role_blocks(code: str, exclude: str | None) -> list[Block]:
     for i, b in enumerate(blocks):
         if b.kind in ("def", "class") and b.name:
             last[(b.kind, b.name)] = i
-    return [b for i, b in enumerate(blocks) if not (b.kind in ("def", "class") and b.name and last[(b.kind, b.name)] != i)]
+    return [b for i, b in enumerate(blocks)
+            if not (b.kind in ("def", "class") and b.name and last[(b.kind, b.name)] != i)]
 
 
 def _as_function(code: str, entry_point: str, signature: str | None) -> str:
@@ -171,7 +174,8 @@ def assemble(prompt: str, entry_point: str, main_response: str, helper_response:
 
 def _body_without_docstring(fn: ast.FunctionDef) -> list[ast.stmt]:
     body = list(fn.body)
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+    if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)):
         body = body[1:]
     return body
 

@@ -53,15 +53,16 @@ def _class_body_blocks(block: Block) -> list[Block]:
 
 def parse_agent_code(response: str) -> AgentCode:
     """Methods (from any class in the response, or top-level ``def f(self, ...)``), helpers and imports."""
-    imports, helpers, methods = [], [], {}
+    imports, helpers = [], []
+    methods: dict[str, Block] = {}
     for b in split_blocks(extract_code(response)):
         if b.kind == "import":
             imports.append(b.text)
         elif b.kind == "class":
             for m in _class_body_blocks(b):
-                if m.kind == "def":
+                if m.kind == "def" and m.name is not None:  # a def block always has its name
                     methods[m.name] = m
-        elif b.kind == "def":
+        elif b.kind == "def" and b.name is not None:
             first = next(l for l in b.text.splitlines() if not l.startswith("@"))
             if _SELF_DEF.match(first):
                 methods[b.name] = b
@@ -124,7 +125,8 @@ def merge_class(item: Mapping[str, Any], responses: Sequence[str], assignment: S
     if init.strip():
         parts.append(textwrap.indent(textwrap.dedent(init), "    "))
     for m in methods:
-        text = chosen.get(m) or f"def {m}(self, *args, **kwargs):\n    raise NotImplementedError({m + ' was not written'!r})"
+        text = chosen.get(m) or (f"def {m}(self, *args, **kwargs):\n"
+                                 f"    raise NotImplementedError({m + ' was not written'!r})")
         parts.append(_indent(text))
     parts.extend(_indent(t) for t in extra.values())
     program = "\n".join(imports) + "\n\n" + "\n\n".join(helpers.values()) + "\n\n" + "\n\n".join(parts) + "\n"

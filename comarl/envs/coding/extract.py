@@ -42,7 +42,8 @@ def _is_code_line(line: str) -> bool:
     except SyntaxError:
         return False
     # a lone word ("Output", "Explanation") or a lone literal is prose, not code
-    if len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr) and isinstance(tree.body[0].value, (ast.Name, ast.Constant)):
+    if (len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr)
+            and isinstance(tree.body[0].value, (ast.Name, ast.Constant))):
         return False
     return True
 

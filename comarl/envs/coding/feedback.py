@@ -106,10 +106,12 @@ def revision_prompts(first: tuple[str, ...], earlier: tuple[tuple[str, ...], ...
 
 
 def revised(first: tuple[str, ...], earlier: tuple[tuple[str, ...], ...] | None, responses: Sequence[str],
-            texts: Sequence[str], templates: Mapping[str, Any], history: str) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+            texts: Sequence[str], templates: Mapping[str, Any],
+            history: str) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
     """:func:`revision_prompts` where agent i's new block is the ``revise`` template filled with the code of its
     response ``responses[i]`` (the whole text when no code is found) and ``texts[i]``."""
-    blocks = [templates["revise"].format(previous=extract_code(r) or r.strip(), feedback=t) for r, t in zip(responses, texts)]
+    blocks = [templates["revise"].format(previous=extract_code(r) or r.strip(), feedback=t)
+              for r, t in zip(responses, texts)]
     return revision_prompts(first, earlier, blocks, history)
 
 

@@ -17,7 +17,6 @@ Registers ``humaneval``, ``mbpp`` and ``coophumaneval`` on import.
 """
 from __future__ import annotations
 
-from functools import partial
 from typing import Any, Mapping, Sequence
 
 from ..base import EnvState, Transition
@@ -94,7 +93,7 @@ class FunctionCodingEnv:
 
     def step_batch(self, states: Sequence[EnvState], responses: Sequence[Sequence[str]]) -> list[Transition]:
         return step_batch(self.preset, self.settings, self.runner, self.num_agents, states, responses,
-                          partial(self.preset.followups, expert=self.expert))
+                          lambda settings, branches: self.preset.followups(settings, branches, self.expert))
 
     # ---- evaluation ----
     def summarize(self, records) -> dict[str, Any]:
@@ -118,5 +117,6 @@ def _entry(dataset: str, description: str) -> EnvEntry:
 
 
 register_env("humaneval", _entry("humaneval", "HumanEval (164): helper aux + main entry point, or one agent"))
-register_env("mbpp", _entry("mbpp", "MBPP sanitized (427) or OpenMLRL HumanEval-style MBPP: helper + main, or one agent"))
+register_env("mbpp", _entry("mbpp", "MBPP sanitized (427) or OpenMLRL HumanEval-style MBPP: helper + main, "
+                                    "or one agent"))
 register_env("coophumaneval", _entry("coophumaneval", "CoopHumanEval (82): problems meant for a helper + main split"))

@@ -256,7 +256,7 @@ def test_methods(test: str) -> list[tuple[str, str]]:
         tree = ast.parse(test)
     except SyntaxError:
         return []
-    out = []
+    out: list[tuple[str, str]] = []
     for node in tree.body:
         if not isinstance(node, ast.ClassDef):
             continue

@@ -176,7 +176,8 @@ def plain(r: PaperReport) -> tuple[str, ...]:
 
 def with_expert_edits(first_prompts: Sequence[str], edits: Sequence[str]) -> tuple[str, ...]:
     """The first-turn prompts again, each followed by the expert's edits for that agent (if any)."""
-    return tuple(p + (f"\n\nProposed edits from an expert:\n{e}" if e.strip() else "") for p, e in zip(first_prompts, edits))
+    return tuple(p + (f"\n\nProposed edits from an expert:\n{e}" if e.strip() else "")
+                 for p, e in zip(first_prompts, edits))
 
 
 def paper_followups(mode: str, r: PaperReport, histories: Sequence[Sequence[tuple[str, str]]],

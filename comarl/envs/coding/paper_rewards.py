@@ -25,7 +25,8 @@ HELPER_DEFINED, MAIN_DEFINED, PARSES, TESTS, USES_HELPER, NOT_WRAPPER, IGNORED =
 
 
 def paper_code_reward(helper_defined: bool, main_defined: bool, parses: bool, n_tests: int, passed: int,
-                      helper_found: bool, calls_helper: bool, wrapper: bool, ignored: bool) -> tuple[float, dict[str, float]]:
+                      helper_found: bool, calls_helper: bool, wrapper: bool,
+                      ignored: bool) -> tuple[float, dict[str, float]]:
     """(team reward, parts) of the paper's function-level reward; see the module docstring.
 
     ``passed`` counts tests as the paper did (``paper_text.paper_pass_count``);

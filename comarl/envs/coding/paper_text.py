@@ -235,7 +235,7 @@ def is_wrapper(main_fn: str, helper: str = "aux") -> bool:
         return lines[0].startswith("return ") and helper in lines[0]
     if len(lines) == 2:
         m = re.search(rf"(\w+)\s*=\s*{re.escape(helper)}\s*\(", lines[0])
-        return bool(m) and lines[1] == f"return {m.group(1)}"
+        return m is not None and lines[1] == f"return {m.group(1)}"
     return False
 
 

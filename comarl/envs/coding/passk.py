@@ -66,5 +66,7 @@ def render_table(summary: dict[str, Any], per_task: bool = False) -> str:
         for tid, row in summary["per_task"].items():
             rows.append([tid] + [f"{row[k]:.4f}" if k in row else "-" for k in keys])
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
-    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths))
+    def line(r):
+        return "  ".join(c.ljust(w) for c, w in zip(r, widths))
+
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])

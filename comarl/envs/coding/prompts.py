@@ -87,7 +87,8 @@ def function_prompts(settings: "FunctionSettings", item: Mapping[str, Any]) -> t
     return tuple(settings.templates[role].format(**fields) for role in settings.roles)
 
 
-def class_prompts(settings: "ClassSettings", assignment: Sequence[Sequence[str]], item: Mapping[str, Any]) -> tuple[str, ...]:
+def class_prompts(settings: "ClassSettings", assignment: Sequence[Sequence[str]],
+                  item: Mapping[str, Any]) -> tuple[str, ...]:
     """First-turn prompts of ClassEval, one per agent: its methods (``assignment[i]``) and the others'."""
     out = []
     for i, mine in enumerate(assignment):

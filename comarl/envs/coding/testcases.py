@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import sys
 import textwrap
+from collections.abc import Sequence
 
 
 def check_snippets(test: str, entry_point: str) -> list[str]:
@@ -66,7 +67,7 @@ def _run_test_class(cls):
 '''
 
 
-def unittest_snippets(test: str, test_classes: list[str], imports: list[str] = ()) -> tuple[list[str], str]:
+def unittest_snippets(test: str, test_classes: list[str], imports: Sequence[str] = ()) -> tuple[list[str], str]:
     """ClassEval: one snippet per ``unittest.TestCase`` class, plus the trusted setup.
 
     Each snippet defines the benchmark's test module and runs one class with
@@ -107,12 +108,13 @@ def program_imports(program: str) -> list[str]:
         tree = ast.parse(program)
     except (SyntaxError, ValueError):
         return []
-    return [ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) and not getattr(n, "level", 0)]
+    return [ast.unparse(n) for n in tree.body
+            if isinstance(n, (ast.Import, ast.ImportFrom)) and not getattr(n, "level", 0)]
 
 
 def third_party(lines: list[str]) -> tuple[str, ...]:
     """Top-level names imported by ``lines`` that are not in the standard library (the packages a job needs)."""
-    names = set()
+    names: set[str] = set()
     for line in lines:
         try:
             tree = ast.parse(line)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import operator
+from collections.abc import Callable
 from typing import Any
 
 MAX_EXPONENT = 4096
@@ -24,7 +25,8 @@ _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
            ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.BitOr: operator.or_,
            ast.BitAnd: operator.and_, ast.BitXor: operator.xor, ast.MatMult: operator.matmul}
-_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_, ast.Invert: operator.invert}
+_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos,
+                                                         ast.Not: operator.not_, ast.Invert: operator.invert}
 
 
 class NotConstant(ValueError):
@@ -56,7 +58,7 @@ def evaluate(node: ast.AST) -> Any:
     if isinstance(node, ast.Dict):
         if any(k is None for k in node.keys):
             raise NotConstant(f"'**' in {ast.unparse(node)!r}")
-        return {evaluate(k): evaluate(v) for k, v in zip(node.keys, node.values)}
+        return {evaluate(k): evaluate(v) for k, v in zip(node.keys, node.values) if k is not None}  # none is None
     raise NotConstant(f"{ast.unparse(node)!r} is not literal arithmetic")
 
 

@@ -41,7 +41,8 @@ def load_multiturn_flat(source: str | None, split: str | None, limit: int | None
             f"{{id, user_prompt, function, ground_truth, turn_index}}. Cause: {e}") from e
     missing = [it["id"] for it in items if "turn_index" not in it]
     if missing:
-        raise ValueError(f"bfcl_multiturn_flat: rows without 'turn_index' (ids {missing[:5]}): not flattened multi-turn data")
+        raise ValueError(f"bfcl_multiturn_flat: rows without 'turn_index' (ids {missing[:5]}): "
+                         "not flattened multi-turn data")
     return items
 
 

@@ -106,10 +106,10 @@ def parse_calls(text: str, fmt: str = "python", names: Iterable[str] = ()) -> Pa
 
 # -- python syntax
 
-def _quiet_parse(src: str, mode: str) -> ast.AST:
+def _quiet_parse(src: str) -> ast.Module:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return ast.parse(src, mode=mode)
+        return ast.parse(src, mode="exec")
 
 
 def _dotted(node: ast.AST) -> str:
@@ -131,7 +131,7 @@ def _value(node: ast.AST) -> Any:
     if isinstance(node, ast.Dict):
         if any(k is None for k in node.keys):
             raise _BadCall("'**' inside a dict value")
-        return {_value(k): _value(v) for k, v in zip(node.keys, node.values)}
+        return {_value(k): _value(v) for k, v in zip(node.keys, node.values) if k is not None}  # none is None
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         v = _value(node.operand)
         if isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -162,21 +162,22 @@ def _call(node: ast.AST) -> ToolCall:
     return ToolCall(name, args)
 
 
-def _call_nodes(src: str) -> list[ast.AST] | None:
+def _call_nodes(src: str) -> list[ast.Call] | None:
     """The call nodes of ``src`` when it is one call, a list/tuple of calls, or call statements; else None."""
     try:
-        tree = _quiet_parse(src, "exec")
+        tree = _quiet_parse(src)
     except SyntaxError:
         return None
-    nodes: list[ast.AST] = []
+    nodes: list[ast.expr] = []
     for stmt in tree.body:
         if not isinstance(stmt, ast.Expr):
             return None
         v = stmt.value
         nodes += v.elts if isinstance(v, (ast.List, ast.Tuple)) else [v]
-    if not nodes or not all(isinstance(n, ast.Call) for n in nodes):
+    calls = [n for n in nodes if isinstance(n, ast.Call)]
+    if not nodes or len(calls) != len(nodes):
         return None
-    return nodes
+    return calls
 
 
 def gold_call_from_text(src: str, schemas: Sequence[Mapping[str, Any]]) -> ToolCall:
@@ -195,7 +196,8 @@ def gold_call_from_text(src: str, schemas: Sequence[Mapping[str, Any]]) -> ToolC
         params = schema.get("parameters", {})
         order = list(dict.fromkeys([*params.get("required", []), *params.get("properties", {})]))
         if len(node.args) > len(order):
-            raise ValueError(f"{name}: {len(node.args)} positional argument(s), the schema names {len(order)} parameter(s)")
+            raise ValueError(f"{name}: {len(node.args)} positional argument(s), "
+                             f"the schema names {len(order)} parameter(s)")
         args = {p: _value(a) for p, a in zip(order, node.args)}
         for kw in node.keywords:
             if kw.arg is None or kw.arg in args:
@@ -278,7 +280,9 @@ def _parse_python(body: str, names: Sequence[str]) -> ParsedCalls:
 
 def _logical_lines(body: str) -> list[str]:
     """Lines, with a call that spans several lines (``f(\n  a=1,\n)``) joined into one."""
-    out, buf, depth = [], [], 0
+    out: list[str] = []
+    buf: list[str] = []
+    depth = 0
     for line in body.splitlines():
         buf.append(line.strip() if buf else line)
         for _, c in _unquoted(line):  # a quote left open ends with its line (prose apostrophes)
@@ -377,8 +381,8 @@ def typed_value(v: Any, schema_type: str | None) -> Any:
     return v
 
 
-def _param_types(schemas: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+def _param_types(schemas: Iterable[Mapping[str, Any]]) -> dict[str | None, dict[str, Any]]:
+    out: dict[str | None, dict[str, Any]] = {}
     for s in schemas:
         props = (s.get("parameters") or {}).get("properties") or {}
         out.setdefault(s.get("name"), {p: (d or {}).get("type") for p, d in props.items() if isinstance(d, Mapping)})
@@ -408,7 +412,8 @@ def merge_calls(per_agent: Sequence[Sequence[ToolCall]], schemas: Iterable[Mappi
     need: Counter = Counter()
     for calls in per_agent:
         need |= Counter(call_key(c, schemas) for c in calls)
-    out, have = [], Counter()
+    out: list[ToolCall] = []
+    have: Counter = Counter()
     for calls in per_agent:
         for c in calls:
             k = call_key(c, schemas)

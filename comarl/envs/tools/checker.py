@@ -56,7 +56,7 @@ def _answer_type(accepted: Sequence[Any]) -> type | None:
     return None
 
 
-def _items_ok(value: list, accepted: Sequence[Any], item_type: type) -> bool:
+def _items_ok(value: Any, accepted: Sequence[Any], item_type: type) -> bool:
     """BFCL's one-level nested type check: some accepted list whose items' type the value's items share."""
     for alt in accepted:
         if not isinstance(alt, list):
@@ -160,7 +160,8 @@ def check_call(schema: Mapping[str, Any] | None, call: ToolCall, gold: Gold) -> 
     return None
 
 
-def match_unordered(schemas: Sequence[Mapping[str, Any]], calls: Sequence[ToolCall], gold: Sequence[Gold]) -> str | None:
+def match_unordered(schemas: Sequence[Mapping[str, Any]], calls: Sequence[ToolCall],
+                    gold: Sequence[Gold]) -> str | None:
     """BFCL's parallel (no order) verdict: None when ``calls`` match ``gold`` as a set."""
     if len(calls) != len(gold):
         return f"{len(calls)} call(s), expected {len(gold)}"

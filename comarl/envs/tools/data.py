@@ -83,7 +83,8 @@ def normalize(index: int, row: dict[str, Any], source: str, category: str | None
         request = "\n\n".join(f"{m['content']}" if m.get("role") == "user" else f"[{m.get('role')}] {m['content']}"
                               for m in msgs)
     if not isinstance(request, str) or not request.strip():
-        raise ValueError(f"{where}: no user request ('user_prompt', 'prompt' or BFCL 'question'); fields: {sorted(row)}")
+        raise ValueError(f"{where}: no user request ('user_prompt', 'prompt' or BFCL 'question'); "
+                         f"fields: {sorted(row)}")
     functions, gold = row.get("function"), row.get("ground_truth")
     functions = json.loads(functions) if isinstance(functions, str) else functions
     gold = json.loads(gold) if isinstance(gold, str) and gold.lstrip()[:1] in "[{" else gold
@@ -95,7 +96,8 @@ def normalize(index: int, row: dict[str, Any], source: str, category: str | None
     if not isinstance(gold, list) or (not gold and row.get("turn_index") is None):
         raise ValueError(f"{where}: 'ground_truth' must be a non-empty list of gold calls, got {gold!r}")
     functions = _drop_nulls(functions)
-    item = {"id": str(row.get("id", index)), "category": category or row.get("official_category") or row.get("category") or "unknown",
+    item = {"id": str(row.get("id", index)),
+            "category": category or row.get("official_category") or row.get("category") or "unknown",
             "request": request.strip(), "function": functions,
             "ground_truth": [_gold_call(g, where, functions) for g in gold]}
     if row.get("turn_index") is not None:
@@ -173,8 +175,8 @@ def load_items(source: str, split: str | None, limit: int | None, categories=Non
     else:
         rows = _hub_rows(source, split) if "/" in source and not source.startswith((".", "/", "~")) else None
         if rows is None:
-            return _select(load_rows(source, split, None, normalize, "BFCL rows {id, user_prompt, function, ground_truth}"),
-                           categories, limit)
+            hint = "BFCL rows {id, user_prompt, function, ground_truth}"
+            return _select(load_rows(source, split, None, normalize, hint), categories, limit)
         items = [normalize(i, r, source) for i, r in enumerate(rows)]
     return _select(items, categories, limit)
 

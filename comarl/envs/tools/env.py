@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Mapping, Sequence
 
-from ..base import EnvState, EvalRecord, Transition
+from ..base import EnvState, EvalRecord, Transition, scalar_reward
 from . import prompts as P
 from .bfcl_decode import decode_bfcl
 from .calls import FORMATS, parse_calls
@@ -76,7 +76,8 @@ class ToolCallEnv:
         """Reward and metrics of one joint response; ``exact`` is the scoring mode's verdict,
         ``exact_lenient`` and ``exact_bfcl`` the two readings' verdicts."""
         if len(responses) != self.num_agents:
-            raise ValueError(f"{self.name}: joint action has {len(responses)} responses, environment has {self.num_agents} agents")
+            raise ValueError(f"{self.name}: joint action has {len(responses)} responses, "
+                             f"environment has {self.num_agents} agents")
         names = [f["name"] for f in item["function"]]
         readings = {"lenient": [parse_calls(r, self.call_format, names) for r in responses],
                     "bfcl": [decode_bfcl(r, self.bfcl_format) for r in responses]}
@@ -119,7 +120,7 @@ class ToolCallEnv:
                 for key in every:
                     every[key].append(m[key])
                     by_cat[key][str(rec.item.get("category", "unknown"))].append(m[key])
-                rewards.append(float(tr.reward))
+                rewards.append(scalar_reward(tr.reward, self.name))
                 for k in ("parse", "name_f1", "args", "count", "cross_duplicate", "repeated", "lazy", "unbalanced"):
                     terms[k].append(m[k])
                 for i in range(self.num_agents):
@@ -131,7 +132,8 @@ class ToolCallEnv:
         return {
             "items": len(records), "samples": len(every["exact"]), "num_agents": self.num_agents,
             "role_mode": self.role_mode, "scoring": self.scoring, **exact,
-            "exact_any": _mean(any_exact), "reward": {"mean": _mean(rewards), "max_possible": self.weights.max_reward()},
+            "exact_any": _mean(any_exact),
+            "reward": {"mean": _mean(rewards), "max_possible": self.weights.max_reward()},
             "terms": {k: _mean(v) for k, v in terms.items()},
             "agent_call_share": [c / total if total else None for c in calls],
         }
@@ -177,7 +179,8 @@ def build_env(name: str, num_agents: int, args: Mapping[str, Any], ordered: bool
     if scoring not in SCORINGS:
         raise ValueError(f"env.args.scoring: expected one of {SCORINGS}, got {scoring!r}")
     template = args.get("prompt") or P.TEMPLATE
-    if not isinstance(template, str) or any("{" + k + "}" not in template for k in ("role", "functions", "request", "format")):
+    if not isinstance(template, str) or any("{" + k + "}" not in template
+                                            for k in ("role", "functions", "request", "format")):
         raise ValueError("env.args.prompt: the template must contain {role}, {functions}, {request} and {format}")
     return ToolCallEnv(name, num_agents, role_mode, call_format, reward_weights(args.get("reward")), ordered, template,
                        scoring)

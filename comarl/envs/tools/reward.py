@@ -138,7 +138,8 @@ def team_exact(per_agent: Sequence[Sequence[ToolCall]], gold: Sequence[C.Gold],
 
 
 def score_team(per_agent: Sequence[Sequence[ToolCall]], parsed_ok: Sequence[bool], gold: Sequence[C.Gold],
-               schemas: Sequence[Mapping[str, Any]], w: RewardWeights, ordered: bool = False) -> tuple[float, dict[str, float]]:
+               schemas: Sequence[Mapping[str, Any]], w: RewardWeights,
+               ordered: bool = False) -> tuple[float, dict[str, float]]:
     """The team reward and its terms.
 
     Args:
@@ -167,7 +168,11 @@ def score_team(per_agent: Sequence[Sequence[ToolCall]], parsed_ok: Sequence[bool
     cross = sum(v - 1 for v in Counter(k for ks in keys for k in ks).values())
     counts = [len(cs) - s for cs, s in zip(per_agent, surplus)]
     lazy = sum(c == 0 for c in counts) / n if n and g >= n else 0.0
-    unbalanced = min(1.0, sum(abs(a - b) for a, b in zip(sorted(counts, reverse=True), even_split(g, n))) / g) if g else 0.0
+    if g:
+        gaps = (abs(a - b) for a, b in zip(sorted(counts, reverse=True), even_split(g, n)))
+        unbalanced = min(1.0, sum(gaps) / g)
+    else:
+        unbalanced = 0.0
     denom = max(g, 1)
     cross_rate, repeated_rate = min(1.0, cross / denom), min(1.0, sum(surplus) / denom)
     reward = (w.exact * exact + w.parse * parse + w.name_f1 * f1 + w.args * args + w.count * count

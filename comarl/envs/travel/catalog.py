@@ -107,14 +107,15 @@ def logistics_lines(q: TravelQuery, ref: Reference, route: Sequence[DayRoute]) -
             continue
         bad = q.transportation == "no flight"
         v = transport_value("flight", f, *key)
-        lines.append(Line(f"move {key[0]} -> {key[1]}", (bad, float(f["Price"])), f"{v} | ${float(f['Price']):.0f}/person"))
+        lines.append(Line(f"move {key[0]} -> {key[1]}", (bad, float(f["Price"])),
+                          f"{v} | ${float(f['Price']):.0f}/person"))
     for (mode, a, b), cost in ref.ground.items():
         if cost is None or (a, b) not in moves:
             continue
         bad = q.transportation == "no self-driving" and mode == "self-driving"
         per = "car of 5" if mode == "self-driving" else "taxi of 4"
-        lines.append(Line(f"move {a} -> {b}", (bad, cost), f"{transport_value(mode, ref.ground_text[(mode, a, b)], a, b)}"
-                          f" | ${cost:.0f}/{per}"))
+        v = transport_value(mode, ref.ground_text[(mode, a, b)], a, b)
+        lines.append(Line(f"move {a} -> {b}", (bad, cost), f"{v} | ${cost:.0f}/{per}"))
     stay = nights(route)
     for city, rows in ref.accommodations.items():
         for r in rows:
@@ -123,9 +124,9 @@ def logistics_lines(q: TravelQuery, ref: Reference, route: Sequence[DayRoute]) -
             too_long = float(r.get("minimum nights") or 0) > stay.get(city, 0)
             price = float(r["price"]) * math.ceil(q.people / float(r.get("maximum occupancy") or 1))
             lines.append(Line(f"stay {city}", (rule_bad or type_bad or too_long, price),
-                              f"{entity_name(r['NAME'])}, {city} | ${float(r['price']):.0f}/night, max {int(r['maximum occupancy'])}"
-                              f" people | {r.get('room type')} | {r.get('house_rules')} | min {int(r['minimum nights'])}"
-                              f" nights"))
+                              f"{entity_name(r['NAME'])}, {city} | ${float(r['price']):.0f}/night, "
+                              f"max {int(r['maximum occupancy'])} people | {r.get('room type')} | "
+                              f"{r.get('house_rules')} | min {int(r['minimum nights'])} nights"))
     return lines
 
 
@@ -138,7 +139,8 @@ def experience_lines(q: TravelQuery, ref: Reference, route: Sequence[DayRoute]) 
         for r in ref.restaurants.get(city, ()):
             hits = sum(c in str(r.get("Cuisines")) for c in q.cuisine)
             lines.append(Line(f"eat {city}", (-hits, float(r["Average Cost"])),
-                              f"{entity_name(r['Name'])}, {city} | ${float(r['Average Cost']):.0f}/person | {r.get('Cuisines')}"))
+                              f"{entity_name(r['Name'])}, {city} | ${float(r['Average Cost']):.0f}/person | "
+                              f"{r.get('Cuisines')}"))
         for k, r in enumerate(ref.attractions.get(city, ())):
             lines.append(Line(f"see {city}", (k,), f"{entity_name(r['Name'])}, {city}"))
     return lines
@@ -189,7 +191,8 @@ def cost_floors(q: TravelQuery, ref: Reference, route: Sequence[DayRoute]) -> di
     for r in route:
         if r.origin:
             opts = [float(f["Price"]) * people for f in ref.flights
-                    if (f["OriginCityName"], f["DestCityName"]) == (r.origin, r.city) and q.transportation != "no flight"]
+                    if (f["OriginCityName"], f["DestCityName"]) == (r.origin, r.city)
+                    and q.transportation != "no flight"]
             for mode, div in (("self-driving", 5), ("taxi", 4)):
                 c = ref.ground.get((mode, r.origin, r.city))
                 if c is not None and not (mode == "self-driving" and q.transportation == "no self-driving"):

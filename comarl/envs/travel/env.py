@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from ...prefill import restore, with_prefill
 from ...schema import Schema, Slot, with_schema
-from ..base import EnvState, EvalRecord, Transition
+from ..base import EnvState, EvalRecord, Transition, scalar_reward
 from ..registry import EnvEntry, register_env
 from . import catalog as C
 from .data import item_query, load_items
@@ -133,11 +133,13 @@ class TravelEnv:
         return EnvState(item=item, prompts=tuple(prompts), info={"catalog_dropped": tuple(dropped)})
 
     # -- scoring
-    def score(self, item: Mapping[str, Any], responses: Sequence[str], dropped: Sequence[int] = ()) -> tuple[float, dict[str, float]]:
+    def score(self, item: Mapping[str, Any], responses: Sequence[str],
+              dropped: Sequence[int] = ()) -> tuple[float, dict[str, float]]:
         """Team reward and metrics of one joint response (the policies' completions; with ``prefill``
         the forced opening is put back in front of each before parsing)."""
         if len(responses) != self.num_agents:
-            raise ValueError(f"travelplanner: joint action has {len(responses)} responses, env has {self.num_agents} agents")
+            raise ValueError(f"travelplanner: joint action has {len(responses)} responses, "
+                             f"env has {self.num_agents} agents")
         q, ref = item_query(item), parse_reference(item["reference"])
         parsed = [parse_agent(restore(self.answer_prefix(i), r), q.days) for i, r in enumerate(responses)]
         m = merge(parsed, self.roles, q.days)
@@ -202,7 +204,7 @@ class TravelEnv:
         ``reward_mean``, ``max_reward``.
         """
         ms = [t.metrics for r in records for t in r.transitions]
-        rewards = [float(t.reward) for r in records for t in r.transitions]
+        rewards = [scalar_reward(t.reward, "travelplanner") for r in records for t in r.transitions]
         n = len(ms)
         if not n:
             return {"samples": 0}
@@ -331,7 +333,8 @@ def _slot_tokens(value: Any) -> dict[str, int]:
             if not ok(n):
                 raise ValueError(f"env.args.slot_tokens.{f}: expected a positive integer, got {n!r}")
         return dict(value)
-    raise ValueError(f"env.args.slot_tokens: expected a positive integer or a {{field: integer}} mapping, got {value!r}")
+    raise ValueError(f"env.args.slot_tokens: expected a positive integer or a {{field: integer}} mapping, "
+                     f"got {value!r}")
 
 
 register_env("travelplanner", EnvEntry(build, load_items, "TravelPlanner: logistics + daily-experience planners, "

@@ -128,7 +128,7 @@ def valid_city_sequence(cities: Sequence[str]) -> bool:
 
 
 def diverse_restaurants(q: TravelQuery, plan: Plan) -> Check:
-    seen: set[str] = set()
+    seen: set[Any] = set()
     for i, day in enumerate(days_of(q, plan)):
         for meal in MEALS:
             v = day.get(meal)
@@ -252,7 +252,8 @@ def valid_accommodation(q: TravelQuery, plan: Plan, ref: Reference) -> Check:
 
 def complete_information(q: TravelQuery, plan: Plan) -> Check:
     days = days_of(q, plan)
-    filled_days = [d for d in days if d and d.get("current_city") != "You don't need to fill in the information for this or later days."]
+    unfilled = "You don't need to fill in the information for this or later days."
+    filled_days = [d for d in days if d and d.get("current_city") != unfilled]
     if len(filled_days) != q.days:
         return False, f"the plan should have {q.days} days"
     visited: set[str] = set()

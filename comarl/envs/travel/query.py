@@ -118,8 +118,10 @@ def parse_start_date(text: str) -> dt.date:
     t = text.lower()
     months = "|".join(_MONTHS)
     year = re.search(r"\b(20\d\d)\b", t)
-    found = [(m.start(), m.group(1), m.group(2)) for m in re.finditer(rf"({months})\s+(\d{{1,2}})(?:st|nd|rd|th)?\b", t)]
-    found += [(m.start(), m.group(2), m.group(1)) for m in re.finditer(rf"(\d{{1,2}})(?:st|nd|rd|th)\b[^.?!]*?\b({months})", t)]
+    month_day = rf"({months})\s+(\d{{1,2}})(?:st|nd|rd|th)?\b"
+    day_month = rf"(\d{{1,2}})(?:st|nd|rd|th)\b[^.?!]*?\b({months})"
+    found = [(m.start(), m.group(1), m.group(2)) for m in re.finditer(month_day, t)]
+    found += [(m.start(), m.group(2), m.group(1)) for m in re.finditer(day_month, t)]
     if not found:
         raise ValueError(f"no start date in query {text!r}")
     _, month, day = min(found)
@@ -130,8 +132,8 @@ def parse_local_constraints(text: str) -> dict[str, Any]:
     """House rule, room type, cuisines and transportation rule named in the query text."""
     t = text.lower()
     house = None
-    for key, pat in (("smoking", r"smok"), ("parties", r"\bparties\b|\bparty\b(?! of)"), ("children under 10", r"children"),
-                     ("visitors", r"visitor"), ("pets", r"pet-friendly|\bpets\b")):
+    for key, pat in (("smoking", r"smok"), ("parties", r"\bparties\b|\bparty\b(?! of)"),
+                     ("children under 10", r"children"), ("visitors", r"visitor"), ("pets", r"pet-friendly|\bpets\b")):
         if re.search(pat, t):
             house = key
             break
@@ -174,7 +176,8 @@ def parse_query_text(text: str, org: str | None = None, cities: tuple[str, ...] 
     if budget is None:
         raise ValueError(f"no budget ($...) in query {text!r}")
     if org is None:
-        m = re.search(r"(?:from|departing|starting in|beginning in|leaving from|leaving|leave|starts in|originating from|commences in)\s+([A-Z][\w.' -]+?)"
+        m = re.search(r"(?:from|departing|starting in|beginning in|leaving from|leaving|leave|starts in"
+                      r"|originating from|commences in)\s+([A-Z][\w.' -]+?)"
                       r"(?:\s+(?:to|and|for|moving|heading|towards)\b|,|\?|\.)", text)
         if m is None:
             raise ValueError(f"no origin in query {text!r}")

@@ -117,7 +117,8 @@ def table_rows(text: str) -> list[dict[str, Any]]:
     if not lines:
         return []
     header = lines[0]
-    names, ends = [], []
+    names: list[str] = []
+    ends: list[int] = []
     for m in re.finditer(r"\S+", header):
         if names and f"{names[-1]} {m.group(0)}" in _MULTIWORD or names and names[-1] in _PARTIAL and \
                 any(w.startswith(f"{names[-1]} {m.group(0)}") for w in _MULTIWORD):

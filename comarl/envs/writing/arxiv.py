@@ -54,7 +54,8 @@ PROMPT_SINGLE = (
 
 # preset "paper": the reference's two roles, constraints and output format, in our own words
 # (the verbatim prompts are the formatters in OpenMLRL/LLM_Collab_Writing train_magrpo.py)
-_PAPER_HEAD = "Expand the scientific abstract below into content for the introduction section of the paper.\n\nAbstract:\n{text}\n\nGuidelines:\n"
+_PAPER_HEAD = ("Expand the scientific abstract below into content for the introduction section of the paper.\n\n"
+               "Abstract:\n{text}\n\nGuidelines:\n")
 PAPER_PROMPT_BACKGROUND = (
     _PAPER_HEAD + "- Another writer covers the methodology and the implications.\n"
     "- Write only about the background and the motivation.\n"
@@ -116,4 +117,5 @@ def build(num_agents: int = 2, **args: Any) -> WritingEnv:
     return build_env(TASK, num_agents, args)
 
 
-register_env("arxiv", EnvEntry(build, load_items, "arXiv: expand an abstract into an introduction (1-3 agents, one section each)"))
+register_env("arxiv", EnvEntry(build, load_items,
+                               "arXiv: expand an abstract into an introduction (1-3 agents, one section each)"))

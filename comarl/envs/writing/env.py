@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from ..base import EnvState, EvalRecord, Transition
+from ..base import EnvState, EvalRecord, Transition, scalar_reward
 from . import paper_reward as PR
 from . import reward as R
 from . import words
@@ -101,7 +101,7 @@ class WritingEnv:
             raise KeyError(f"{self.task.name}: item has no 'text' field; use the task's load_items() to build items "
                            f"(fields: {sorted(item)})")
         if self.num_agents == 1:
-            prompts = (self.single_prompt.replace("{marker}", self.marker).replace("{text}", text),)
+            prompts: tuple[str, ...] = (self.single_prompt.replace("{marker}", self.marker).replace("{text}", text),)
         else:
             prompts = tuple(t.replace("{text}", text) for t in self.prompts)
         return EnvState(item=item, prompts=prompts)
@@ -110,7 +110,8 @@ class WritingEnv:
         """The role-ordered parts of one joint response, and whether the single
         agent's markers were all found (always True with N >= 2)."""
         if len(responses) != self.num_agents:
-            raise ValueError(f"{self.task.name}: joint action has {len(responses)} responses, environment has {self.num_agents} agents")
+            raise ValueError(f"{self.task.name}: joint action has {len(responses)} responses, "
+                             f"environment has {self.num_agents} agents")
         if self.num_agents == 1:
             return split_marker(responses[0], self.marker, len(self.roles))
         return list(responses), True
@@ -145,7 +146,7 @@ class WritingEnv:
         for rec in records:
             ref = str(rec.item.get(ref_field) or "").strip() if ref_field else ""
             for resp, tr in zip(rec.responses, rec.transitions, strict=True):
-                rewards.append(float(tr.reward))
+                rewards.append(scalar_reward(tr.reward, self.task.name))
                 m = tr.metrics
                 levels.append(float(m.get("level", 0.0)))
                 degenerate += int(m.get("degenerate", 0.0) > 0)
@@ -154,8 +155,9 @@ class WritingEnv:
                 parts, _ = self.parts(resp)
                 lengths = [words.length_words(p) for p in parts]
                 rs = R.pair_ratios(lengths)
-                if all(r is not None for r in rs):
-                    ratios.append(sum(rs) / len(rs))
+                defined = [r for r in rs if r is not None]
+                if len(defined) == len(rs):
+                    ratios.append(sum(defined) / len(rs))
                 if ref:
                     pairs.append((parts, ref))
         n = len(rewards)
@@ -210,7 +212,8 @@ def rouge_summary(pairs: Sequence[tuple[Sequence[str], str]], roles: Sequence[st
 
 
 def build_env(task: WritingTask, num_agents: int, args: Mapping[str, Any]) -> WritingEnv:
-    """Check ``env.args``, choose the preset (``env.args.preset``, default ``default``) and let it build the environment.
+    """Check ``env.args``, choose the preset (``env.args.preset``, default ``default``) and let it build the
+    environment.
 
     Raises:
         ValueError: naming the bad key (``env.args.<key>``) or ``num_agents``.

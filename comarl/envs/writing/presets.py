@@ -48,10 +48,12 @@ class DefaultPreset:
             raise ValueError("env.args.prompts: one agent uses env.args.single_prompt, not a prompt list")
         else:
             if isinstance(prompts, str) or not isinstance(prompts, Sequence) or len(prompts) != num_agents:
-                raise ValueError(f"env.args.prompts: expected a list of {num_agents} templates (one per agent), got {prompts!r}")
+                raise ValueError(f"env.args.prompts: expected a list of {num_agents} templates (one per agent), "
+                                 f"got {prompts!r}")
             for i, p in enumerate(prompts):
                 if not isinstance(p, str) or "{text}" not in p:
-                    raise ValueError(f"env.args.prompts[{i}]: the template for agent {i + 1} must be a string containing {{text}}")
+                    raise ValueError(f"env.args.prompts[{i}]: the template for agent {i + 1} must be a string "
+                                     "containing {text}")
         cfg = R.reward_config(args.get("reward"), self.reward)
         return WritingEnv(task, num_agents, prompts, single, marker, cfg, score=partial(R.score_parts, cfg=cfg),
                           max_reward=R.max_reward(cfg))

@@ -150,7 +150,8 @@ def score_parts(parts: Sequence[str], cfg: RewardConfig) -> tuple[float, dict[st
     n_cat = len(words.transition_categories(" ".join(parts), cfg.transitions))
 
     def mean_defined(rs: list[float | None]) -> float:
-        return sum(rs) / len(rs) if rs and all(r is not None for r in rs) else 0.0
+        defined = [r for r in rs if r is not None]
+        return sum(defined) / len(rs) if rs and len(defined) == len(rs) else 0.0
 
     metrics = {
         "level": 0.0, "level1": 0.0, "level2": 0.0, "level3": 0.0, "level4": 0.0, "degenerate": 0.0,
@@ -207,7 +208,8 @@ def _band_from(value: Any, key: str) -> Band:
         except (TypeError, ValueError) as e:
             raise ValueError(f"{key}: band values must be numbers ({e})") from None
     else:
-        raise ValueError(f"{key}: a band is a mapping {{low, high, zero_below, zero_above}} or a list [zero_below, low, high, zero_above], got {value!r}")
+        raise ValueError(f"{key}: a band is a mapping {{low, high, zero_below, zero_above}} or a list "
+                         f"[zero_below, low, high, zero_above], got {value!r}")
     if any(math.isnan(v) for v in (band.low, band.high, band.zero_below, band.zero_above)):
         raise ValueError(f"{key}: band values must not be NaN")
     if band.low > band.high:
@@ -219,7 +221,8 @@ def _band_from(value: Any, key: str) -> Band:
     return band
 
 
-def reward_config(overrides: Mapping[str, Any] | None, defaults: RewardConfig, key: str = "env.args.reward") -> RewardConfig:
+def reward_config(overrides: Mapping[str, Any] | None, defaults: RewardConfig,
+                  key: str = "env.args.reward") -> RewardConfig:
     """``defaults`` with ``overrides`` applied and checked.
 
     Raises:

@@ -101,4 +101,5 @@ def demo_items() -> list[dict[str, Any]]:
         return load_items(str(p), "train", None)
 
 
-register_env("tldr", EnvEntry(build, load_items, "TL;DR: concise + detailed summaries of a Reddit post (2 agents, or 1 with a marker)"))
+register_env("tldr", EnvEntry(build, load_items,
+                              "TL;DR: concise + detailed summaries of a Reddit post (2 agents, or 1 with a marker)"))
