@@ -122,3 +122,19 @@ def test_resume_pushes_the_loaded_weights(tmp_path):
     for want, c in zip(trained, engine.copies):
         got = c.model.state_dict()
         assert all(torch.equal(want[k], got[k]) for k in want)
+
+
+def test_heldout_score_samples_with_the_trainers_generator():
+    from comarl.heldout import heldout_score
+
+    team = agents()
+    engine = CopyEngine(team)
+    calls = []
+
+    def counting(agents_, prompt_ids, k, **kw):
+        calls.append(k)
+        return engine(agents_, prompt_ids, k, **kw)
+
+    score = heldout_score(team, toy_env(), ITEMS[:2], greedy=True, generator=counting)
+    assert calls == [1] and len(score.per_item) == 2
+    assert heldout_score(team, toy_env(), ITEMS[:2], greedy=True).per_item == score.per_item  # the same weights
