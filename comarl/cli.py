@@ -42,6 +42,7 @@ def _train(args) -> int:
         return 130
     finally:
         _close(trainer.env)
+        trainer.close()  # generator vllm: its engines
     if history:
         last = history[-1]
         print(f"done: {trainer.state.step} steps, reward {last.get('reward/mean', float('nan')):.4f}")

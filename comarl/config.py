@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from .agents import AgentConfig
 from .config_io import ConfigError, aliased, apply_overrides, canonical, canonical_key, from_dict, read_yaml
 from .critics.settings import CriticSettings
+from .generation.vllm_settings import EngineSettings
 from .losses import KL_ESTIMATORS, NORMALISATIONS
 from .preference.marlhf import RewardModelSettings
 from .preference.settings import PreferenceSettings
@@ -90,6 +91,9 @@ class LossConfig:
     """Dropout off in the update forward too (sampling, old and reference log-probs never use it)."""
     max_grad_norm: float = 1.0
     """Gradient clipping per agent (0 = off)."""
+    tis_cap: float | None = None
+    """generator vllm: weigh each token's loss by min(exp(trainer logp - engine logp), tis_cap), truncated importance
+    sampling for the engine/trainer mismatch (docs/vllm.md); None = off."""
 
     def validate(self) -> None:
         if self.loss_normalization not in NORMALISATIONS:
@@ -111,6 +115,8 @@ class LossConfig:
             _bad("num_iterations", f"must be >= 1, got {self.num_iterations}")
         if self.max_grad_norm < 0:
             _bad("max_grad_norm", f"must be >= 0, got {self.max_grad_norm}")
+        if self.tis_cap is not None and not self.tis_cap > 0:
+            _bad("tis_cap", f"must be > 0 or null, got {self.tis_cap}")
 
 
 @dataclass
@@ -212,6 +218,11 @@ class HardwareConfig:
     (docs/shared_prefix.md)."""
     batch_adapters: bool = True
     """LoRA agents on one base with equal generation settings share one generate call (docs/lora.md)."""
+    generator: str = "hf"
+    """Who samples the rollouts: hf (Hugging Face generate) | vllm (a vLLM engine per base model in this process,
+    weights pushed after each optimiser step; docs/vllm.md)."""
+    vllm: EngineSettings = field(default_factory=EngineSettings)
+    """generator vllm: how the engines are built (KV-cache memory, threads, dtype; docs/vllm.md); unused with hf."""
 
     def validate(self, num_agents: int) -> None:
         """Device, precision, memory and backend keys (docs/distributed.md)."""
@@ -238,6 +249,22 @@ class HardwareConfig:
         if self.sharding == "fsdp" and self.reference_device is not None:
             raise ConfigError("train.reference_device: a sharded reference lives on the ranks' devices; "
                               "leave it null with train.sharding=fsdp")
+        self.validate_generator()
+
+    def validate_generator(self) -> None:
+        """``generator`` and the hardware it cannot run with (docs/vllm.md, "Supported and refused")."""
+        if self.generator not in ("hf", "vllm"):
+            raise ConfigError(f"train.generator: must be hf or vllm, got {self.generator!r}")
+        if self.generator != "vllm":
+            return
+        if self.sharding != "none":
+            raise ConfigError("train.generator: vllm engines hold whole models and are not pushed from FSDP2 shards "
+                              "yet; use generator: hf with sharding: fsdp (or sharding: none)")
+        far = [d for d in self.agent_devices or [] if d.startswith("cuda:") and d != "cuda:0"]
+        if far:
+            raise ConfigError(f"train.agent_devices: an in-process vLLM engine runs on the first visible GPU (cuda:0), "
+                              f"got {far[0]}; keep vllm agents on cuda:0 or use generator: hf")
+        self.vllm.validate("train.hardware.vllm")
 
 
 SECTIONS = {"rollout": RolloutConfig, "loss": LossConfig, "run": RunConfig, "hardware": HardwareConfig}
@@ -291,6 +318,26 @@ class TrainConfig:
         self.hardware.validate(num_agents)
         self.critic.validate()
         self.preference.validate()
+
+    def check_generator(self, given: Any = None) -> None:
+        """What the chosen generator needs (after the algorithm's checks, whose reasons come first): ``tis_cap``
+        an engine's log-probs, vllm one process and an importable ``vllm`` (docs/vllm.md). ``given``: a team
+        generator passed to the Trainer, which may bring its own log-probs."""
+        import os
+
+        from .generation.vllm_settings import vllm_installed
+
+        if self.loss.tis_cap is not None and self.hardware.generator != "vllm" and given is None:
+            _bad("tis_cap", "corrects for the vLLM engine's log-probs; it needs train.generator: vllm (hf samples "
+                            "with the trainer's own weights and kernels)")
+        if self.hardware.generator != "vllm":
+            return
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ConfigError("train.generator: vllm runs one engine in one training process; torchrun with "
+                              f"{os.environ['WORLD_SIZE']} ranks is not supported yet (use generator: hf)")
+        if not vllm_installed():
+            raise ConfigError("train.generator: vllm is not installed; GPU: pip install -e '.[vllm]' with your CUDA "
+                              "torch, CPU: scripts/install_vllm_cpu.sh (docs/vllm.md)")
 
 
 @dataclass
@@ -386,6 +433,7 @@ class ExperimentConfig:
         alg = get_algorithm(self.train.algorithm)
         self.train.validate(len(self.agents), alg.generations_needed(self.train))
         alg.check_config(self.train, self.agents)
+        self.train.check_generator()
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> ExperimentConfig:

@@ -185,7 +185,8 @@ def run_demo(model: str = "tiny", task: str = "writing", steps: int = 0, output_
 
     def score(when: str) -> HeldOutScore:
         t = time.perf_counter()
-        s = heldout_score(trainer.agents, env, heldout, samples=HELDOUT_SAMPLES, greedy=greedy, seed=seed)
+        s = heldout_score(trainer.agents, env, heldout, samples=HELDOUT_SAMPLES, greedy=greedy, seed=seed,
+                          generator=trainer.generator)
         print(f"held-out score {when} training: {s}  [{time.perf_counter() - t:.0f}s]")
         return s
 

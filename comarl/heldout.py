@@ -69,12 +69,11 @@ def _team_reward(reward) -> float:
     return float(np.mean(getattr(reward, "values", [reward])))
 
 
-def _staged_joints(agents, env, graph, states, k: int, greedy: bool, batch_size: int) -> list[tuple[str, ...]]:
+def _staged_joints(agents, env, graph, states, k: int, greedy: bool, batch_size: int,
+                   generate_for_agents) -> list[tuple[str, ...]]:
     """A team graph's joint responses, ``k`` per item (item-major): the first stage writes k samples per item,
     every later agent one per branch, from the prompt holding what it reads (``comarl/stages.py``); one
     ``generate`` per agent and stage."""
-    from .rollout import generate_for_agents
-
     n = len(agents)
     branches: list[tuple[Any, dict[int, str]]] = [(s, {}) for s in states for _ in range(k)]  # (state, agent -> text)
     for si, stage in enumerate(graph.stages):
@@ -98,7 +97,7 @@ def _staged_joints(agents, env, graph, states, k: int, greedy: bool, batch_size:
 
 @torch.no_grad()
 def heldout_score(agents: Sequence, env, items: Sequence[dict], samples: int = 1, greedy: bool = True,
-                  seed: int = 0, batch_size: int = 0) -> HeldOutScore:
+                  seed: int = 0, batch_size: int = 0, generator=None) -> HeldOutScore:
     """Score ``agents`` on ``items`` without training (first turn of each item).
 
     ``greedy`` decodes one completion per agent and item; otherwise ``samples``
@@ -106,10 +105,13 @@ def heldout_score(agents: Sequence, env, items: Sequence[dict], samples: int = 1
     RNG, so the caller's random stream (the training run's) is not touched and
     two calls on the same weights give the same number. With a team graph the
     first stage writes those, and every later agent one per branch, reading it. ``batch_size`` caps the
-    prompts per ``generate`` call (0: all in one call).
+    prompts per ``generate`` call (0: all in one call). ``generator``: the team generator
+    (``generation/team.py``; a trainer's ``Trainer.generator``, e.g. its vLLM engines, whose sampling stream
+    is the engine's own: ``seed`` then fixes greedy runs only); None: Hugging Face ``generate``.
     """
     from .rollout import generate_for_agents
 
+    team_generate = generator or generate_for_agents
     if not items:
         raise ValueError("heldout_score: no held-out items")
     k = 1 if greedy else samples
@@ -121,10 +123,10 @@ def heldout_score(agents: Sequence, env, items: Sequence[dict], samples: int = 1
         torch.manual_seed(seed)
         if graph.is_single:
             prompt_ids = [agent.encode_prompts([s.prompts[i] for s in states]) for i, agent in enumerate(agents)]
-            comps = generate_for_agents(agents, prompt_ids, k, greedy=greedy, batch_size=batch_size)
+            comps = team_generate(agents, prompt_ids, k, greedy=greedy, batch_size=batch_size)
             joint = [tuple(c.texts[p * k + j] for c in comps) for p in range(len(states)) for j in range(k)]
         else:
-            joint = _staged_joints(agents, env, graph, states, k, greedy, batch_size)
+            joint = _staged_joints(agents, env, graph, states, k, greedy, batch_size, team_generate)
     joint_states = [s for s in states for _ in range(k)]
     rewards = [_team_reward(t.reward) for t in env.step_batch(joint_states, joint)]
     per_item = tuple(float(np.mean(rewards[p * k:(p + 1) * k])) for p in range(len(states)))

@@ -334,8 +334,8 @@ class _Accumulator:
     num_completions: int = 0
 
     def __post_init__(self):
-        self.samples = [dict(prompt_ids=[], completion_ids=[], truncated=[], texts=[], forced=[], structured=False)
-                        for _ in range(self.n)]
+        self.samples = [dict(prompt_ids=[], completion_ids=[], truncated=[], texts=[], forced=[], structured=False,
+                             engine_logprobs=[], from_engine=True) for _ in range(self.n)]
         self.nodes = [[] for _ in range(self.n)]
 
     def add_metric(self, key: str, value: float, count: int = 1) -> None:
@@ -350,6 +350,9 @@ def _store(store: dict, p_ids: list, comp, per_prompt: int) -> None:
     store["texts"] += comp.texts
     store["forced"] += comp.forced if comp.forced is not None else [[False] * len(c) for c in comp.ids]
     store["structured"] |= comp.forced is not None
+    engine = getattr(comp, "logprobs", None)  # a vLLM engine's (EngineCompletions); HF gives none
+    store["from_engine"] &= engine is not None
+    store["engine_logprobs"] += engine if engine is not None else []
 
 
 def _sample_stage(agents, env, graph: StageGraph, si: int, level: list[_Node], k: int, s: RolloutSettings,
@@ -590,7 +593,8 @@ def _agent_samples(i: int, acc: _Accumulator, greedy_baseline: bool) -> AgentSam
                         truncated=torch.tensor(st["truncated"], dtype=torch.bool), texts=st["texts"],
                         returns=torch.stack(credited).float() if credited else torch.zeros(0, 0),
                         turns=torch.tensor([nd.turn for nd in nodes], dtype=torch.long),
-                        baseline=baseline, forced=st["forced"] if st["structured"] else None)
+                        baseline=baseline, forced=st["forced"] if st["structured"] else None,
+                        engine_logprobs=st["engine_logprobs"] if st["from_engine"] and nodes else None)
 
 
 def _stage_metrics(graph: StageGraph, groups: list[_Node], agents, metrics: dict, counts: dict) -> None:

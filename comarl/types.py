@@ -38,6 +38,8 @@ class AgentSamples:
     """[G, K] GAE advantages from a critic (actor-critic algorithms), else None."""
     forced: list[list[bool]] | None = None
     """[S] per completion token, True where a schema forced it (structured generation): out of the loss; else None."""
+    engine_logprobs: list[list[float]] | None = None
+    """[S] per completion token, the log-prob the generator sampled it with (a vLLM engine's), else None."""
 
     @property
     def num_samples(self) -> int:
@@ -52,6 +54,19 @@ def joined_samples(samples: list[AgentSamples]) -> tuple[list, list, list | None
     forced = None if all(s.forced is None for s in samples) else \
         [f for s in samples for f in (s.forced or [[False] * len(c) for c in s.completion_ids])]
     return prompts, comps, forced
+
+
+def joined_engine_logprobs(samples: list[AgentSamples]) -> list[list[float]] | None:
+    """One agent's engine log-probs over several rollout chunks, concatenated ([S] lists); None unless every
+    chunk has them."""
+    if not samples:
+        return None
+    out: list[list[float]] = []
+    for s in samples:
+        if s.engine_logprobs is None:
+            return None
+        out.extend(s.engine_logprobs)
+    return out
 
 
 @dataclass

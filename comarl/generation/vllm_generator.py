@@ -5,7 +5,9 @@
 * every full-weight agent gets its own engine (agents that share one model object, ``share_weights_with``,
   share it); all LoRA agents on one :class:`~comarl.lora.SharedBase` share ONE engine serving the frozen
   base, with one adapter per agent;
-* :meth:`VLLMGenerator.generate_for_agents` has the signature of ``rollout.generate_for_agents`` and
+* :meth:`VLLMGenerator.generate_for_agents` (also the object's ``__call__``: it is a team generator,
+  ``generation/team.py``, the rollout's and ``train.generator: vllm``'s) has the signature of
+  ``rollout.generate_for_agents`` and
   returns the same per-agent :class:`~comarl.generation.hf.Completions` (as
   :class:`~comarl.generation.vllm_engine.EngineCompletions`, with the engine's log-probs); the agents
   of one engine go through ONE engine call (a LoRA request and sampling settings per prompt, so agents
@@ -130,6 +132,11 @@ class VLLMGenerator:
         if rest:
             self._hf_calls(rest, prompt_ids, k, greedy, batch_size, batch_adapters, schemas, share_prefix, scope, out)
         return out
+
+    def __call__(self, agents: Sequence, prompt_ids: list[list[list[int]]], k: int, **kwargs) -> list[Completions]:
+        """The team generator contract (``generation/team.py``; ``RolloutSettings.generator``):
+        :meth:`generate_for_agents`."""
+        return self.generate_for_agents(agents, prompt_ids, k, **kwargs)
 
     def _engine_call(self, engine: VLLMEngine, key: tuple, idx: list[int], prompt_ids, k: int, greedy: bool,
                      schemas: list, out: list) -> None:

@@ -7,10 +7,11 @@ minutes a 7B model takes to load and shard); ``build_run`` then builds, for the 
     agents (rank 0 reads them under sharding, the others build on meta) -> the critic the record names
     -> fp16 scalers, memory savers -> references (the KL term, or an update that learns against one)
     -> FSDP2 sharding of agents, references and critic -> optimisers -> the source (the run's length)
-    -> schedulers -> the update
+    -> schedulers -> the generator (``train.generator: vllm``: engines built from the final weights) -> the update
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 from dataclasses import dataclass
@@ -64,13 +65,17 @@ def check_items(env: Environment, items: list[dict], what: str) -> None:
             raise ConfigError(f"{what}[{i}]: env.reset gave {len(state.prompts)} prompts for {env.num_agents} agents")
 
 
-def check_run(cfg, algorithm: Algorithm, agents: Sequence, env: Environment) -> None:
-    """Every check that needs no model: the config, the algorithm's own (``Algorithm.check``), the tree size
-    and the team size the environment expects."""
+def check_run(cfg, algorithm: Algorithm, agents: Sequence, env: Environment, generator=None) -> None:
+    """Every check that needs no model: the config, the algorithm's own (``Algorithm.check``), the tree size,
+    the team size the environment expects and the generator (``generator``: one the caller built)."""
     cfg.validate(len(agents), algorithm.generations_needed(cfg))
     check_tree_size(cfg.rollout.joint_mode, cfg.rollout.num_generations, len(agents), cfg.rollout.num_turns,
                     cfg.rollout.max_samples_per_item, stage_graph(env, len(agents)))  # and the team graph (stages.py)
     algorithm.check_config(cfg, list(agents))
+    if generator is not None and cfg.hardware.generator != "hf":
+        raise ConfigError(f"train.generator: {cfg.hardware.generator} and Trainer(generator=...) both choose the "
+                          f"generator; give one")
+    cfg.check_generator(generator)  # tis_cap, vllm importable, one process (after the algorithm's own reasons)
     if getattr(env, "num_agents", len(agents)) != len(agents):
         raise ConfigError(f"agents: the environment expects {env.num_agents} agents, {len(agents)} given")
 
@@ -100,21 +105,48 @@ def place_agents(agents: Sequence, cfg, rank0_build: bool) -> list[Agent]:
     return built_on_rank0(build_agents, placed) if rank0_build else build_agents(placed)
 
 
+@contextlib.contextmanager
+def kept_random_state():
+    """Python's, numpy's and torch's random states as they were on entry, restored on exit (an in-process vLLM
+    engine seeds all three when it starts)."""
+    py, np_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng():
+        yield
+    random.setstate(py)
+    np.random.set_state(np_state)
+
+
+def build_generator(agents: Sequence, cfg, given=None):
+    """The rollouts' team generator: ``given`` (``Trainer(generator=...)``), else a ``VLLMGenerator`` over the
+    built agents when ``train.generator`` is vllm (its engines start from the agents' current weights; their
+    seed is ``train.hardware.vllm.seed``, else the run's), else None (Hugging Face ``generate``)."""
+    if given is not None or cfg.hardware.generator != "vllm":
+        return given
+    from ..generation.vllm_generator import VLLMGenerator
+
+    settings = cfg.hardware.vllm
+    if settings.seed is None:
+        settings = dataclasses.replace(settings, seed=cfg.run.seed)
+    with kept_random_state():  # the run's random streams stay its own
+        return VLLMGenerator(agents, settings)
+
+
 @dataclass
 class Run:
-    """A built run: the team, the update each step runs, the source of each step's batch."""
+    """A built run: the team, the update each step runs, the source of each step's batch, the generator."""
 
     team: Team
     update: Any
     source: Any
     critic: Any = None
+    generator: Any = None
 
 
 def build_run(agents: Sequence, env: Environment, items: list[dict], cfg, algorithm: Algorithm,
               generator=None) -> Run:
     """The Team, critic, update and source of ``algorithm`` (``check_run`` has passed; the process group, if
     any, is up). Every rank calls it. ``generator``: the team generator of the rollouts (None: Hugging
-    Face's)."""
+    Face's; ``train.generator: vllm`` builds one)."""
     step_alg = algorithm.step_algorithm(cfg)
     # sharded: rank 0 builds the models on the CPU, the other ranks on `meta`, and every module is sharded
     # with rank 0's weights (Sharding.add), so no rank holds an agent whole on its device
@@ -143,12 +175,14 @@ def build_run(agents: Sequence, env: Environment, items: list[dict], cfg, algori
     if team.sharding is not None and critic is not None:  # on the same mesh; its optimisers rebuilt
         shard_critic(critic, team.sharding)
     team.optimizers = [build_optimizer(a.model, a.config, f"agents.{i}") for i, a in enumerate(team.agents)]
+    team.generator = generator = build_generator(team.agents, cfg, generator)  # synced after each optimiser step
     parts = Parts(cfg, team, env, items, step_alg, critic, generator)
     source = algorithm.source(parts)
     total_opt = source.total_steps * cfg.loss.num_iterations
     team.schedulers = [build_scheduler(o, cfg.run.lr_scheduler, cfg.run.warmup_steps, total_opt)
                        for o in team.optimizers]
-    return Run(team, algorithm.update(parts), source, critic)
+    return Run(team, algorithm.update(parts), source, critic, generator)
 
 
-__all__ = ["Run", "as_items", "build_run", "check_items", "check_run", "place_agents", "seed_everything"]
+__all__ = ["Run", "as_items", "build_generator", "build_run", "check_items", "check_run", "kept_random_state",
+           "place_agents", "seed_everything"]

@@ -61,7 +61,9 @@ class Trainer:
         config: :class:`TrainConfig`.
         eval_dataset: optional items for :meth:`evaluate`.
         generator: the team generator rollouts use (``comarl.generation.team`` contract; e.g. a scripted
-            one in a test); None: Hugging Face ``generate``.
+            one in a test); None: the config's ``train.generator`` (Hugging Face ``generate``, or vLLM engines,
+            closed by :meth:`close`). One with a ``sync(agents)`` method gets the trained weights after every
+            optimiser step that changed them, after a resume, and before the first rollout.
     """
 
     def __init__(self, agents: Sequence[Agent | AgentConfig | str], env: Environment, train_dataset: Any,
@@ -72,7 +74,7 @@ class Trainer:
         if policy is None:
             env = policy = with_error_policy(env, "raise")
         self.error_policy = policy
-        check_run(cfg, self.algorithm, agents, env)  # every config check, before data and models
+        check_run(cfg, self.algorithm, agents, env, generator)  # every config check, before data and models
         if cfg.run.output_dir and dist.launch_rank() == 0:
             run_dir.prepare_output_dir(cfg.run.output_dir, cfg.run.resume, cfg.run.overwrite)
         self.run_id = run_dir.new_run_id()  # a resumed run takes its checkpoint's id (resume)
@@ -88,8 +90,8 @@ class Trainer:
         self.error_policy.name_items(self.eval_items, "eval_dataset")
         dist.init_from_env(cfg.hardware.dist_backend)
         run = build_run(agents, env, self.train_items, cfg, self.algorithm, generator)
-        self.generator = generator
         self.team, self.update, self.source, self.critic = run.team, run.update, run.source, run.critic
+        self.generator = run.generator
         self.total_steps = self.source.total_steps
         self.state = TrainState(self.source.cursor, self.team.counters)
         if self.error_policy.on_error == "zero":
@@ -97,7 +99,9 @@ class Trainer:
         self.history: list[dict[str, float]] = []
         self._last_examples: list[dict] = []
         if cfg.run.resume:
-            self.resume(cfg.run.resume)
+            self.resume(cfg.run.resume)  # (pushes the loaded weights)
+        elif generator is not None:  # built by the caller, maybe before the agents were placed or broadcast
+            self.team.sync_generator(everything=True)
 
     # the team's and the source's members, as a user reads them
     agents = property(lambda self: self.team.agents)
@@ -122,6 +126,7 @@ class Trainer:
     def training_step(self, items: list[dict]) -> dict[str, float]:
         """One update on ``items`` (this rank's), outside the loop's schedule."""
         out = self.update.step(self.team, PromptBatch(items, self.env), self.state.step)
+        out.metrics.update(self.team.sync_generator())
         self._last_examples = out.examples or self._last_examples
         return out.metrics
 
@@ -179,6 +184,7 @@ class Trainer:
         done, errors = self.state.counters["completions"], self.error_policy.errors
         batch = self.source.next(self.state.step, self.team)
         out = StepOutput({}) if isinstance(batch, SkipStep) else self.update.step(self.team, batch, self.state.step)
+        out.metrics.update(self.team.sync_generator())  # the generator's engines follow the optimiser steps
         out.metrics.update(batch.metrics)
         self._last_examples = out.examples or self._last_examples
         errors = self.error_policy.errors - errors  # env.on_error=zero: items scored 0 this step
@@ -260,10 +266,18 @@ class Trainer:
                                for o, sch in zip(team.optimizers, team.schedulers)]
         if dist.world_size() > 1:  # the checkpoint holds rank 0's RNG: give each rank its own stream again
             seed_everything(dist.sampling_seed(cfg.run.seed, dist.rank(), self.state.step))
+        team.sync_generator(everything=True)  # a generator with its own weights samples from the loaded ones
         if dist.is_main():
             if cfg.run.output_dir:  # rows the interrupted run logged after this checkpoint
                 run_dir.truncate_logs(cfg.run.output_dir, self.state.step)
             print(f"resumed from {path.name} (step {self.state.step} of {self.total_steps})", flush=True)
+
+    def close(self) -> None:
+        """Stop the generator's engines (``train.generator: vllm``); a no-op for Hugging Face's. Training and
+        evaluation need a new Trainer afterwards."""
+        close = getattr(self.generator, "close", None)
+        if close is not None:
+            close()
 
     def save(self, path: str | Path) -> Path:
         """Write each agent's final model (or adapter) and tokenizer to ``path/agent<i>``.

