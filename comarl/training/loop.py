@@ -20,17 +20,16 @@ from .. import run_dir
 from ..agents import Agent, AgentConfig
 from ..algorithms.base import get_algorithm
 from ..compute import distributed as dist
-from ..compute.sharding import full_state_dict
 from ..config import TrainConfig
 from ..config_io import ConfigError, to_dict
 from ..envs.base import Environment
 from ..envs.error_policy import error_policy_of, with_error_policy
 from ..evaluation import evaluate_agents
 from ..steps import PromptBatch, SkipStep, StepOutput
-from .build import as_items, build_run, check_items, check_run, seed_everything
+from . import run_files
+from .build import as_items, build_run, check_items, check_run
 from .interrupt import DeferredInterrupt, TrainingInterrupted
 from .logging import MetricsLogger, Progress
-from .optim import rebuild_scheduler
 from .skips import SkipStreak
 
 
@@ -218,59 +217,15 @@ class Trainer:
                                    num_generations or self.config.run.eval_num_generations, self.config,
                                    shard=True, lockstep=self.team.lockstep, generator=self.generator)
 
-    # ----------------------------------------------------------------- files
+    # ----------------------------------------------------------------- files (training/run_files.py)
     def save_checkpoint(self) -> Path | None:
         """Write ``checkpoint-<step>``: the team, the data position, the counters, and what the update and
         the source need to resume (a critic, a round's reward model or reference)."""
-        st, team, cfg = self.state, self.team, self.config
-        if cfg.run.output_dir is None:
-            raise ValueError("save_checkpoint: train.output_dir is not set (no folder to write checkpoints to)")
-        state = {**self.source.cursor.state(), "counters": st.counters, "world_size": dist.world_size(),
-                 "global_batch": self.global_batch, "run_id": self.run_id}
-        modules, extra = {}, {}
-        for part in (self.update, self.source):
-            m, e = part.checkpoint_parts(team, st.step)
-            modules.update(m)
-            extra.update(e)
-        if team.sharding is not None:  # every rank writes its shards
-            path = ckpt.save_sharded_checkpoint(cfg.run.output_dir, st.step, team.agents, team.optimizers,
-                                                team.schedulers, state, keep=cfg.run.save_total_limit, modules=modules,
-                                                extra=extra, checksums=cfg.run.checkpoint_checksums)
-            return path if dist.is_main() else None
-        if not dist.is_main():
-            return None
-        return ckpt.save_checkpoint(cfg.run.output_dir, st.step, team.agents, team.optimizers, team.schedulers, state,
-                                    keep=cfg.run.save_total_limit, extra=extra or None,
-                                    checksums=cfg.run.checkpoint_checksums)
+        return run_files.save_checkpoint(self)
 
     def resume(self, where: str) -> None:
-        cfg, team = self.config, self.team
-        out = cfg.run.output_dir or "."
-        path = ckpt.resume_checkpoint(where, out, run_dir.read_run_id(out))  # verified; latest: newest that verifies
-        saved = ckpt.load_checkpoint(path, team.agents, team.optimizers, team.schedulers, checksums=False)
-        self.update.restore(path, team)
-        self.source.restore(path, team)
-        self.run_id = saved.get("run_id") or self.run_id  # checkpoints older than run ids: a new id
-        self.resumed_from = str(path)
-        self.state.step = saved["step"]
-        team.counters.clear()
-        team.counters.update(saved["counters"])
-        # checkpoints before global_batch was saved: the per-rank batch is assumed unchanged
-        saved_global = saved.get("global_batch", saved.get("world_size", 1) * cfg.run.batch_size)
-        self.source.cursor.restore(saved, saved_global)
-        if saved_global != self.global_batch and not cfg.run.max_steps and self.source.epoch_based:
-            # another global batch (ranks x batch_size): run the rest of the epochs in the new batch size
-            self.total_steps = self.state.step + self.source.cursor.steps_left(cfg.run.epochs)
-            total_opt = self.total_steps * cfg.loss.num_iterations
-            team.schedulers = [rebuild_scheduler(o, sch, cfg.run.lr_scheduler, cfg.run.warmup_steps, total_opt)
-                               for o, sch in zip(team.optimizers, team.schedulers)]
-        if dist.world_size() > 1:  # the checkpoint holds rank 0's RNG: give each rank its own stream again
-            seed_everything(dist.sampling_seed(cfg.run.seed, dist.rank(), self.state.step))
-        team.sync_generator(everything=True)  # a generator with its own weights samples from the loaded ones
-        if dist.is_main():
-            if cfg.run.output_dir:  # rows the interrupted run logged after this checkpoint
-                run_dir.truncate_logs(cfg.run.output_dir, self.state.step)
-            print(f"resumed from {path.name} (step {self.state.step} of {self.total_steps})", flush=True)
+        """Load the checkpoint ``where`` names (a path, or ``latest``: the newest that verifies)."""
+        run_files.resume(self, where)
 
     def close(self) -> None:
         """Stop the generator's engines (``train.generator: vllm``); a no-op for Hugging Face's. Training and
@@ -285,12 +240,6 @@ class Trainer:
         Sharded agents are gathered one tensor at a time onto rank 0, which writes
         plain Hugging Face folders (every rank must call this then).
         """
-        path = Path(path)
-        for i, agent in enumerate(self.agents):
-            full = full_state_dict(agent.model, keep=dist.is_main()) if self.sharding is not None else None
-            if dist.is_main():
-                ckpt.save_agent_weights(agent, path / f"agent{i}", state_dict=full)
-        return path
-
+        return run_files.save_agents(self.team, Path(path))
 
 __all__ = ["Trainer", "TrainState"]
