@@ -1,0 +1,135 @@
+"""The rest of docs/vllm.md's "runs" rows, each trained for 2 optimiser steps on a real engine: MAReMax (the
+greedy baseline decodes through the engine) on a staged planner -> worker team, MAAC (a central critic
+model on the trainer), MARLHF-iter (a reward-model round, then RL on its score), structured generation (a
+``FunctionEnv`` whose prompts carry a schema) and the centralised actor (``CentralizedEnv``).
+
+Each test asserts that training happened (every agent's weights moved, every logged metric finite) and that the
+engine followed it (``check_trained`` of test_vllm_training.py: each step's ``gen/logprob_gap_max`` and the
+engine's greedy probes within ``TOL`` of HF on the trained weights, far from the initial ones; with a schema
+the step's gap is left out, since the engine's slot log-probs are renormalised by design). One or two engines
+per test (39 s for the file on 2 busy cores, the first test paying the import). Needs ``vllm`` (skipped otherwise).
+"""
+import json
+import math
+
+import comarl
+from comarl.critics import CriticSettings
+from comarl.preference import PreferenceSettings
+from comarl.preference.centralized import CentralizedEnv
+from comarl.preference.marlhf import RewardModelSettings
+from comarl.schema import Schema, Slot, with_schema
+from comarl.stages import Stage, StageGraph
+from test_vllm_training import (ENGINE, ITEMS, agent_configs, check_trained, initial_models, pytestmark,  # noqa: F401
+                                run, scrambled, toy_env)
+
+
+def recording(trainer) -> list[bool]:
+    """The ``greedy`` flag of every call the trainer's engine generator gets from now on."""
+    calls: list[bool] = []
+    real = trainer.generator.generate_for_agents
+    trainer.generator.generate_for_agents = lambda *a, **kw: calls.append(kw.get("greedy", False)) or real(*a, **kw)
+    return calls
+
+
+def finite(history) -> None:
+    for h in history:
+        bad = {k: v for k, v in h.items() if isinstance(v, float) and not math.isfinite(v)
+               and not (k == "rm/accuracy" and h["rm/held_out_pairs"] == 0)}  # no held-out pair: nan by design
+        assert not bad, bad
+
+
+def moved(trainer, initial) -> None:
+    for a, m in zip(trainer.agents, initial):
+        before = dict(m.named_parameters())
+        assert any(not p.detach().equal(before[n]) for n, p in a.model.named_parameters()), a.name
+
+
+def train_and_check(trainer):
+    try:
+        initial = initial_models(trainer)
+        calls = recording(trainer)
+        history = trainer.train()
+        finite(history)
+        moved(trainer, initial)
+        check_trained(trainer, history, initial)
+        return history, calls
+    finally:
+        trainer.close()
+
+
+def test_maremax_on_a_staged_team_decodes_its_greedy_baseline_through_the_engine():
+    """A planner -> worker graph (``env.stages``): each stage samples through the engine, and MAReMax's greedy
+    baseline too."""
+    env = toy_env()
+    env.stages = StageGraph((Stage((0,)), Stage((1,))), names=("Planner", "Worker"))
+    cfg = comarl.TrainConfig(algorithm="maremax", generator="vllm", vllm=ENGINE, num_generations=2, batch_size=2,
+                             max_steps=2, progress_bar=False, report_to=[], seed=0)
+    history, calls = train_and_check(comarl.Trainer(agent_configs(), env, ITEMS, cfg))
+    assert history[0]["tree/leaves"] == 2 * 4  # 2 items x K^2 leaves: the worker branched on each plan
+    assert calls.count(False) >= 4  # per step: the planner's stage and the worker's stage
+    assert calls.count(True) >= 2  # the greedy baseline, each step
+
+
+def test_maac_trains_its_actors_on_the_engine_with_a_central_critic_on_the_trainer():
+    trainer = run("maac", critic=CriticSettings(model="tiny", lr=1e-3))
+    critic = [p.detach().clone() for m in trainer.critic.modules() for p in m.parameters()]
+    history, _ = train_and_check(trainer)
+    assert all("gen/logprob_gap_max" in h for h in history)
+    after = [p.detach() for m in trainer.critic.modules() for p in m.parameters()]
+    assert any(not p.equal(c) for p, c in zip(after, critic))  # the central critic learned on the trainer
+
+
+def test_marlhf_iter_samples_its_round_and_its_rl_steps_through_the_engine(tmp_path):
+    cfg = comarl.TrainConfig(algorithm="marlhf_iter", generator="vllm", vllm=ENGINE, num_generations=2,
+                             batch_size=2, progress_bar=False, report_to=[], seed=0, output_dir=str(tmp_path))
+    rm = RewardModelSettings(model="tiny", epochs=1, batch_size=4, lr=1e-3, held_out=0.25)
+    cfg.preference = PreferenceSettings(pairs_per_item=2, rounds=1, steps_per_round=2, reward_model=rm)
+    history, calls = train_and_check(comarl.Trainer(agent_configs(), toy_env(), ITEMS, cfg))
+    assert [h["round"] for h in history] == [0, 0] and all(h["rm/refit"] == 1.0 for h in history)
+    assert (tmp_path / "round-0" / "pairs.jsonl").read_text().strip()
+    assert len(calls) >= 3  # the round's pool, then each RL step's rollout
+
+
+SCHEMA = Schema(('{"colour": "', Slot(3), ', "shade": "', Slot(2), '}'))
+
+
+def test_structured_prompts_train_with_their_schema_on_the_engine():
+    seen = []
+
+    def reward(responses, item):
+        seen.append(json.loads(responses[0]))  # every answer parses: the skeleton was forced
+        return scrambled(responses, item)
+
+    env = comarl.FunctionEnv(formatters=[lambda it: with_schema(f"Describe colour {it['n']}:", SCHEMA)],
+                             reward_fn=reward)
+    agents = agent_configs(1)
+    agents[0].max_new_tokens = 32
+    cfg = comarl.TrainConfig(algorithm="magrpo", generator="vllm", vllm=ENGINE, num_generations=2, batch_size=2,
+                             max_steps=2, progress_bar=False, report_to=[], seed=0)
+    trainer = comarl.Trainer(agents, env, ITEMS, cfg)
+    try:
+        initial = initial_models(trainer)
+        history = trainer.train()
+        finite(history)
+        moved(trainer, initial)
+        # slot tokens are renormalised over the allowed ones by the engine (a gap by design); probes carry no schema
+        check_trained(trainer, [], initial)
+    finally:
+        trainer.close()
+    assert len(seen) == 2 * 2 * 2 and all(set(s) == {"colour", "shade"} for s in seen)
+
+
+def halves(completion: str, n: int) -> list[str]:
+    """A parser that never fails (a random model writes no tags): the completion cut into ``n`` pieces."""
+    step = max(1, len(completion) // n)
+    return [completion[i * step:(i + 1) * step] for i in range(n)]
+
+
+def test_the_centralised_actor_is_one_agent_on_one_engine():
+    env = CentralizedEnv(toy_env(2), parser=halves)
+    cfg = comarl.TrainConfig(algorithm="magrpo", generator="vllm", vllm=ENGINE, num_generations=2, batch_size=2,
+                             max_steps=2, progress_bar=False, report_to=[], seed=0)
+    trainer = comarl.Trainer(agent_configs(1), env, ITEMS, cfg)
+    assert len(trainer.generator.engines) == 1
+    history, _ = train_and_check(trainer)
+    assert all("gen/logprob_gap_max" in h for h in history)
