@@ -1,16 +1,19 @@
 """The rest of docs/vllm.md's "runs" rows, each trained for 2 optimiser steps on a real engine: MAReMax (the
 greedy baseline decodes through the engine) on a staged planner -> worker team, MAAC (a central critic
 model on the trainer), MARLHF-iter (a reward-model round, then RL on its score), structured generation (a
-``FunctionEnv`` whose prompts carry a schema) and the centralised actor (``CentralizedEnv``).
+``FunctionEnv`` whose prompts carry a schema), the centralised actor (``CentralizedEnv``), and the other
+policy-gradient estimators (mareinforce with two agents on one model, marloo over two turns, maremax_groupmax).
 
 Each test asserts that training happened (every agent's weights moved, every logged metric finite) and that the
 engine followed it (``check_trained`` of test_vllm_training.py: each step's ``gen/logprob_gap_max`` and the
 engine's greedy probes within ``TOL`` of HF on the trained weights, far from the initial ones; with a schema
 the step's gap is left out, since the engine's slot log-probs are renormalised by design). One or two engines
-per test (39 s for the file on 2 busy cores, the first test paying the import). Needs ``vllm`` (skipped otherwise).
+per test (41 s for the file on 2 busy cores, the first test paying the import). Needs ``vllm`` (skipped otherwise).
 """
 import json
 import math
+
+import pytest
 
 import comarl
 from comarl.critics import CriticSettings
@@ -44,15 +47,18 @@ def moved(trainer, initial) -> None:
         assert any(not p.detach().equal(before[n]) for n, p in a.model.named_parameters()), a.name
 
 
-def train_and_check(trainer):
+def train_and_check(trainer, step_gap: bool = True):
+    """Train, then check it trained and the engine followed; ``step_gap=False`` leaves each step's
+    ``gen/logprob_gap_max`` out of the check (still finite), for set-ups where it is not rounding by design."""
     try:
         initial = initial_models(trainer)
         calls = recording(trainer)
         history = trainer.train()
+        sampled = list(calls)  # the training's calls (check_trained's probes come after)
         finite(history)
         moved(trainer, initial)
-        check_trained(trainer, history, initial)
-        return history, calls
+        check_trained(trainer, history if step_gap else [], initial)
+        return history, sampled
     finally:
         trainer.close()
 
@@ -90,6 +96,33 @@ def test_marlhf_iter_samples_its_round_and_its_rl_steps_through_the_engine(tmp_p
     assert len(calls) >= 3  # the round's pool, then each RL step's rollout
 
 
+def again(state, responses):
+    """The second turn's prompts: each agent's first answer, fed back."""
+    return [f"Again after {r!r}:" for r in responses]
+
+
+@pytest.mark.parametrize("algorithm, n, turns, shared", [
+    ("mareinforce", 2, 1, True),  # two agents on one model object (share_weights_with): one engine
+    ("marloo", 1, 2, False),  # two turns: the second turn's prompts are built from the engine's first answers
+    ("maremax_groupmax", 1, 1, False),
+])
+def test_the_other_policy_gradient_estimators_train_on_the_engine(algorithm, n, turns, shared):
+    agents = agent_configs(n)
+    if shared:
+        agents[1].share_weights_with = 0
+    env = comarl.FunctionEnv(formatters=[lambda it, j=j: f"Name colour {j} ({it['n']}):" for j in range(n)],
+                             reward_fn=scrambled, transition_fn=again if turns > 1 else None, max_turns=turns)
+    cfg = comarl.TrainConfig(algorithm=algorithm, generator="vllm", vllm=ENGINE, num_generations=2, batch_size=2,
+                             max_steps=2, num_turns=turns, progress_bar=False, report_to=[], seed=0)
+    trainer = comarl.Trainer(agents, env, ITEMS, cfg)
+    assert len(trainer.generator.engines) == 1
+    # shared weights: agent 1's first pass comes after agent 0's optimiser step on the same model, so its
+    # "old" log-probs are not those that sampled and the step's gap is that step's size (HF's path alike)
+    history, calls = train_and_check(trainer, step_gap=not shared)
+    assert all("gen/logprob_gap_max" in h for h in history)
+    assert len(calls) == 2 * turns  # each turn of each step sampled through the engine
+
+
 SCHEMA = Schema(('{"colour": "', Slot(3), ', "shade": "', Slot(2), '}'))
 
 
@@ -106,16 +139,8 @@ def test_structured_prompts_train_with_their_schema_on_the_engine():
     agents[0].max_new_tokens = 32
     cfg = comarl.TrainConfig(algorithm="magrpo", generator="vllm", vllm=ENGINE, num_generations=2, batch_size=2,
                              max_steps=2, progress_bar=False, report_to=[], seed=0)
-    trainer = comarl.Trainer(agents, env, ITEMS, cfg)
-    try:
-        initial = initial_models(trainer)
-        history = trainer.train()
-        finite(history)
-        moved(trainer, initial)
-        # slot tokens are renormalised over the allowed ones by the engine (a gap by design); probes carry no schema
-        check_trained(trainer, [], initial)
-    finally:
-        trainer.close()
+    # slot tokens are renormalised over the allowed ones by the engine (a gap by design); probes carry no schema
+    train_and_check(comarl.Trainer(agents, env, ITEMS, cfg), step_gap=False)
     assert len(seen) == 2 * 2 * 2 and all(set(s) == {"colour", "shade"} for s in seen)
 
 
