@@ -2,13 +2,14 @@
 greedy baseline decodes through the engine) on a staged planner -> worker team, MAAC (a central critic
 model on the trainer), MARLHF-iter (a reward-model round, then RL on its score), structured generation (a
 ``FunctionEnv`` whose prompts carry a schema), the centralised actor (``CentralizedEnv``), and the other
-policy-gradient estimators (mareinforce with two agents on one model, marloo over two turns, maremax_groupmax).
+policy-gradient estimators (mareinforce with two agents on one model, marloo over two turns, maremax_groupmax),
+``train.mixed_precision: bf16`` and the coding env's LLM expert (``expert_edits``).
 
 Each test asserts that training happened (every agent's weights moved, every logged metric finite) and that the
 engine followed it (``check_trained`` of test_vllm_training.py: each step's ``gen/logprob_gap_max`` and the
 engine's greedy probes within ``TOL`` of HF on the trained weights, far from the initial ones; with a schema
 the step's gap is left out, since the engine's slot log-probs are renormalised by design). One or two engines
-per test (41 s for the file on 2 busy cores, the first test paying the import). Needs ``vllm`` (skipped otherwise).
+per test (64 s for the file on 2 busy cores, the first test paying the import). Needs ``vllm`` (skipped otherwise).
 """
 import json
 import math
@@ -22,7 +23,7 @@ from comarl.preference.centralized import CentralizedEnv
 from comarl.preference.marlhf import RewardModelSettings
 from comarl.schema import Schema, Slot, with_schema
 from comarl.stages import Stage, StageGraph
-from test_vllm_training import (ENGINE, ITEMS, agent_configs, check_trained, initial_models, pytestmark,  # noqa: F401
+from test_vllm_training import (ENGINE, ITEMS, TOL, agent_configs, check_trained, initial_models, pytestmark,  # noqa: F401
                                 run, scrambled, toy_env)
 
 
@@ -47,15 +48,19 @@ def moved(trainer, initial) -> None:
         assert any(not p.detach().equal(before[n]) for n, p in a.model.named_parameters()), a.name
 
 
-def train_and_check(trainer, step_gap: bool = True):
+def train_and_check(trainer, step_gap: bool = True, learns: bool = True):
     """Train, then check it trained and the engine followed; ``step_gap=False`` leaves each step's
-    ``gen/logprob_gap_max`` out of the check (still finite), for set-ups where it is not rounding by design."""
+    ``gen/logprob_gap_max`` out of the check (still finite), for set-ups where it is not rounding by design;
+    ``learns=False`` (every reward equal: nothing to learn) checks the step's gap only."""
     try:
         initial = initial_models(trainer)
         calls = recording(trainer)
         history = trainer.train()
         sampled = list(calls)  # the training's calls (check_trained's probes come after)
         finite(history)
+        if not learns:
+            assert all(h["gen/logprob_gap_max"] < TOL for h in history)
+            return history, sampled
         moved(trainer, initial)
         check_trained(trainer, history if step_gap else [], initial)
         return history, sampled
@@ -158,3 +163,33 @@ def test_the_centralised_actor_is_one_agent_on_one_engine():
     assert len(trainer.generator.engines) == 1
     history, _ = train_and_check(trainer)
     assert all("gen/logprob_gap_max" in h for h in history)
+
+
+def test_bf16_mixed_precision_trains_with_an_fp32_engine():
+    """The trainer's forward runs under bf16 autocast, the engine in the model's fp32: the step's gap is bf16's
+    rounding (measured 2e-3..3e-3 here: above fp32's 2e-4, so autocast is on), and the engine still serves the trained
+    weights (the fp32 probes)."""
+    cfg = comarl.TrainConfig(algorithm="magrpo", generator="vllm", vllm=ENGINE, num_generations=2, batch_size=2,
+                             max_steps=2, mixed_precision="bf16", progress_bar=False, report_to=[], seed=0)
+    history, _ = train_and_check(comarl.Trainer(agent_configs(1), toy_env(1), ITEMS, cfg), step_gap=False)
+    assert all(TOL < h["gen/logprob_gap_max"] < 0.05 for h in history), [h["gen/logprob_gap_max"] for h in history]
+
+
+def test_coding_with_an_llm_expert_trains_its_agents_on_the_engine(shared_data):
+    """CoopHumanEval, paper preset, two turns with ``expert_edits``: the agents sample through the engine, the
+    expert (its own tiny model, not trained) with HF. Random code passes no test, so every reward is equal and
+    nothing is learned: this checks that the run goes through (both turns on the engine, the gap at rounding)."""
+    from comarl.envs.coding.data import load_function_items
+    from comarl.envs.coding.function_env import FunctionCodingEnv
+
+    items = load_function_items("coophumaneval", str(shared_data / "coophumaneval"), "train[:2]", None)
+    env = FunctionCodingEnv("coophumaneval", 2, preset="paper", max_turns=2, feedback="expert_edits",
+                            expert={"model": "tiny", "max_new_tokens": 4, "retries": 1}, workers=1)
+    cfg = comarl.TrainConfig(algorithm="magrpo", generator="vllm", vllm=ENGINE, num_generations=2, batch_size=2,
+                             max_steps=2, num_turns=2, progress_bar=False, report_to=[], seed=0)
+    try:
+        history, calls = train_and_check(comarl.Trainer(agent_configs(), env, items, cfg), learns=False)
+    finally:
+        env.close()
+    assert len(history) == 2 and all(h["count/completions"] > 0 for h in history)
+    assert len(calls) == 2 * 2  # both turns of both steps through the engine; the expert is not the generator's
