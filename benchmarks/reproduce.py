@@ -39,6 +39,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
+if str(ROOT) not in sys.path:  # this checkout's comarl, whichever python runs it (a venv may install another copy)
+    sys.path.insert(1, str(ROOT))
 
 from repro.grid import CONDITIONS, GridPlan, RunSpec, parse_list  # noqa: E402
 from repro.results import append_row, done_keys, read_rows  # noqa: E402
