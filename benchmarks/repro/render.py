@@ -171,6 +171,11 @@ SETUP = """## Set-up
   with the load (a load of 6-9 on 2 cores leaves the grid a fraction of one core). Runs use one torch thread
   (`--threads 1`): under that load two threads that wait for each other made a generate call 7x slower; the
   `threads` column of the last table says which runs had two.
+- **Generator** (who samples the rollouts and the held-out scores): {generators}. `hf` is Hugging Face `generate`;
+  `vllm` is vLLM engines in the run's process (`--generator vllm`, docs/vllm.md), synced after every optimiser step,
+  sampling from their own random stream (the same distributions, other draws). LoRA agents on a CPU stay on `hf`
+  (vLLM's CPU LoRA is slower for short prompts). A trained run reuses its twin's score before training only when
+  the twin had the same generator. The `generator` column of the last table names each row's.
 """
 
 
@@ -193,7 +198,7 @@ def render(rows: list[dict], doc: str | Path, plots: str | Path, results_path: s
     lines.append(SETUP.format(model=_model_name(ref["model"]), steps=ref.get("steps", "-"), batch=ref.get("batch_size", "-"),
                               k=ref.get("num_generations", "-"), lr=ref.get("lr") or 0, tokens=pair["max_new_tokens"],
                               tokens2=single["max_new_tokens"] if single else "twice that", temp=ref["temperature"],
-                              top_p=ref["top_p"], hs=ref["heldout"]["samples"]))
+                              top_p=ref["top_p"], hs=ref["heldout"]["samples"], generators=_generators(rows)))
     lines += _runs_table(rows)
     lines.append(COMMANDS)
     doc.write_text("\n".join(lines))
@@ -202,6 +207,18 @@ def render(rows: list[dict], doc: str | Path, plots: str | Path, results_path: s
 def _results_name(path) -> str:
     p = Path(str(path))
     return f"benchmarks/results/{p.name}" if p.name else "(none)"
+
+
+def generator_of(row: dict) -> str:
+    """The row's generator; rows written before ``--generator`` existed sampled with hf."""
+    return row.get("generator", "hf")
+
+
+def _generators(rows: list[dict]) -> str:
+    counts: dict[str, int] = defaultdict(int)
+    for r in rows:
+        counts[generator_of(r)] += 1
+    return ", ".join(f"`{g}` for {n} run{'s' if n > 1 else ''}" for g, n in sorted(counts.items()))
 
 
 def _model_name(model: str) -> str:
@@ -296,18 +313,22 @@ def _single_writer_note(by: dict[str, list[dict]]) -> list[str]:
 def _runs_table(rows: list[dict]) -> list[str]:
     out = ["## Every run", "", "One line per row of the results file (± over items).", "",
            "| key | held-out headline | before training | steps | training samples | completions | wall s | "
-           "s/step | samples/s | threads | peak RSS MB | load start -> end (1, 5, 15 min) | finished |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "s/step | samples/s | generator | threads | peak RSS MB | load start -> end (1, 5, 15 min) | finished |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["task"] != "tldr", r["task"], list(CONDITIONS).index(r["condition"]),
                                          r["seed"])):
         h, b = headline(r), headline(r, "before") if r.get("before") else None
         out.append(f"| {r['key']} | {_pm(h['mean'], h['stderr'])} | {_pm(b['mean'], b['stderr']) if b else '-'} | "
                    f"{r.get('steps', 0)} | {r.get('train_samples', 0)} | {r.get('completions', 0)} | {r['wall_s']:.0f} | "
-                   f"{r.get('s_per_step') or '-'} | {r.get('samples_per_s') or '-'} | {r['threads']} | {r['peak_rss_mb']:.0f} "
+                   f"{r.get('s_per_step') or '-'} | {r.get('samples_per_s') or '-'} | {_gen_cell(r)} | {r['threads']} | {r['peak_rss_mb']:.0f} "
                    f"({r.get('rss_scope', 'run')}) | {', '.join(f'{x:.1f}' for x in r['load_start'])} -> "
                    f"{', '.join(f'{x:.1f}' for x in r['load_end'])} | {r['finished']} |")
     out.append("")
     return out
+
+
+def _gen_cell(row: dict) -> str:
+    return generator_of(row) + (" (kept: LoRA on CPU)" if row.get("generator_note") else "")
 
 
 COMMANDS = """## Commands
@@ -315,6 +336,9 @@ COMMANDS = """## Commands
 ```bash
 # the grid (resumes: runs already in the results file are skipped; a killed run loses only itself)
 nice -n 10 python benchmarks/reproduce.py run --results benchmarks/results/results.jsonl --logs runs/repro/logs
+# the same grid sampled with vLLM (its venv's python; rows already in the file, hf ones too, count as done)
+nice -n 10 /work/venv-vllm/bin/python benchmarks/reproduce.py run --generator vllm \\
+    --results benchmarks/results/results.jsonl --logs runs/repro/logs
 # this page and the plots from the results file alone
 python benchmarks/reproduce.py render --results benchmarks/results/results.jsonl
 # a subset: tasks, conditions, seeds

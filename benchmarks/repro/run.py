@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .generators import PerAgentVLLM, engine_settings, generator_for
 from .grid import CONDITIONS, RunSpec
 from .score import team_score
 from .tasks import ROOT, Task, close_env, coding_task, tldr_task
@@ -52,6 +53,13 @@ class RunOptions:
     threads: int = 1
     """torch CPU threads per run. 1 on the shared 2-core machine: with the load at 6-9, two OpenMP threads that
     wait for each other made one SmolLM2 generate call 7x slower (280 s against 41 s, measured under nice 10)."""
+    generator: str = "hf"
+    """hf (Hugging Face ``generate``) | vllm (vLLM engines in the run's process; needs the vLLM venv): samples the
+    training rollouts and every held-out score. Conditions vLLM serves slower keep hf (``generators.generator_for``)."""
+    vllm_kv_cache_gib: float = 0.5
+    """vllm: KV cache per engine in GiB (a run has one engine per full-weight agent)."""
+    tiny_hidden_size: int | None = None
+    """--model tiny: the random model's hidden size (vllm's CPU attention needs a head size it serves: 128 gives 32)."""
 
 
 LR = {"smollm2": 2e-5, "tiny": 2e-3}
@@ -88,15 +96,20 @@ def agent_configs(task: Task, cond, opts: RunOptions, seed: int) -> list:
     model = opts.model_path or opts.model
     out = []
     for i in range(cond.num_agents):
-        extra = {"model_kwargs": {"seed": seed + i}} if opts.model == "tiny" else {}
+        extra = {"model_kwargs": _tiny_kwargs(opts, seed + i)} if opts.model == "tiny" else {}
         lora = LoraSettings(r=16, alpha=32.0) if cond.lora else None
         out.append(AgentConfig(model=model, max_new_tokens=tokens, temperature=task.temperature, top_p=task.top_p,
                                lr=lr * (LORA_LR_FACTOR if cond.lora else 1.0), lora=lora, device=opts.device, **extra))
     return out
 
 
-def train_config(task: Task, cond, opts: RunOptions, seed: int):
-    """The TrainConfig of a trained run, from flat keys (plus the critic section of IAC/MAAC)."""
+def _tiny_kwargs(opts: RunOptions, seed: int) -> dict:
+    return {"seed": seed, **({"hidden_size": opts.tiny_hidden_size} if opts.tiny_hidden_size else {})}
+
+
+def train_config(task: Task, cond, opts: RunOptions, seed: int, generator: str = "hf"):
+    """The TrainConfig of a trained run, from flat keys (plus the critic section of IAC/MAAC); ``generator``
+    vllm: the engines of :func:`generators.engine_settings`."""
     from comarl import TrainConfig
 
     kind = "tiny" if opts.model == "tiny" else "smollm2"
@@ -104,6 +117,8 @@ def train_config(task: Task, cond, opts: RunOptions, seed: int):
                 num_turns=task.num_turns, max_steps=opts.steps, seed=seed, output_dir=None, report_to=[],
                 log_samples_steps=0, save_steps=0, eval_steps=opts.eval_every,
                 eval_num_generations=opts.heldout_samples, progress_bar=True, **task.train_extra)
+    if generator == "vllm":
+        keys.update(generator="vllm", vllm=engine_settings(opts, seed))
     if cond.critic is not None:
         from comarl.critics.settings import CriticSettings
 
@@ -149,11 +164,12 @@ def untrained_twin(spec: RunSpec) -> str | None:
     return RunSpec(spec.task, "single" if cond.num_agents == 1 else "parallel", spec.seed).key
 
 
-def reusable_before(row: dict | None, opts: RunOptions, task: Task, cfgs: list) -> dict | None:
-    """The twin row's held-out score, when it was measured under this run's settings; else None."""
+def reusable_before(row: dict | None, opts: RunOptions, task: Task, cfgs: list, generator: str = "hf") -> dict | None:
+    """The twin row's held-out score, when it was measured under this run's settings and sampled by the same
+    generator (so before and after come from one sampler); else None. Rows without ``generator`` are hf's."""
     if not row:
         return None
-    same = (row.get("model") == opts.model and row.get("max_new_tokens") == cfgs[0].max_new_tokens
+    same = (row.get("model") == opts.model and row.get("generator", "hf") == generator and row.get("max_new_tokens") == cfgs[0].max_new_tokens
             and row.get("temperature") == task.temperature and row.get("top_p") == task.top_p
             and row.get("heldout_items") == len(task.heldout_items)
             and row["heldout"].get("samples") == opts.heldout_samples)
@@ -165,6 +181,8 @@ def execute(spec: RunSpec, opts: RunOptions, twin: dict | None = None) -> dict:
 
     ``twin``: the results row of :func:`untrained_twin`, if finished: its held-out score is this run's score
     before training (recorded with ``"from": <its key>``) instead of measuring the same thing again.
+    ``opts.generator``: who samples (``generators.generator_for``); the row records it in ``generator`` (and
+    ``generator_note`` when a condition keeps hf).
     """
     import torch
 
@@ -180,11 +198,13 @@ def execute(spec: RunSpec, opts: RunOptions, twin: dict | None = None) -> dict:
     score_env = task.build_env(cond.num_agents, False)
     per_step = task.batch_size * task.num_generations  # joint samples per step (first turn)
 
-    def score(agents) -> dict:
+    gen_name, gen_note = generator_for(cond, opts)
+
+    def score(agents, generator=None) -> dict:
         t = time.perf_counter()
         s = team_score(agents, score_env, task.heldout_items, samples=opts.heldout_samples, seed=spec.seed,
                        metrics=task.metrics, pipeline=task.pipeline_prompt if cond.pipeline else None,
-                       max_turns=task.num_turns)
+                       max_turns=task.num_turns, generator=generator)
         s["seconds"] = round(time.perf_counter() - t, 2)
         return s
 
@@ -193,28 +213,36 @@ def execute(spec: RunSpec, opts: RunOptions, twin: dict | None = None) -> dict:
                  "algorithm": cond.algorithm, "trained": cond.trained, "headline": task.headline,
                  "max_new_tokens": cfgs[0].max_new_tokens, "temperature": task.temperature, "top_p": task.top_p,
                  "num_turns": task.num_turns, "train_items": len(task.train_items),
-                 "heldout_items": len(task.heldout_items)}
+                 "heldout_items": len(task.heldout_items), "generator": gen_name}
+    if gen_note:
+        row["generator_note"] = gen_note
     train_env = None
+    closing = None  # what stops the run's vLLM engines
     try:
         if not cond.trained:
             t = time.perf_counter()
             agents = build_agents(cfgs)
+            generator = None
+            if gen_name == "vllm":  # engines for the untrained agents (built from their weights), stopped below
+                generator = closing = PerAgentVLLM(agents, engine_settings(opts, spec.seed))
             build_s = time.perf_counter() - t
-            after = score(agents)
+            after = score(agents, generator)
             row.update(steps=0, train_samples=0, completions=0, optimizer_steps=0, train_s=0.0, before=None,
                        curve=[{"step": 0, "samples": 0, "score": after}])
         else:
             train_env = task.build_env(cond.num_agents, True)
-            cfg = train_config(task, cond, opts, spec.seed)
+            cfg = train_config(task, cond, opts, spec.seed, gen_name)
             t = time.perf_counter()
-            trainer = Trainer(cfgs, train_env, task.train_items, cfg,
-                              eval_dataset=task.heldout_items if opts.eval_every else None)
+            trainer = closing = Trainer(cfgs, train_env, task.train_items, cfg,
+                                        eval_dataset=task.heldout_items if opts.eval_every else None)
             build_s = time.perf_counter() - t
-            before = reusable_before(twin, opts, task, cfgs) or score(trainer.agents)
+            generator = trainer.generator if gen_name == "vllm" else None  # its engines follow the steps
+            before = (reusable_before(twin, opts, task, cfgs, gen_name)
+                      or score(trainer.agents, generator))
             t = time.perf_counter()
             history = trainer.train()
             train_s = time.perf_counter() - t
-            after = score(trainer.agents)
+            after = score(trainer.agents, generator)
             last = history[-1] if history else {}
             steps = len(history)
             row.update(steps=steps, train_samples=steps * per_step,
@@ -231,9 +259,14 @@ def execute(spec: RunSpec, opts: RunOptions, twin: dict | None = None) -> dict:
             row.update(step_s=round(step_s, 2), s_per_step=round(step_s / steps, 2) if steps else None,
                        rollout_s=round(sum(float(m.get("time/rollout_s", 0.0)) for m in history), 2),
                        update_s=round(sum(float(m.get("time/update_s", 0.0)) for m in history), 2))
+            gaps = [float(m["gen/logprob_gap_max"]) for m in history if "gen/logprob_gap_max" in m]
+            if gaps:  # vllm: the engine's log-probs of its samples against the trainer's (docs/vllm.md)
+                row["logprob_gap_max"] = max(gaps)
             row["samples_per_s"] = round(row["completions"] / step_s, 3) if step_s > 0 else None
             row["joint_samples_per_s"] = round(row["train_samples"] / step_s, 3) if step_s > 0 else None
     finally:
+        if closing is not None:
+            closing.close()
         close_env(score_env)
         if train_env is not None:
             close_env(train_env)

@@ -27,7 +27,7 @@ def _team(reward) -> float:
 @torch.no_grad()
 def team_score(agents: Sequence, env, items: Sequence[dict], samples: int = 4, greedy: bool = False, seed: int = 0,
                metrics: Sequence[str] = (), pipeline: Callable | None = None, max_turns: int = 1,
-               share_prefix: bool = True) -> dict:
+               share_prefix: bool = True, generator: Callable | None = None) -> dict:
     """Score ``agents`` on ``items`` without training.
 
     Args:
@@ -37,6 +37,9 @@ def team_score(agents: Sequence, env, items: Sequence[dict], samples: int = 4, g
         share_prefix: prefill each first-turn prompt once for its ``samples`` completions, as training does
             (``TrainConfig.share_prefix``); the same distributions, a quarter of the prefill at 4 samples. False
             draws exactly what ``heldout_score`` draws (tested).
+        generator: the team generator (``comarl.generation.team`` contract) every call goes through; None:
+            Hugging Face ``generate``. A vLLM generator samples from its engines' own random stream, not under
+            ``seed``, and ignores ``share_prefix`` (its prefix cache shares prompt blocks).
     Returns:
         ``{"reward": {mean, stderr, per_item}, "first_turn_reward": {...}, <metric>: {...}, "samples", "greedy"}``;
         a metric an environment does not report is left out.
@@ -44,6 +47,7 @@ def team_score(agents: Sequence, env, items: Sequence[dict], samples: int = 4, g
     if not items:
         raise ValueError("team_score: no items")
     k = 1 if greedy else samples
+    gen = generator or generate_for_agents
     states = [env.reset(item) for item in items for _ in range(k)]  # item-major, k copies
     first: list = [None] * len(states)
     last: list = [None] * len(states)
@@ -56,16 +60,16 @@ def team_score(agents: Sequence, env, items: Sequence[dict], samples: int = 4, g
                 roots = cur[::k]
                 ids = [a.encode_prompts([s.prompts[j] for s in roots]) for j, a in enumerate(agents)]
                 if pipeline is None:
-                    comps = generate_for_agents(agents, ids, k, greedy=greedy, share_prefix=share_prefix)
+                    comps = gen(agents, ids, k, greedy=greedy, share_prefix=share_prefix)
                     texts = [tuple(c.texts[n] for c in comps) for n in range(len(cur))]
                 else:
-                    one = generate_for_agents(agents[:1], ids[:1], k, greedy=greedy, share_prefix=share_prefix)[0].texts
+                    one = gen(agents[:1], ids[:1], k, greedy=greedy, share_prefix=share_prefix)[0].texts
                     second = [pipeline(s, t) for s, t in zip(cur, one)]
-                    two = generate_for_agents(agents[1:2], [agents[1].encode_prompts(second)], 1, greedy=greedy)[0].texts
+                    two = gen(agents[1:2], [agents[1].encode_prompts(second)], 1, greedy=greedy)[0].texts
                     texts = list(zip(one, two))
             else:
                 ids = [a.encode_prompts([s.prompts[j] for s in cur]) for j, a in enumerate(agents)]
-                comps = generate_for_agents(agents, ids, 1, greedy=greedy)
+                comps = gen(agents, ids, 1, greedy=greedy)
                 texts = [tuple(c.texts[n] for c in comps) for n in range(len(cur))]
             trans = env.step_batch(cur, texts)
             nxt = []

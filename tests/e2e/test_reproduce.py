@@ -199,3 +199,59 @@ def test_before_is_reused_only_from_a_twin_measured_the_same_way():
                    {"heldout": {"samples": 2, "reward": {"mean": 1.0}}}):
         assert run.reusable_before({**twin, **change}, opts, task, cfgs) is None
     assert run.reusable_before(None, opts, task, cfgs) is None
+
+
+def test_generator_choice_keeps_lora_on_hf_on_a_cpu():
+    from repro import generators, run
+
+    opts = run.RunOptions(generator="vllm")
+    assert generators.generator_for(grid.CONDITIONS["magrpo"], opts) == ("vllm", None)
+    assert generators.generator_for(grid.CONDITIONS["magrpo_lora"], opts) == ("hf", generators.LORA_ON_CPU)
+    assert generators.generator_for(grid.CONDITIONS["magrpo_lora"], run.RunOptions(generator="vllm", device="cuda"))[0] == "vllm"
+    assert generators.generator_for(grid.CONDITIONS["magrpo_lora"], run.RunOptions())[0] == "hf"
+    with pytest.raises(SystemExit, match="--generator"):
+        generators.generator_for(grid.CONDITIONS["single"], run.RunOptions(generator="sglang"))
+
+
+def test_the_twin_is_reused_only_from_the_same_generator_and_old_rows_are_hf():
+    from types import SimpleNamespace
+
+    from repro import run
+
+    opts = run.RunOptions(model="tiny", heldout_samples=4)
+    task = SimpleNamespace(temperature=0.7, top_p=0.9, heldout_items=[{}] * 12)
+    cfgs = [SimpleNamespace(max_new_tokens=48)]
+    old = {"key": "tldr/parallel/seed0", "model": "tiny", "max_new_tokens": 48, "temperature": 0.7, "top_p": 0.9,
+           "heldout_items": 12, "heldout": {"samples": 4, "reward": {"mean": 1.0}}}  # written before --generator
+    assert run.reusable_before(old, opts, task, cfgs, "hf")["from"] == old["key"]
+    assert run.reusable_before(old, opts, task, cfgs, "vllm") is None
+    assert run.reusable_before({**old, "generator": "vllm"}, opts, task, cfgs, "vllm")["from"] == old["key"]
+    assert render.generator_of(old) == "hf" and render._gen_cell({"generator": "hf", "generator_note": "x"}).endswith(
+        "(kept: LoRA on CPU)")
+
+
+VLLM = pytest.mark.skipif(not __import__("importlib").util.find_spec("vllm"),
+                          reason="vllm is not installed (run with the vLLM venv: pytest -m vllm)")
+
+
+@pytest.mark.vllm
+@VLLM
+def test_grid_samples_with_vllm_on_the_tiny_model(tmp_path):
+    """--generator vllm, TL;DR, a prompt-only team and a trained one (2 steps) on the tiny model with hidden size 128
+    (a head size vLLM's CPU attention serves): both rows sampled by vLLM, the trained run's rollouts too."""
+    rc, out = _run(tmp_path, "--tasks", "tldr", "--seeds", "0", "--conditions", "parallel,magrpo",
+                   "--generator", "vllm", "--tiny-hidden-size", "128", "--vllm-kv-gib", "0.25")
+    assert rc == 0
+    rows = {r["condition"]: r for r in results.read_rows(out / "results.jsonl")}
+    assert set(rows) == {"parallel", "magrpo"} and all(r["generator"] == "vllm" for r in rows.values())
+    assert all("generator_note" not in r for r in rows.values())
+    trained = rows["magrpo"]
+    assert trained["steps"] == 2 and [p["samples"] for p in trained["curve"]] == [0, 2, 4, 4]
+    assert trained["before"]["from"] == "tldr/parallel/seed0"  # the twin sampled with vllm too
+    # the rollouts came from the engines: only engine samples carry the engine-vs-trainer log-prob gap (not at
+    # rounding here: TL;DR samples with top-p < 1, and the engine reports the truncated distribution's log-probs)
+    assert 0 <= trained["logprob_gap_max"] < 5
+    for r in rows.values():
+        assert len(r["heldout"]["reward"]["per_item"]) == 2
+    page = (out / "docs" / "results.md").read_text()
+    assert "`vllm` for 2 runs" in page and "| vllm | " in page
