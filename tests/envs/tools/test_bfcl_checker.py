@@ -1,6 +1,5 @@
 """comarl's BFCL checker: every gold answer written out as calls is an exact match (all 440
 questions), and its verdicts agree with bfcl-eval's own AST checker on gold and perturbed answers."""
-import functools
 import importlib
 import sys
 import types
@@ -9,23 +8,11 @@ from collections import defaultdict
 import pytest
 
 from comarl.envs.tools import checker as C
-from comarl.envs.tools.bfcl import build_parallel, load_parallel
+from comarl.envs.tools.bfcl import build_parallel
 from comarl.envs.tools.calls import ToolCall, call_key, format_call, parse_calls
 
-BFCL_VERSION = "2026.3.23"
+BFCL_VERSION = "2026.3.23"  # the bfcl-eval release compared with (the Makefile installs it)
 ENV = build_parallel(2)
-
-
-@functools.lru_cache(maxsize=1)
-def _load(folder):
-    return load_parallel(folder, "all", None)
-
-
-@pytest.fixture
-def items(shared_data):
-    out = _load(str(shared_data / "bfcl_v4"))
-    assert len(out) == 440
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,6 @@
 """The ``bfcl`` scoring mode: responses decoded as BFCL's pipeline decodes a prompting model's text,
 checked against ``bfcl-eval`` itself (its ``default_decode_ast_prompting``, the format check and the AST
 checker) on hand-written texts and on every question's gold answer written in many forms."""
-import functools
 import importlib
 import importlib.util
 import sys
@@ -10,25 +9,13 @@ from collections import defaultdict
 
 import pytest
 
-from comarl.envs.tools.bfcl import build_parallel, load_parallel
+from comarl.envs.tools.bfcl import build_parallel
 from comarl.envs.tools.bfcl_decode import decode_bfcl
-from comarl.envs.tools.calls import ToolCall, format_call, parse_calls
+from comarl.envs.tools.calls import ToolCall, format_call
 
-BFCL_VERSION = "2026.3.23"
+BFCL_VERSION = "2026.3.23"  # the bfcl-eval release compared with (the Makefile installs it)
 ENV = build_parallel(2, scoring="bfcl")
 JSON_ENV = build_parallel(2, scoring="bfcl", call_format="json")
-
-
-@functools.lru_cache(maxsize=1)
-def _load(folder):
-    return load_parallel(folder, "all", None)
-
-
-@pytest.fixture
-def items(shared_data):
-    out = _load(str(shared_data / "bfcl_v4"))
-    assert len(out) == 440
-    return out
 
 
 def _stub(name, **attrs):
