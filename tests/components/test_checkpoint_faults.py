@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import comarl
 from comarl.cli import main
 from comarl.config_io import ConfigError
-from comarl.demo import demo_setup
+from demo_runs import demo_trainer
 from comarl import checkpoint as ckpt
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,13 +21,7 @@ DEMO = str(ROOT / "configs/demo/writing.yaml")
 
 
 def _trainer(out, **over):
-    agents, env, items, cfg = demo_setup("tiny", "writing", 4, str(out), 0)
-    for a in agents:
-        a.max_new_tokens = 4
-    cfg.num_generations, cfg.batch_size, cfg.progress_bar, cfg.report_to = 2, 2, False, ["jsonl"]
-    for k, v in over.items():
-        setattr(cfg, k, v)
-    return comarl.Trainer(agents, env, items, cfg)
+    return demo_trainer(out, steps=4, **over)
 
 
 def _save_at(trainer, *steps):

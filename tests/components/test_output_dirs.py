@@ -7,18 +7,12 @@ import pytest
 import comarl
 from comarl.config_io import ConfigError
 from comarl.demo import demo_setup, new_run_folder
+from demo_runs import demo_trainer
 from comarl import checkpoint as ckpt
 from comarl import run_dir
 
 
-def _trainer(out, steps=2, **over):
-    agents, env, items, cfg = demo_setup("tiny", "writing", steps, str(out), 0)
-    for a in agents:
-        a.max_new_tokens = 4
-    cfg.num_generations, cfg.batch_size, cfg.progress_bar, cfg.report_to = 2, 2, False, ["jsonl"]
-    for k, v in over.items():
-        setattr(cfg, k, v)
-    return comarl.Trainer(agents, env, items, cfg)
+_trainer = demo_trainer
 
 
 def _fake_checkpoint(out, step, run_id):
