@@ -285,6 +285,7 @@ def _task_section(task: str, rows: list[dict], doc: Path, plots: Path) -> list[s
                   "; ".join(f"{a:.1f} -> {b:.1f}" for a, b in loads)]
         out.append("| " + " | ".join(cells) + " |")
     out += _single_writer_note(by)
+    out += _coding_note(by)
     png = plots / f"{task}_heldout.png"
     plot_task(task, by, png)
     out += ["", f"![{task}: held-out score against training samples]({_rel(png, doc)})", ""]
@@ -308,6 +309,27 @@ def _single_writer_note(by: dict[str, list[dict]]) -> list[str]:
                      f"({len(strict)} run{'s' if len(strict) > 1 else ''})")
         out.append(text + ".")
     return ([""] + out) if out else []
+
+
+CODING_METRICS = (("compiled", "code that compiles"), ("passed_all", "all tests passed"),
+                  ("first_turn_reward", "reward after the first turn"))
+
+
+def _coding_note(by: dict[str, list[dict]]) -> list[str]:
+    """The coding rows' other held-out measures: whether the code compiles, passes every test, and the first
+    turn's reward (what the second turn's feedback changed)."""
+    out = []
+    for cond in [c for c in CONDITIONS if c in by]:
+        rs = [r for r in by[cond] if "compiled" in r["heldout"]]
+        if not rs:
+            continue
+        parts = []
+        for key, words in CODING_METRICS:
+            vals = [r["heldout"][key]["mean"] for r in rs if key in r["heldout"]]
+            if vals:
+                parts.append(f"{words} {sum(vals) / len(vals):.3f}")
+        out.append(f"- {CONDITIONS[cond].label}: " + ", ".join(parts) + ".")
+    return (["", "Held out, besides the pass rate (shares of samples; rewards on the task's scale):", ""] + out) if out else []
 
 
 def _runs_table(rows: list[dict]) -> list[str]:
@@ -336,8 +358,8 @@ COMMANDS = """## Commands
 ```bash
 # the grid (resumes: runs already in the results file are skipped; a killed run loses only itself)
 nice -n 10 python benchmarks/reproduce.py run --results benchmarks/results/results.jsonl --logs runs/repro/logs
-# the same grid sampled with vLLM (its venv's python; rows already in the file, hf ones too, count as done)
-nice -n 10 /work/venv-vllm/bin/python benchmarks/reproduce.py run --generator vllm \\
+# the same grid sampled with vLLM (the venv of `make install-vllm`; rows already in the file, hf ones too, count as done)
+nice -n 10 .venv-vllm/bin/python benchmarks/reproduce.py run --generator vllm \\
     --results benchmarks/results/results.jsonl --logs runs/repro/logs
 # this page and the plots from the results file alone
 python benchmarks/reproduce.py render --results benchmarks/results/results.jsonl
@@ -348,6 +370,13 @@ python benchmarks/reproduce.py run --model Qwen/Qwen2.5-0.5B-Instruct --device c
 ```
 
 The GPU command has not been timed here: the project's machine has no GPU, and a hub model cannot be downloaded
-on it. The `--model` flag takes any causal LM that `comarl.AgentConfig` loads; `--max-new-tokens` and `--steps` set the
-scale (the paper used 256 tokens and two epochs over 1,100 posts).
+on it. The `--model` flag takes any causal LM that `comarl.AgentConfig` loads (a hub id, or a local folder on a
+machine without the hub); `--max-new-tokens` and `--steps` set the scale (the paper used 256 tokens and two epochs
+over 1,100 posts). **Expected time, estimated, not measured**: Hugging Face `generate` on one GPU spends about 20-30 ms
+per new token for a 0.5B model at these batch sizes (its Python loop, not the GPU, bounds it), so a TL;DR step of two
+agents (16 completions of 128 tokens each, batched per agent, then one update) takes about 6-10 s, a 100-step
+trained run with its held-out evaluations about 15-20 minutes, a prompt-only row about a minute, and the default
+grid (TL;DR and CoopHumanEval, whose two turns double the generation) about 6-8 hours; `--generator vllm` with the
+GPU build of vLLM shortens the generation share. Write the first run's `s/step` into this estimate's place when a
+GPU has run it.
 """

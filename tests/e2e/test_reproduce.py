@@ -168,6 +168,15 @@ def test_summaries_and_verdicts_by_hand():
     assert render.verdict({"mean": -1.5, "stderr": 0.3}, {"mean": 0.0, "stderr": 0.4})[2] == "reversed"
 
 
+def test_coding_note_averages_the_other_measures_over_seeds():
+    def row(compiled, passed_all):
+        return {"heldout": {"compiled": {"mean": compiled}, "passed_all": {"mean": passed_all}}}
+
+    note = render._coding_note({"magrpo": [row(0.5, 0.0), row(1.0, 0.25)], "single": [{"heldout": {}}]})
+    assert note[-1] == "- 2 agents, MAGRPO: code that compiles 0.750, all tests passed 0.125."  # single: no line
+    assert render._coding_note({"single": [{"heldout": {"reward": {}}}]}) == []
+
+
 @pytest.mark.slow
 def test_coding_task_end_to_end_on_the_tiny_model(tmp_path):
     """CoopHumanEval, paper preset, 2 turns with level_feedback, through the sandbox: a baseline and MAGRPO."""
@@ -178,7 +187,8 @@ def test_coding_task_end_to_end_on_the_tiny_model(tmp_path):
     assert set(rows) == {"pipeline", "magrpo"}
     for r in rows.values():
         assert r["headline"] == "pass_rate" and r["num_turns"] == 2 and len(r["heldout"]["pass_rate"]["per_item"]) == 2
-    assert "CoopHumanEval" in (out / "docs" / "results.md").read_text()
+    page = (out / "docs" / "results.md").read_text()
+    assert "CoopHumanEval" in page and "code that compiles" in page
 
 
 def test_before_is_reused_only_from_a_twin_measured_the_same_way():
