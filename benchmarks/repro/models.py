@@ -45,4 +45,5 @@ def check_same(agent, path: str) -> None:
     with torch.no_grad():
         a, b = agent.model(ids).logits, other.model(ids).logits
     if not torch.allclose(a, b, atol=1e-4):
-        raise RuntimeError(f"{path}: the saved model's logits differ from the original's by {float((a - b).abs().max())}")
+        gap = float((a - b).abs().max())
+        raise RuntimeError(f"{path}: the saved model's logits differ from the original's by {gap}")

@@ -140,10 +140,11 @@ file (the last table names each row's key). The grid resumes where it stopped, s
 SETUP = """## Set-up
 
 - **Model**: {model}; every agent a full copy (LoRA row: adapters r 16 on one shared base); CPU, float32.
-- **Trained runs**: {steps} optimiser steps, {batch} items x K = {k} samples per step and agent (the same joint samples and
-  steps for every method), learning rate {lr:g} (LoRA 10x), completions of at most {tokens} new tokens per agent (the single
-  TL;DR writer, which writes both parts, {tokens2}), temperature {temp}, top-p {top_p}. IAC: a value head on each agent;
-  MAAC: one central critic (a third SmolLM2); MADPO: online joint DPO (beta 0.1) against frozen copies.
+- **Trained runs**: {steps} optimiser steps, {batch} items x K = {k} samples per step and agent (the same joint
+  samples and steps for every method), learning rate {lr:g} (LoRA 10x), completions of at most {tokens} new tokens
+  per agent (the single TL;DR writer, which writes both parts, {tokens2}), temperature {temp}, top-p {top_p}. IAC: a
+  value head on each agent; MAAC: one central critic (a third SmolLM2); MADPO: online joint DPO (beta 0.1) against
+  frozen copies.
 - **Held-out score**: the team's mean reward on items never trained on, {hs} sampled completions per agent and item
   under the run's seed (so seeds differ for the prompt-only rows too); ± is the standard error over seeds where a row
   has several, else over items. Before and after training it is measured by the same function; a trained run's score
@@ -195,7 +196,8 @@ def render(rows: list[dict], doc: str | Path, plots: str | Path, results_path: s
     for task in sorted({r["task"] for r in rows}, key=lambda t: (t != "tldr", t)):
         lines += _task_section(task, [r for r in rows if r["task"] == task], doc, plots)
     single = next((r for r in tldr if r["num_agents"] == 1), None)
-    lines.append(SETUP.format(model=_model_name(ref["model"]), steps=ref.get("steps", "-"), batch=ref.get("batch_size", "-"),
+    lines.append(SETUP.format(model=_model_name(ref["model"]), steps=ref.get("steps", "-"),
+                              batch=ref.get("batch_size", "-"),
                               k=ref.get("num_generations", "-"), lr=ref.get("lr") or 0, tokens=pair["max_new_tokens"],
                               tokens2=single["max_new_tokens"] if single else "twice that", temp=ref["temperature"],
                               top_p=ref["top_p"], hs=ref["heldout"]["samples"], generators=_generators(rows)))
@@ -329,7 +331,9 @@ def _coding_note(by: dict[str, list[dict]]) -> list[str]:
             if vals:
                 parts.append(f"{words} {sum(vals) / len(vals):.3f}")
         out.append(f"- {CONDITIONS[cond].label}: " + ", ".join(parts) + ".")
-    return (["", "Held out, besides the pass rate (shares of samples; rewards on the task's scale):", ""] + out) if out else []
+    if not out:
+        return []
+    return ["", "Held out, besides the pass rate (shares of samples; rewards on the task's scale):", ""] + out
 
 
 def _runs_table(rows: list[dict]) -> list[str]:
@@ -341,8 +345,9 @@ def _runs_table(rows: list[dict]) -> list[str]:
                                          r["seed"])):
         h, b = headline(r), headline(r, "before") if r.get("before") else None
         out.append(f"| {r['key']} | {_pm(h['mean'], h['stderr'])} | {_pm(b['mean'], b['stderr']) if b else '-'} | "
-                   f"{r.get('steps', 0)} | {r.get('train_samples', 0)} | {r.get('completions', 0)} | {r['wall_s']:.0f} | "
-                   f"{r.get('s_per_step') or '-'} | {r.get('samples_per_s') or '-'} | {_gen_cell(r)} | {r['threads']} | {r['peak_rss_mb']:.0f} "
+                   f"{r.get('steps', 0)} | {r.get('train_samples', 0)} | {r.get('completions', 0)} | "
+                   f"{r['wall_s']:.0f} | {r.get('s_per_step') or '-'} | {r.get('samples_per_s') or '-'} | "
+                   f"{_gen_cell(r)} | {r['threads']} | {r['peak_rss_mb']:.0f} "
                    f"({r.get('rss_scope', 'run')}) | {', '.join(f'{x:.1f}' for x in r['load_start'])} -> "
                    f"{', '.join(f'{x:.1f}' for x in r['load_end'])} | {r['finished']} |")
     out.append("")
@@ -358,7 +363,7 @@ COMMANDS = """## Commands
 ```bash
 # the grid (resumes: runs already in the results file are skipped; a killed run loses only itself)
 nice -n 10 python benchmarks/reproduce.py run --results benchmarks/results/results.jsonl --logs runs/repro/logs
-# the same grid sampled with vLLM (the venv of `make install-vllm`; rows already in the file, hf ones too, count as done)
+# the same grid sampled with vLLM (the venv of `make install-vllm`; rows already in the file count as done)
 nice -n 10 .venv-vllm/bin/python benchmarks/reproduce.py run --generator vllm \\
     --results benchmarks/results/results.jsonl --logs runs/repro/logs
 # this page and the plots from the results file alone

@@ -169,7 +169,8 @@ def reusable_before(row: dict | None, opts: RunOptions, task: Task, cfgs: list, 
     generator (so before and after come from one sampler); else None. Rows without ``generator`` are hf's."""
     if not row:
         return None
-    same = (row.get("model") == opts.model and row.get("generator", "hf") == generator and row.get("max_new_tokens") == cfgs[0].max_new_tokens
+    same = (row.get("model") == opts.model and row.get("generator", "hf") == generator
+            and row.get("max_new_tokens") == cfgs[0].max_new_tokens
             and row.get("temperature") == task.temperature and row.get("top_p") == task.top_p
             and row.get("heldout_items") == len(task.heldout_items)
             and row["heldout"].get("samples") == opts.heldout_samples)

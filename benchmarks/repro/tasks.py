@@ -92,7 +92,8 @@ class SingleWriterEnv:
         self.score, self.prompt, self.marker = score, prompt, marker
 
     def reset(self, item: Mapping[str, Any]) -> EnvState:
-        return EnvState(item=item, prompts=(self.prompt.replace("{marker}", self.marker).replace("{text}", item["text"]),))
+        prompt = self.prompt.replace("{marker}", self.marker).replace("{text}", item["text"])
+        return EnvState(item=item, prompts=(prompt,))
 
     def step_batch(self, states: Sequence[EnvState], responses: Sequence[Sequence[str]]) -> list[Transition]:
         out = []
@@ -138,7 +139,8 @@ def split_check(name: str, train: list[dict], heldout: list[dict], key: str) -> 
     """Refuse a split with an item on both sides (by ``key``: the post, the task id)."""
     shared = {it[key] for it in train} & {it[key] for it in heldout}
     if shared:
-        raise AssertionError(f"{name}: {len(shared)} held-out item(s) are also training items: {sorted(shared)[0]!r:.80}")
+        first = f"{sorted(shared)[0]!r:.80}"
+        raise AssertionError(f"{name}: {len(shared)} held-out item(s) are also training items: {first}")
 
 
 def tldr_items() -> tuple[list[dict], list[dict]]:
@@ -165,13 +167,15 @@ def tldr_task() -> Task:
         return PIPELINE_TLDR_PROMPT.replace("{text}", state.item["text"]).replace("{first}", first.strip())
 
     return Task("tldr", train, heldout, build, pipeline_prompt, headline="reward",
-                metrics=("level", "length_ratio", "unique_ratio", "marker_found", "reward_marker_only"), max_new_tokens=48,
+                metrics=("level", "length_ratio", "unique_ratio", "marker_found", "reward_marker_only"),
+                max_new_tokens=48,
                 temperature=0.7, top_p=0.9, reward_max={1: 3.0, 2: 3.0},
                 notes="paper preset reward (0-3), first turn")
 
 
 CODING_SHIFT = {1: -2.1, 2: -4.0}
-"""The reference's reward shift before advantages: the single agent's maximum 2.1, the team's 4 (reproduction_coding.md)."""
+"""The reference's reward shift before advantages: the single agent's maximum 2.1, the team's 4
+(reproduction_coding.md)."""
 
 
 def coding_task(data_dir: Path, name: str = "coophumaneval", heldout: int = 16, limit_train: int | None = None) -> Task:

@@ -154,8 +154,11 @@ def test_team_score_draws_what_heldout_score_draws():
 
 def test_summaries_and_verdicts_by_hand():
     def row(seed, mean, per_item, before=None):
-        r = {"seed": seed, "headline": "reward", "heldout": {"reward": {"mean": mean, "stderr": 0.1, "per_item": per_item}}}
-        r["before"] = {"reward": {"mean": before, "stderr": 0.1, "per_item": [before] * len(per_item)}} if before is not None else None
+        heldout = {"reward": {"mean": mean, "stderr": 0.1, "per_item": per_item}}
+        r = {"seed": seed, "headline": "reward", "heldout": heldout}
+        r["before"] = None
+        if before is not None:
+            r["before"] = {"reward": {"mean": before, "stderr": 0.1, "per_item": [before] * len(per_item)}}
         return r
 
     s = render.summarize([row(0, 1.0, [1.0]), row(1, 2.0, [2.0]), row(2, 3.0, [3.0])])
@@ -217,7 +220,8 @@ def test_generator_choice_keeps_lora_on_hf_on_a_cpu():
     opts = run.RunOptions(generator="vllm")
     assert generators.generator_for(grid.CONDITIONS["magrpo"], opts) == ("vllm", None)
     assert generators.generator_for(grid.CONDITIONS["magrpo_lora"], opts) == ("hf", generators.LORA_ON_CPU)
-    assert generators.generator_for(grid.CONDITIONS["magrpo_lora"], run.RunOptions(generator="vllm", device="cuda"))[0] == "vllm"
+    on_gpu = run.RunOptions(generator="vllm", device="cuda")
+    assert generators.generator_for(grid.CONDITIONS["magrpo_lora"], on_gpu)[0] == "vllm"
     assert generators.generator_for(grid.CONDITIONS["magrpo_lora"], run.RunOptions())[0] == "hf"
     with pytest.raises(SystemExit, match="--generator"):
         generators.generator_for(grid.CONDITIONS["single"], run.RunOptions(generator="sglang"))
