@@ -180,6 +180,15 @@ SETUP = """## Set-up
 """
 
 
+WHY_HF = """\
+- **Why every row here samples with `hf`**: the grid's first rows ran before `--generator vllm` existed, and the
+  grid keeps one generator so that two rows differ only in their method (vLLM draws other random numbers). On
+  this CPU vLLM would not change the picture much: a full-weight demo-sized step (4 items x K = 4, 40 new tokens)
+  took 0.79x HF's time with vLLM (benchmarks/README.md, one measurement), and LoRA agents generate slower on vLLM's
+  CPU build (1.14x), so the grid would finish perhaps 10-20% sooner. On a GPU, pass `--generator vllm`.
+"""
+
+
 def render(rows: list[dict], doc: str | Path, plots: str | Path, results_path: str | Path = "") -> None:
     doc, plots = Path(doc), Path(plots)
     doc.parent.mkdir(parents=True, exist_ok=True)
@@ -201,6 +210,8 @@ def render(rows: list[dict], doc: str | Path, plots: str | Path, results_path: s
                               k=ref.get("num_generations", "-"), lr=ref.get("lr") or 0, tokens=pair["max_new_tokens"],
                               tokens2=single["max_new_tokens"] if single else "twice that", temp=ref["temperature"],
                               top_p=ref["top_p"], hs=ref["heldout"]["samples"], generators=_generators(rows)))
+    if all(generator_of(r) == "hf" for r in rows):
+        lines[-1] = lines[-1].rstrip("\n") + "\n" + WHY_HF
     lines += _runs_table(rows)
     lines.append(COMMANDS)
     doc.write_text("\n".join(lines))

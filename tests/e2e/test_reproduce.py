@@ -65,6 +65,7 @@ def test_grid_end_to_end_on_the_tiny_model(tmp_path, capsys):
     assert "![tldr: held-out score against training samples](../plots/tldr_heldout.png)" in page
     assert (out / "plots" / "tldr_heldout.png").stat().st_size > 1000
     assert "14 runs so far" in page
+    assert "Why every row here samples with `hf`" in page  # said only when no row sampled with vLLM
 
     # a second invocation finds every run done and runs nothing; render alone rebuilds the same page
     capsys.readouterr()
@@ -268,4 +269,4 @@ def test_grid_samples_with_vllm_on_the_tiny_model(tmp_path):
     for r in rows.values():
         assert len(r["heldout"]["reward"]["per_item"]) == 2
     page = (out / "docs" / "results.md").read_text()
-    assert "`vllm` for 2 runs" in page and "| vllm | " in page
+    assert "`vllm` for 2 runs" in page and "| vllm | " in page and "Why every row here samples" not in page
