@@ -65,7 +65,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heldout-samples", dest="heldout_samples", type=int, default=d.heldout_samples,
                    help=f"samples per held-out item and agent ({d.heldout_samples})")
     p.add_argument("--device", default=d.device)
-    p.add_argument("--data-dir", dest="data_dir", default=d.data_dir, help="the coding benchmark files (../shared/data)")
+    p.add_argument("--data-dir", dest="data_dir", default=d.data_dir,
+                   help="the coding benchmark files (../shared/data)")
     p.add_argument("--max-new-tokens", dest="max_new_tokens", type=int, default=None)
     p.add_argument("--coding-train-limit", dest="coding_train_limit", type=int, default=None)
     p.add_argument("--coding-heldout", dest="coding_heldout", type=int, default=d.coding_heldout)
