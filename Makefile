@@ -36,9 +36,10 @@ demo: $(STAMP)
 demo-smollm2: $(STAMP)
 	$(BIN)/comarl demo --model smollm2
 
-# ruff (pyproject [tool.ruff]) and mypy (pyproject [tool.mypy]: comarl/) must be clean; `make test` runs them first.
+# ruff (pyproject [tool.ruff]: the whole repository) and mypy (pyproject [tool.mypy]: comarl/) must be clean;
+# `make test` runs them first.
 lint: $(STAMP)
-	$(BIN)/ruff check comarl
+	$(BIN)/ruff check .
 	$(BIN)/mypy
 
 # lint, the whole suite (the vLLM tests skip in the main venv), then the vLLM tests with vLLM's CPU build

@@ -141,7 +141,8 @@ def write_markdown(summaries: list[dict], path: Path, meta: dict) -> None:
              "Every run: 16 items, 1 epoch, 32 new tokens, lr 1e-5, temperature 1.0, top_p 1, no top_k. "
              "Batch size = items per optimiser step. s/item and completions/s time `trainer.train()` only.",
              "",
-             "| workload | library | batch | s/item | completions/s | peak RSS MB | same work (completions; optimiser steps) | comarl/peer time |",
+             "| workload | library | batch | s/item | completions/s | peak RSS MB | "
+             "same work (completions; optimiser steps) | comarl/peer time |",
              "|---|---|---|---|---|---|---|---|"]
     for s in summaries:
         wl = W.get_workload(s["workload"])
@@ -153,7 +154,8 @@ def write_markdown(summaries: list[dict], path: Path, meta: dict) -> None:
             if lib == "comarl" and s["same"] is not None:
                 pr = s["rows"][s["peer"]]
                 mark = lambda b: "✓" if b else "✗"  # noqa: E731
-                same = (f"{mark(s['same']['completions'])} {_counts(r['completions'])} vs {_counts(pr['completions'])}; "
+                same = (f"{mark(s['same']['completions'])} {_counts(r['completions'])} "
+                        f"vs {_counts(pr['completions'])}; "
                         f"{mark(s['same']['steps'])} {_counts(r['steps'])} vs {_counts(pr['steps'])}")
                 ratio = f"**{s['ratio']:.2f}**" if s["ratio"] is not None else ""
             else:

@@ -44,7 +44,8 @@ def main() -> int:
     ap.add_argument("--one-rank-group", action="store_true", help="a one-rank NCCL group: FSDP2 on one GPU")
     ap.add_argument("--resume-check", action="store_true")
     ap.add_argument("--floor", action="store_true")
-    ap.add_argument("--model", default="smollm2", help="agents' model (tiny + --device cpu: a smoke run of this script)")
+    ap.add_argument("--model", default="smollm2",
+                    help="agents' model (tiny + --device cpu: a smoke run of this script)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", default=None, help="run folder for --resume-check (default: a temporary one)")
     args = ap.parse_args()
@@ -130,7 +131,8 @@ def main() -> int:
     peak = max(torch.cuda.max_memory_allocated(d) for d in range(torch.cuda.device_count())) / 2 ** 30 if cuda else 0
     if dist.is_main():
         print("RESULT " + json.dumps({
-            "label": args.label, "world_size": dist.world_size(), "gpu": torch.cuda.get_device_name() if cuda else "cpu",
+            "label": args.label, "world_size": dist.world_size(),
+            "gpu": torch.cuda.get_device_name() if cuda else "cpu",
             "algorithm": args.algorithm, "lora": args.lora, "sharded": trainer.sharding is not None,
             "mixed_precision": args.mixed_precision, "gradient_checkpointing": args.gradient_checkpointing,
             "sharding": args.sharding, "fsdp_gather": args.fsdp_gather,

@@ -26,7 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
-from comarl.sandbox import Sandbox, SandboxLimits, TestJob
+from comarl.sandbox import Sandbox, SandboxLimits, TestJob  # noqa: E402
 
 # the shared data folder sits next to the checkout (as tests/conftest.py's shared_data fixture finds it)
 DEFAULT_DATA = str(REPO.parent / "shared" / "data" / "humaneval" / "HumanEval.jsonl.gz")
@@ -84,7 +84,8 @@ def compare(rows: list[dict], old: str, workers: int, rounds: int) -> int:
     finally:
         os.unlink(f.name)
     old_rate, new_rate = (sorted(rates[k])[len(rates[k]) // 2] for k in ("old", "new"))
-    print(f"\nworkers={workers}: median old {old_rate:.1f}/s, new {new_rate:.1f}/s, new/old = {new_rate / old_rate:.2f}")
+    print(f"\nworkers={workers}: median old {old_rate:.1f}/s, new {new_rate:.1f}/s, "
+          f"new/old = {new_rate / old_rate:.2f}")
     return 0
 
 

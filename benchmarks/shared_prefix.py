@@ -76,7 +76,8 @@ def setup(workload: str, model: str, k: int, prompt_tokens: int, items: int, sha
         from comarl.demo import demo_setup
 
         agents, env, its, cfg = demo_setup(model, "writing", items, None, 0)
-        cfg.run.progress_bar, cfg.run.report_to, cfg.run.log_samples_steps, cfg.hardware.share_prefix = False, [], 0, share
+        cfg.run.progress_bar, cfg.run.report_to, cfg.run.log_samples_steps, cfg.hardware.share_prefix = (
+            False, [], 0, share)
         return agents, env, its, cfg
     return long_setup(model, k, prompt_tokens, items, share)
 
@@ -148,7 +149,7 @@ def memory_table(args) -> None:
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for p_len, c_len, k, mb in [(1000, 64, 4, 16), (1000, 64, 8, 16), (1000, 64, 8, 8), (60, 24, 4, 16)]:
         prompts, comps = [], []
-        for u in range(max(1, mb // k)):
+        for _u in range(max(1, mb // k)):
             p = torch.randint(5, len(tok), (p_len,), generator=g).tolist()
             for _ in range(min(k, mb)):
                 prompts.append(p)

@@ -40,7 +40,8 @@ def run_comarl(steps: int, warmup: int) -> dict:
         m = trainer.training_step(batch)
         if s >= warmup:
             times.append(time.perf_counter() - t)
-            tokens += sum(m[f"{a.name}/completion_len"] for a in trainer.agents) * cfg.run.batch_size * cfg.rollout.num_generations
+            tokens += (sum(m[f"{a.name}/completion_len"] for a in trainer.agents)
+                       * cfg.run.batch_size * cfg.rollout.num_generations)
     return {"s_per_step": statistics.median(times), "tokens_per_s": tokens / sum(times)}
 
 

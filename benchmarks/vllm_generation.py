@@ -141,10 +141,11 @@ def main() -> None:
             for mode in MODES:
                 r = res[mode]
                 print(f"| {name} | {kind} | {mode} | {r['s']:.2f} | {r['cpu']:.2f} | {r['n'] / r['s']:.2f} | "
-                      f"{r['tokens'] / r['s']:.1f} | {r['s'] / res['hf']['s']:.2f}x | {r['s'] / res['hf_shared']['s']:.2f}x | "
+                      f"{r['tokens'] / r['s']:.1f} | {r['s'] / res['hf']['s']:.2f}x | "
+                      f"{r['s'] / res['hf_shared']['s']:.2f}x | "
                       f"{r['cpu'] / res['hf']['cpu']:.2f}x | {r['load']:.2f} |", flush=True)
-            print(f"|  | {kind} | engine start {res['engine_start_s']:.1f} s, {res['threads']} threads |  |  |  |  |  |  |  "
-                  f"|  |", flush=True)
+            print(f"|  | {kind} | engine start {res['engine_start_s']:.1f} s, {res['threads']} threads "
+                  f"|  |  |  |  |  |  |  |  |", flush=True)
 
 
 if __name__ == "__main__":

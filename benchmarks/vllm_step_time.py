@@ -13,11 +13,11 @@ r=8, on one base: one engine). Modes, on the SAME agents (one trainer each, shar
 * ``hf``: Hugging Face ``generate`` as configured by default (``share_prefix: true``: each prompt prefilled once);
 * ``vllm``: ``train.generator: vllm`` (in-process engines, fp32, prefix caching); its step includes the weight push.
 
-``--warmup 0 --repeats 1`` times each mode's first step (start-up effects in every mode; what fits in a few
-minutes on 2 CPU cores, where one SmolLM2 long-prompt step takes minutes). Before a ``vllm`` step the other modes' updates are pushed untimed (the agents are shared); the step's own push
-after its optimiser steps is timed, as in a run. Each timed step prints its wall seconds, rollout / update / push
-seconds and the 1-minute load average; the table gives medians. ``--threads`` (default 2) sets torch's threads,
-which the in-process engines compute on too.
+``--warmup 0 --repeats 1`` times each mode's first step (start-up effects in every mode; what fits in a few minutes
+on 2 CPU cores, where one SmolLM2 long-prompt step takes minutes). Before a ``vllm`` step the other modes' updates
+are pushed untimed (the agents are shared); the step's own push after its optimiser steps is timed, as in a run.
+Each timed step prints its wall seconds, rollout / update / push seconds and the 1-minute load average; the table
+gives medians. ``--threads`` (default 2) sets torch's threads, which the in-process engines compute on too.
 
     .venv-vllm/bin/python benchmarks/vllm_step_time.py [--workload demo long] [--kind full lora] [--repeats 2]
         [--warmup 1] [--modes hf_plain hf vllm] [--threads 2]

@@ -123,7 +123,8 @@ def test_eval_compares_a_team_with_the_centralised_baseline_in_one_table(tmp_pat
     assert "A: tldr_smoke" in table and "B: tldr_centralized_smoke" in table
     row = next(line for line in table.splitlines() if line.startswith("summary.reward.mean "))
     assert len(row.split()) == 3  # a value for each side
-    assert next(line for line in table.splitlines() if line.startswith("summary.central.parse_failure")).split()[1] == "-"
+    assert next(line for line in table.splitlines()
+                if line.startswith("summary.central.parse_failure")).split()[1] == "-"
 
 
 class NoNextState:

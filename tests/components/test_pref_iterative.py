@@ -34,7 +34,8 @@ def test_two_rounds_write_two_pair_files_change_weights_and_resume_after_a_kill(
     files = sorted((tmp_path / "straight").glob("round-*/pairs.jsonl"))
     assert [f.parent.name for f in files] == ["round-0", "round-1"]
     assert all(len(f.read_text().splitlines()) > 0 for f in files)
-    assert [h["round"] for h in hist] == [0, 1] and hist[1]["pref/pool"] == hist[0]["pref/pairs"] + hist[1]["pref/pairs"]
+    assert [h["round"] for h in hist] == [0, 1]
+    assert hist[1]["pref/pool"] == hist[0]["pref/pairs"] + hist[1]["pref/pairs"]
     assert any(not torch.equal(a, b) for a, b in zip(w0, weights(straight)))
 
     killed = trainer(tmp_path / "killed", rounds=1, replay="all")  # stops after round 0, as a kill between rounds

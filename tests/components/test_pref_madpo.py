@@ -15,7 +15,8 @@ from comarl.updates.dpo import _pair_indices
 from toy_tasks import same_word
 
 
-ENV = comarl.FunctionEnv(formatters=[lambda it: f"Name a colour ({it['n']}):", lambda it: f"Pick a colour ({it['n']}):"],
+ENV = comarl.FunctionEnv(formatters=[lambda it: f"Name a colour ({it['n']}):",
+                                     lambda it: f"Pick a colour ({it['n']}):"],
                          reward_fn=same_word)
 ITEMS = [{"n": i} for i in range(8)]
 
@@ -37,10 +38,10 @@ def joint_margins(t, rollouts, pairs):
         comps = [c for r in rollouts for c in r.agents[i].completion_ids]
         w, l = _pair_indices(rollouts, pairs, i)
         with torch.no_grad():
-            lw, mw = completion_logprobs(a.model, [prompts[s] for s in w], [comps[s] for s in w], a.tokenizer.pad_token_id,
-                                         a.config.temperature)
-            ll, ml = completion_logprobs(a.model, [prompts[s] for s in l], [comps[s] for s in l], a.tokenizer.pad_token_id,
-                                         a.config.temperature)
+            lw, mw = completion_logprobs(a.model, [prompts[s] for s in w], [comps[s] for s in w],
+                                         a.tokenizer.pad_token_id, a.config.temperature)
+            ll, ml = completion_logprobs(a.model, [prompts[s] for s in l], [comps[s] for s in l],
+                                         a.tokenizer.pad_token_id, a.config.temperature)
         total = total + (lw * mw).sum(1) - (ll * ml).sum(1)
     return total
 
@@ -52,7 +53,7 @@ def test_dpo_steps_raise_the_chosen_vs_rejected_margin():
     assert sum(len(p) for p in pairs) >= 4  # random tiny agents: some joint actions match, some do not
     before = joint_margins(t, rollouts, pairs)
     m = {}
-    for step in range(2):  # the same pairs again (fixed rng): each step must push the margin up
+    for _ in range(2):  # the same pairs again (fixed rng): each step must push the margin up
         m = t.update.learn(t.team, rollouts, 0)
     after = joint_margins(t, rollouts, pairs)
     assert (after - before).mean() > 0.5, (before, after)

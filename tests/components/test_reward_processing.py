@@ -87,10 +87,12 @@ def test_sibling_mean_ends_the_whole_node(scripted_team):
     # returns: hi [1, 0] (no future); lo r = [0, 0] + V(child) = 1 each
     assert out.agents[0].returns.tolist() == [[1.0, 0.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0]]
     # exactly on the threshold does not end: 2 + 4 children
-    on = collect_rollout(agents, two_turn_env(), ITEMS, RolloutSettings(2, num_turns=2, early_stop_sibling_mean=0.5, generator=scripted_team))
+    on = collect_rollout(agents, two_turn_env(), ITEMS,
+                         RolloutSettings(2, num_turns=2, early_stop_sibling_mean=0.5, generator=scripted_team))
     assert on.agents[0].turns.tolist() == [0, 0, 1, 1, 1, 1]
     # early_stop_reward is per branch: hi's branch 0 ends (reward 1), branch 1 goes on
-    per = collect_rollout(agents, two_turn_env(), ITEMS, RolloutSettings(2, num_turns=2, early_stop_reward=1.0, generator=scripted_team))
+    per = collect_rollout(agents, two_turn_env(), ITEMS,
+                          RolloutSettings(2, num_turns=2, early_stop_reward=1.0, generator=scripted_team))
     assert per.agents[0].turns.tolist() == [0, 0, 1, 1, 1]
 
 

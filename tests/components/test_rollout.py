@@ -93,7 +93,8 @@ def test_discount_zero_ignores_future_and_early_stop(scripted_generate):
     agents = [FakeAgent("a")]
     env = FunctionEnv([lambda it: "q"], lambda r, it: 1.0 if r[0].endswith("s0") else 0.0,
                       lambda st, r: ["again"], max_turns=3)
-    s = RolloutSettings(num_generations=2, num_turns=3, discount=0.0, early_stop_reward=1.0, generator=scripted_generate)
+    s = RolloutSettings(num_generations=2, num_turns=3, discount=0.0, early_stop_reward=1.0,
+                        generator=scripted_generate)
     out = collect_rollout(agents, env, [{}], s)
     # sample 0 scores 1 -> its branch stops; sample 1 continues: nodes per turn 1, 1, 1
     assert out.agents[0].turns.tolist() == [0, 1, 2]
@@ -105,7 +106,8 @@ def test_cross_mode_rollout_credits_per_agent(scripted_generate):
     table = {("a-t0-s0", "b-t0-s0"): 1.0, ("a-t0-s0", "b-t0-s1"): 3.0,
              ("a-t0-s1", "b-t0-s0"): 5.0, ("a-t0-s1", "b-t0-s1"): 7.0}
     env = FunctionEnv([lambda it: "p", lambda it: "p"], lambda r, it: table[tuple(r)])
-    out = collect_rollout(agents, env, [{}], RolloutSettings(num_generations=2, joint_mode="cross", generator=scripted_generate))
+    out = collect_rollout(agents, env, [{}],
+                          RolloutSettings(num_generations=2, joint_mode="cross", generator=scripted_generate))
     assert out.agents[0].returns.tolist() == [[2.0, 6.0]]
     assert out.agents[1].returns.tolist() == [[3.0, 5.0]]
 

@@ -71,7 +71,8 @@ def test_infinite_loop_times_out_and_later_tests_still_run(box):
 
 def test_swallowing_the_timeout_once_does_not_escape_it(box):
     # The alarm re-fires every 0.1 s, so it also lands inside the except clause.
-    prog = "def stubborn():\n    while True:\n        try:\n            while True: pass\n        except BaseException:\n            pass\n"
+    prog = ("def stubborn():\n    while True:\n        try:\n            while True: pass\n"
+            "        except BaseException:\n            pass\n")
     r = run1(box, prog, "stubborn()", "pass")
     assert r.errors[0] == "Timeout" and r.passed == [False, True] and not r.timed_out
 
@@ -142,7 +143,8 @@ def test_memory_bomb_raises_memory_error(box):
 
 def test_huge_print_is_truncated_without_hanging(box):
     start = time.monotonic()
-    r = run1(box, "print('y' * 10 ** 7)\ndef shout():\n    while True:\n        print('x' * 10000)\n", "shout()", "pass")
+    r = run1(box, "print('y' * 10 ** 7)\ndef shout():\n    while True:\n        print('x' * 10000)\n",
+             "shout()", "pass")
     assert len(r.stdout.encode()) == LIMITS.max_output_bytes and r.stdout.startswith("yyy")
     assert r.errors[0] == "Timeout" and r.passed == [False, True]
     assert time.monotonic() - start < 5.0

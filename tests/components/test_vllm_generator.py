@@ -11,7 +11,7 @@ from comarl.generation.hf import Completions
 from comarl.generation.vllm_engine import EngineCompletions, EngineSettings, vllm_available
 from comarl.generation.vllm_generator import VLLMGenerator, check_agent, check_device
 from comarl.lora import LoraSettings
-from comarl.schema import Schema, Slot, with_schema
+from comarl.schema import Schema, Slot
 from test_vllm_engine import TINY, TOL, max_gap, train_a_little
 
 pytestmark = pytest.mark.vllm  # make test runs these with .venv-vllm (pytest -m vllm)

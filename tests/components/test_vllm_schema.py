@@ -6,7 +6,7 @@ import pytest
 
 from comarl.agents import AgentConfig, build_agents
 from comarl.generation import generate
-from comarl.generation.vllm_engine import EngineSettings, Sampling, VLLMEngine, vllm_available
+from comarl.generation.vllm_engine import EngineSettings, Sampling, vllm_available
 from comarl.generation.vllm_generator import VLLMGenerator
 from comarl.schema import Schema, Slot
 from test_structured_generation import SCHEMA, _check_rows

@@ -1,8 +1,9 @@
-"""Worker for tests/distributed/test_distributed.py: 3 training steps of 2 tiny agents, single-process or under torchrun.
+"""Worker for tests/distributed/test_distributed.py: 3 training steps of 2 tiny agents, single-process or under
+torchrun.
 
-    python tests/distributed/dist_worker.py OUT --batch-size 4                                   # 1 rank, global batch 4
+    python tests/distributed/dist_worker.py OUT --batch-size 4                                  # 1 rank, global batch 4
     python -m torch.distributed.run --standalone --nproc_per_node 2 \\
-        tests/distributed/dist_worker.py OUT --batch-size 2                                      # 2 ranks x 2 = 4
+        tests/distributed/dist_worker.py OUT --batch-size 2                                     # 2 ranks x 2 = 4
 
 5 items, no shuffle: the batches are items [0-3], [4], [0-3], so under 2 ranks
 rank 1 gets no item in step 2. Each rank writes ``OUT/rank<r>.pt`` with its

@@ -1,8 +1,9 @@
-"""Worker for tests/distributed/test_sharding_critic.py: actor-critic runs (iac, maac) under FSDP2, 1 process or torchrun.
+"""Worker for tests/distributed/test_sharding_critic.py: actor-critic runs (iac, maac) under FSDP2, 1 process or
+torchrun.
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 \\
-        tests/distributed/fsdp_critic_worker.py OUT --batch-size 2 SCENARIO...                 # 2 ranks x 2 = 4
-    python tests/distributed/fsdp_critic_worker.py OUT --batch-size 4 SCENARIO...              # 1 process, global batch 4
+        tests/distributed/fsdp_critic_worker.py OUT --batch-size 2 SCENARIO...               # 2 ranks x 2 = 4
+    python tests/distributed/fsdp_critic_worker.py OUT --batch-size 4 SCENARIO...            # 1 process, global batch 4
 
 Scenarios (each writes ``OUT/<name>/rank<r>.pt``: gathered agent and critic
 weights, reduced metrics, whether the critic's parameters were DTensors):

@@ -1,8 +1,9 @@
-"""Worker for tests/distributed/test_sharding_dpo.py: the DPO family trained FSDP2-sharded, single-process or under torchrun.
+"""Worker for tests/distributed/test_sharding_dpo.py: the DPO family trained FSDP2-sharded, single-process or
+under torchrun.
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 \\
-        tests/distributed/fsdp_dpo_worker.py OUT --batch-size 2 SCENARIO...                    # 2 ranks x 2 = 4
-    python tests/distributed/fsdp_dpo_worker.py OUT --batch-size 4 SCENARIO...                 # 1 process, global batch 4
+        tests/distributed/fsdp_dpo_worker.py OUT --batch-size 2 SCENARIO...                  # 2 ranks x 2 = 4
+    python tests/distributed/fsdp_dpo_worker.py OUT --batch-size 4 SCENARIO...               # 1 process, global batch 4
 
 Scenarios (each writes ``OUT/<name>/rank<r>.pt``: gathered final weights, metrics):
 
@@ -34,7 +35,6 @@ Sampling is independent of the split of items over ranks (``dist_worker.seeded``
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import sys

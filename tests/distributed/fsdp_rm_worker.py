@@ -1,8 +1,8 @@
 """Worker for tests/distributed/test_sharding_rm.py: MARLHF's joint reward model sharded like the agents.
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 \\
-        tests/distributed/fsdp_rm_worker.py OUT --batch-size 2 SCENARIO...                     # 2 ranks x 2 = 4
-    python tests/distributed/fsdp_rm_worker.py OUT --batch-size 4 SCENARIO...                  # 1 process, global batch 4
+        tests/distributed/fsdp_rm_worker.py OUT --batch-size 2 SCENARIO...                   # 2 ranks x 2 = 4
+    python tests/distributed/fsdp_rm_worker.py OUT --batch-size 4 SCENARIO...                # 1 process, global batch 4
 
 Scenarios (each writes ``OUT/<name>/rank<r>.pt``: the agents' and the reward
 model's gathered final weights, the reduced metrics, whether the reward model's
@@ -85,7 +85,8 @@ def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
         cfg = ExperimentConfig(env=EnvConfig(reward_model=RewardModelSettings(
             model="tiny", pairs=str(out / "pairs.jsonl"), held_out=0.25, epochs=1, batch_size=4, lr=1e-3)),
             train=TrainConfig(**kw))
-        trainer = Trainer(agents, _reward_model_env(env, cfg), [{"x": x} for x in range(8)], cfg.train, generator=seeded)
+        trainer = Trainer(agents, _reward_model_env(env, cfg), [{"x": x} for x in range(8)], cfg.train,
+                          generator=seeded)
         history = trainer.train()
         rm_model = trainer.env.reward_model.model
         if trainer.sharding is not None:  # the reward model, sharded before the trainer, is on the agents' mesh

@@ -1,8 +1,8 @@
 """Worker for tests/distributed/test_sharding.py: FSDP2-sharded training runs, single-process or under torchrun.
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 \\
-        tests/distributed/fsdp_worker.py OUT --batch-size 2 SCENARIO...                        # 2 ranks x 2 = 4
-    python tests/distributed/fsdp_worker.py OUT --batch-size 4 SCENARIO...                     # 1 process, global batch 4
+        tests/distributed/fsdp_worker.py OUT --batch-size 2 SCENARIO...                      # 2 ranks x 2 = 4
+    python tests/distributed/fsdp_worker.py OUT --batch-size 4 SCENARIO...                   # 1 process, global batch 4
 
 The test runs the single-process side in its own process (``run``, sampling with
 ``dist_worker.seeded`` as the ranks do) to save a launch.
@@ -117,7 +117,8 @@ def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
             kw.update(gradient_checkpointing=True)
     score = reward if len(agents) == 2 else nan_on_item_4
     with fp16_on_cpu() if name == "fp16" else contextlib.nullcontext(), record_meta_adds() as meta_adds:
-        trainer = Trainer(agents, FunctionEnv(prompts, score), [{"x": x} for x in range(5)], TrainConfig(**kw), generator=seeded)
+        trainer = Trainer(agents, FunctionEnv(prompts, score), [{"x": x} for x in range(5)], TrainConfig(**kw),
+                          generator=seeded)
     trainer.meta_adds = meta_adds
     if name == "two":
         trainer.train()

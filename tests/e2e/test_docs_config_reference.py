@@ -214,7 +214,8 @@ def test_config_keys_named_in_the_site_pages_exist():
 
 
 @pytest.mark.parametrize("text, key", [("train.num_generations=8", "train.num_generations"),
-                                       ("`agents.*.lr=1e-5`", "agents.*.lr"), ("agents.0.temperature", "agents.0.temperature"),
+                                       ("`agents.*.lr=1e-5`", "agents.*.lr"),
+                                       ("agents.0.temperature", "agents.0.temperature"),
                                        ("env.step_batch(states)", None)])
 def test_key_mentions_are_found(text, key):
     m = KEY_MENTION.search(text)

@@ -107,7 +107,8 @@ def test_links_written_for_the_repository_point_into_the_site(page, link, site_l
 
 def test_links_inside_code_blocks_are_left_alone():
     text = "```python\nx = a[0](docs/quickstart.md)\n```\n[Q](docs/quickstart.md)\n"
-    assert load_hooks().rewrite_links(text, "index.md") == "```python\nx = a[0](docs/quickstart.md)\n```\n[Q](quickstart.md)\n"
+    assert load_hooks().rewrite_links(text, "index.md") == ("```python\nx = a[0](docs/quickstart.md)\n```\n"
+                                                           "[Q](quickstart.md)\n")
 
 
 # ---------------------------------------------------------------- in a real browser
@@ -182,7 +183,8 @@ def test_quickstart_in_a_browser(browser, served):
     assert len(blocks) >= 4
     python = next(b for b in blocks if "comarl.FunctionEnv" in b.inner_text())
     assert len(python.query_selector_all("span.kn, span.k")) > 0  # highlighted, not plain text
-    page.wait_for_selector("button.md-code__button[data-md-type=copy]", state="attached", timeout=30_000)  # the theme's JS ran
+    page.wait_for_selector("button.md-code__button[data-md-type=copy]", state="attached",
+                           timeout=30_000)  # the theme's JS ran
     assert len(page.query_selector_all("button.md-code__button[data-md-type=copy]")) == len(blocks)
     shot(page, "quickstart.png")
     hits = search(page, "num_generations")

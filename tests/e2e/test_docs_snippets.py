@@ -61,7 +61,8 @@ SNIPPETS = all_snippets()
 
 
 def test_marker_finds_blocks_and_refuses_a_stray_one():
-    text = "intro\n<!-- runnable -->\n```python\nx = 1\n```\n\n```python\nnot marked\n```\n<!-- runnable -->\n~~~bash\necho hi\n~~~\n"
+    text = ("intro\n<!-- runnable -->\n```python\nx = 1\n```\n\n```python\nnot marked\n```\n"
+            "<!-- runnable -->\n~~~bash\necho hi\n~~~\n")
     found = runnable_snippets(text, "t.md")
     assert [(s.line, s.language, s.code) for s in found] == [(3, "python", "x = 1\n"), (11, "bash", "echo hi\n")]
     with pytest.raises(ValueError, match="t.md:1: <!-- runnable --> must be right before"):

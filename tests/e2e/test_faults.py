@@ -11,7 +11,7 @@ import comarl
 from comarl.cli import main
 from comarl.config import load_config
 from comarl.config_io import ConfigError
-from comarl.envs.base import EnvState, FunctionEnv, Transition
+from comarl.envs.base import EnvState, FunctionEnv
 from comarl.envs.error_policy import EnvItemError, ErrorPolicyEnv, error_policy_of, with_error_policy
 from comarl.experiment import build_env
 from comarl.sandbox import SandboxError

@@ -323,7 +323,8 @@ def test_zz_report(references, capsys):
     lines = [f"fault runs: {len(kills)} kill -9 points tried, {sum(r['exact'] for r in kills)} ended exactly as the "
              f"uninterrupted run ({sum(r['how'].startswith('resumed') for r in kills)} resumed from a checkpoint, "
              f"{sum(not r['how'].startswith('resumed') for r in kills)} had none yet); "
-             f"{len(rows) - len(kills)} full-disk run(s), {sum(r['exact'] for r in rows) - sum(r['exact'] for r in kills)} exact"]
+             f"{len(rows) - len(kills)} full-disk run(s), "
+             f"{sum(r['exact'] for r in rows) - sum(r['exact'] for r in kills)} exact"]
     lines += [f"  {r['kind']:<10} {r['where']:<60} {r['how']:<55} exact={r['exact']}" for r in rows]
     with capsys.disabled():
         print("\n" + "\n".join(lines))

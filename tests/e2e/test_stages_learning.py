@@ -16,7 +16,8 @@ Measured (80 steps of 6 items, K=4, lr 1e-2; held-out: 60 items x 8 samples at t
 the worker branching (a node per plan): MAGRPO seeds 0, 1, 2: .49 -> 1.0, .49 -> 1.0, .49 -> .50; MARLOO
 seeds 0, 1, 2: .49 -> 1.0, 1.0, 1.0; MAREINFORCE seed 0: 1.0. The worker aligned (one per plan): MAGRPO seeds
 0, 1, 2: 1.0, 1.0, .50; MARLOO seeds 0, 1: 1.0, 1.0. MAGRPO with the worker unable to read the plan (one
-stage, 40 steps): .49 -> .55 (sampling noise around its exact expectation, .5). At lr 3e-2 (30-40 steps) half the seeds settled on a constant answer.
+stage, 40 steps): .49 -> .55 (sampling noise around its exact expectation, .5). At lr 3e-2 (30-40 steps) half
+the seeds settled on a constant answer.
 """
 import pytest
 

@@ -31,7 +31,8 @@ def _weights(trainer):
 @pytest.mark.slow
 def test_reward_rises_on_the_demo_task():
     """Fixed seed: mean reward of the last 15 of 90 steps beats the first 15 by >= 0.1 (measured: ~0.42 -> ~0.65),
-    and the held-out score (24 posts never trained on, 4 samples each) by >= 0.15 (measured 0.412 -> 0.710, s.e. ~0.02)."""
+    and the held-out score (24 posts never trained on, 4 samples each) by >= 0.15 (measured 0.412 -> 0.710,
+    s.e. ~0.02)."""
     from comarl.demo import demo_items
     from comarl.heldout import heldout_score
 
@@ -106,7 +107,8 @@ def test_heterogeneous_agents_two_architectures_and_tokenizers(tmp_path):
 def test_same_model_id_gives_independent_copies_unless_shared():
     a, b = comarl.build_agents(["tiny", "tiny"])
     assert a.model is not b.model
-    c, d = comarl.build_agents([comarl.AgentConfig(model="tiny"), comarl.AgentConfig(model="tiny", share_weights_with=0)])
+    c, d = comarl.build_agents([comarl.AgentConfig(model="tiny"),
+                                comarl.AgentConfig(model="tiny", share_weights_with=0)])
     assert c.model is d.model
 
 
@@ -185,7 +187,8 @@ def test_demo_writes_log_plot_and_summary(tmp_path, capsys):
     assert "held-out score before training: " in out and "held-out score after training: " in out
     assert "held-out score (24 posts never trained on): before " in out
     assert len(summary["heldout_before"]["per_item"]) == 24 and not summary["heldout_before"]["greedy"]
-    assert summary["heldout_gain"] == pytest.approx(summary["heldout_after"]["mean"] - summary["heldout_before"]["mean"])
+    assert summary["heldout_gain"] == pytest.approx(summary["heldout_after"]["mean"]
+                                                    - summary["heldout_before"]["mean"])
     assert summary["heldout_gain_stderr"] >= 0 and "(gain " in out
 
 

@@ -69,7 +69,7 @@ def engine_gap(trainer, models=None) -> float:
     prompts = [a.encode_prompts(PROBES) for a in agents]
     comps = trainer.generator.generate_for_agents(agents, prompts, 1, greedy=True)
     gap = 0.0
-    for a, model, c in zip(agents, models or [a.model for a in agents], comps):
+    for _agent, model, c in zip(agents, models or [a.model for a in agents], comps):
         for p, ids, lps in zip(c.prompt_ids, c.ids, c.logprobs):
             gap = max(gap, (hf_logprobs(model, p, ids) - torch.tensor(lps)).abs().max().item())
     return gap

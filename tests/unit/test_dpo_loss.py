@@ -10,8 +10,10 @@ from comarl.losses import bradley_terry_loss, joint_dpo_loss, reference_free_dpo
 def test_joint_dpo_sums_agents_log_ratios():
     # pair 0, two agents: d_0 = (-1 - -2) - (-3 - -2) = 1 - (-1) = 2; d_1 = (-4 - -4) - (-5 - -6) = 0 - 1 = -1
     # z = beta * (2 + -1) = 0.5 * 1 = 0.5; loss = -log sigmoid(0.5) = log(1 + e^-0.5) = 0.474077
-    pc = torch.tensor([[-1.0, -4.0]]); rc = torch.tensor([[-2.0, -4.0]])
-    pr = torch.tensor([[-3.0, -5.0]]); rr = torch.tensor([[-2.0, -6.0]])
+    pc = torch.tensor([[-1.0, -4.0]])
+    rc = torch.tensor([[-2.0, -4.0]])
+    pr = torch.tensor([[-3.0, -5.0]])
+    rr = torch.tensor([[-2.0, -6.0]])
     loss, z = joint_dpo_loss(pc, pr, rc, rr, beta=0.5)
     assert z.tolist() == [0.5]
     assert loss.item() == pytest.approx(math.log(1 + math.exp(-0.5)), abs=1e-6)
@@ -21,7 +23,8 @@ def test_joint_dpo_sums_agents_log_ratios():
 def test_joint_dpo_zero_margin_is_log2_and_gradient_is_half_beta():
     # policy = reference: z = 0, loss = log 2; d loss / d pc = -beta * sigmoid(-z) = -beta / 2 for every agent
     pc = torch.tensor([[-1.0, -2.0, -3.0]], requires_grad=True)
-    loss, z = joint_dpo_loss(pc, torch.tensor([[-1.0, -1.0, -1.0]]), pc.detach(), torch.tensor([[-1.0, -1.0, -1.0]]), 0.2)
+    loss, z = joint_dpo_loss(pc, torch.tensor([[-1.0, -1.0, -1.0]]), pc.detach(), torch.tensor([[-1.0, -1.0, -1.0]]),
+                             0.2)
     assert z.item() == 0.0 and loss.item() == pytest.approx(math.log(2))
     loss.sum().backward()
     assert pc.grad[0].tolist() == pytest.approx([-0.1, -0.1, -0.1])

@@ -9,7 +9,8 @@ PROMPT = 'from typing import List\n\n\ndef add_all(xs: List[int]) -> int:\n    "
 
 
 def test_extract_fenced_with_chatter():
-    text = "Sure! Here is the helper:\n```python\ndef aux(x):\n    return x + 1\n```\nThis adds one.\n```text\nnot code\n```"
+    text = ("Sure! Here is the helper:\n```python\ndef aux(x):\n    return x + 1\n```\n"
+            "This adds one.\n```text\nnot code\n```")
     assert extract_code(text) == "def aux(x):\n    return x + 1"
 
 
@@ -41,7 +42,8 @@ def test_parses_reports_line_and_message():
 
 
 def test_assemble_helper_main_picks_definitions_per_role():
-    helper = "```python\ndef aux(xs):\n    return sum(xs)\n\ndef add_all(xs):\n    return 0  # helper also wrote main\n```"
+    helper = ("```python\ndef aux(xs):\n    return sum(xs)\n\n"
+              "def add_all(xs):\n    return 0  # helper also wrote main\n```")
     main = ("def aux(xs):\n    return -1  # main redefined aux\n\n"
             "def add_all(xs: List[int]) -> int:\n    total = aux(xs)\n    return total\n\nprint(add_all([1]))")
     a = assemble(PROMPT, "add_all", main, helper)
@@ -87,7 +89,8 @@ def test_prompt_context_keeps_other_functions_not_entry():
 
 def test_missing_imports_table():
     code = "def f(xs: List[int]):\n    return Counter(xs), math.pi, re.sub('a', 'b', 'a')\n"
-    assert missing_imports(code) == ["from collections import Counter", "from typing import List", "import math", "import re"]
+    assert missing_imports(code) == ["from collections import Counter", "from typing import List", "import math",
+                                     "import re"]
     assert missing_imports("import math\nx = math.pi\n") == []
 
 

@@ -127,7 +127,8 @@ def test_multi_turn_diagnosis_feedback(he_items):
         helper_prompt, main_prompt = t_half.next_state.prompts
         assert "return sorted(numbers)" in helper_prompt and "return True" not in helper_prompt
         assert "return True" in main_prompt and "Tests passed: 4/7." in main_prompt
-        assert "Failed: `assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.05) == False` -> AssertionError" in main_prompt
+        assert ("Failed: `assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.05) == False` -> AssertionError"
+                in main_prompt)
         assert "calls the helper `aux`" in main_prompt
         assert t_half.next_state.history[1][0][1] == half
         assert "Syntax error at line" in t_bad.next_state.prompts[0]
@@ -165,7 +166,8 @@ def test_plain_feedback_prompt(he_items):
     finally:
         env.close()
     assert not t.done
-    assert "Your previous attempt:" in t.next_state.prompts[0] and "Your code did not pass all tests." in t.next_state.prompts[0]
+    assert "Your previous attempt:" in t.next_state.prompts[0]
+    assert "Your code did not pass all tests." in t.next_state.prompts[0]
     assert "Tests passed" not in t.next_state.prompts[0]
 
 

@@ -72,7 +72,8 @@ def test_default_is_comarls_preset_and_comarl_its_alias():
         assert choose_preset(task, "comarl") is choose_preset(task, "default") is task.presets["default"]
         assert isinstance(task.presets["default"], DefaultPreset) and isinstance(task.presets["paper"], PaperPreset)
     alias = tldr.build(2, preset="comarl").reset({"text": "T"}).prompts
-    assert alias == tldr.build(2, preset="default").reset({"text": "T"}).prompts == tldr.build(2).reset({"text": "T"}).prompts
+    assert (alias == tldr.build(2, preset="default").reset({"text": "T"}).prompts
+            == tldr.build(2).reset({"text": "T"}).prompts)
 
 
 @pytest.mark.parametrize("build", [lambda: FunctionCodingEnv("humaneval", 2, preset="papers"),

@@ -90,13 +90,15 @@ def _t(passed, rate, reward):
 
 def test_summarize_records_per_task_and_overall():
     recs = [
-        EvalRecord({"task_id": "A"}, [("", "")] * 4, [_t(1, 1.0, 4.0), _t(0, 0.5, 2.0), _t(0, 0.0, 1.0), _t(0, 0.5, 1.0)]),
+        EvalRecord({"task_id": "A"}, [("", "")] * 4,
+                   [_t(1, 1.0, 4.0), _t(0, 0.5, 2.0), _t(0, 0.0, 1.0), _t(0, 0.5, 1.0)]),
         EvalRecord({"task_id": "B"}, [("", "")] * 2, [_t(1, 1.0, 4.0), _t(1, 1.0, 4.0)]),
     ]
     s = summarize_records(recs, ks=(1, 2, 4))
     a, b = s["per_task"]["A"], s["per_task"]["B"]
     assert (a["n"], a["correct"]) == (4, 1)
-    assert a["pass@1"] == pytest.approx(0.25) and a["pass@2"] == pytest.approx(0.5) and a["pass@4"] == pytest.approx(1.0)
+    assert a["pass@1"] == pytest.approx(0.25) and a["pass@2"] == pytest.approx(0.5)
+    assert a["pass@4"] == pytest.approx(1.0)
     assert a["pass_rate"] == pytest.approx(0.5) and a["reward"] == pytest.approx(2.0)
     assert "pass@4" not in b and b["pass@2"] == 1.0
     o = s["overall"]
@@ -127,7 +129,8 @@ def test_feedback_diagnosis_lists_failures_and_helper_use():
 def test_feedback_diagnosis_syntax_and_program_errors():
     text = feedback_text("diagnosis", _outcome(compiled=False, syntax_error="line 3: invalid syntax"))
     assert "Syntax error at line 3: invalid syntax." in text and "Tests passed" not in text
-    text = feedback_text("diagnosis", _outcome(program_error="NameError: name 'x' is not defined", passed=(False, False)))
+    text = feedback_text("diagnosis", _outcome(program_error="NameError: name 'x' is not defined",
+                                               passed=(False, False)))
     assert "Error while defining the program: NameError" in text and "Tests passed: 0/2." in text
     assert "`f` is not defined." in feedback_text("diagnosis", _outcome(main_defined=False))
 

@@ -27,7 +27,8 @@ def test_passed_is_run_minus_failures_errors_and_skips():
     assert paper_class_counts([ok, ok, fail]) == (3, 2)
     assert paper_class_counts([twice, twice, ok]) == (3, -1)  # 3 - 2 - 2: negative, as in the reference
     # a message the harness did not build counts one failure; a claimed 0 counts one too
-    assert [bad_count(e) for e in (ok, twice, "Timeout", "_PaperVerdict: bad=0; x", "AssertionError: bad=5")] == [0, 2, 1, 1, 1]
+    assert [bad_count(e) for e in (ok, twice, "Timeout", "_PaperVerdict: bad=0; x", "AssertionError: bad=5")] == \
+        [0, 2, 1, 1, 1]
     # the third timeout ends the run: the tests after it were never run
     assert paper_class_counts([ok, "Timeout", ok, "Timeout", "Timeout", ok, ok]) == (5, 2)
     # any text on stdout while the module was imported: the reference's JSON result did not parse
@@ -58,8 +59,9 @@ def _wrong_after_8_calls(item) -> str:
         for f in cls.body:
             if isinstance(f, ast.FunctionDef) and f.name in names and f.body:
                 ind = " " * f.body[0].col_offset
-                inserts.append((f.body[0].lineno - 1, [ind + "_b = __import__('builtins').__dict__.setdefault('_calls', [])",
-                                                        ind + "_b.append(1)", ind + "if len(_b) > 8:", ind + "    return None"]))
+                inserts.append((f.body[0].lineno - 1,
+                                [ind + "_b = __import__('builtins').__dict__.setdefault('_calls', [])",
+                                 ind + "_b.append(1)", ind + "if len(_b) > 8:", ind + "    return None"]))
     for at, block in sorted(inserts, reverse=True):
         lines[at:at] = block
     return "\n".join(lines) + "\n"

@@ -35,7 +35,8 @@ def test_paper_config_trains_two_steps_with_tiny_models(path, shared_data, tmp_p
     assert all(a.dtype == "bfloat16" for a in reference.agents)
     local = str(shared_data / LOCAL[reference.env.name])
     cfg = load_config(path, [
-        "agents.*.model=tiny", "agents.*.max_new_tokens=8", "agents.*.dtype=float32", f"data.train.source={local}", f"data.eval.source={local}",
+        "agents.*.model=tiny", "agents.*.max_new_tokens=8", "agents.*.dtype=float32", f"data.train.source={local}",
+        f"data.eval.source={local}",
         "data.eval.limit=2", "train.max_steps=2", "train.num_generations=2", "train.batch_size=1", "train.eval_steps=0",
         f"train.output_dir={tmp_path}", "train.progress_bar=false", "train.report_to=[jsonl]",
         # the skeletons of untouched ClassEval classes make some tests loop: keep waits short
@@ -50,7 +51,8 @@ def test_paper_config_trains_two_steps_with_tiny_models(path, shared_data, tmp_p
 
 def test_split_slices(shared_data):
     from comarl.envs.coding.data import load_classeval_items, load_function_items, parse_split
-    assert parse_split("test[33:163]") == ("test", slice(33, 163)) and parse_split("train[16:]") == ("train", slice(16, None))
+    assert parse_split("test[33:163]") == ("test", slice(33, 163))
+    assert parse_split("train[16:]") == ("train", slice(16, None))
     assert parse_split("[:32]") == (None, slice(None, 32)) and parse_split("test") == ("test", None)
     with pytest.raises(ValueError, match="test\\[a:b\\]"):
         parse_split("test[a:b]")

@@ -6,7 +6,8 @@ from comarl.envs.coding.expert import Expert, last_json_edits
 from comarl.envs.coding.function_env import FunctionCodingEnv
 from comarl.envs.coding.paper_feedback import PaperReport, level_feedback, level_passed, passed, slice_tests
 
-REPORT = PaperReport(helper="aux", entry_point="f", helper_fn="def aux(x):\n    return x", main_fn="def f(x):\n    return aux(x)",
+REPORT = PaperReport(helper="aux", entry_point="f", helper_fn="def aux(x):\n    return x",
+                     main_fn="def f(x):\n    return aux(x)",
                      helper_defined=True, main_defined=True, parses=True, syntax_error=None,
                      tests=("assert f(1) == 2", "assert f(2) == 2", "assert f(3) == 4"),
                      errors=("AssertionError", None, "TypeError: bad"), calls_helper=True, wrapper=True)
@@ -32,7 +33,8 @@ def test_short_modes():
     assert "def aux(x)" in helper and "def f(x)" in main
     assert all("Not all levels passed" in t for t in passed(REPORT))
     single = PaperReport(helper=None, entry_point="f", helper_fn="", main_fn="", helper_defined=False,
-                         main_defined=False, parses=False, syntax_error="line 1, col 2: invalid syntax", tests=(), errors=())
+                         main_defined=False, parses=False, syntax_error="line 1, col 2: invalid syntax", tests=(),
+                         errors=())
     (text,) = level_feedback(single, [()])
     assert "MISSING (not defined)" in text and "ERROR (line 1, col 2: invalid syntax)" in text and "aux" not in text
 

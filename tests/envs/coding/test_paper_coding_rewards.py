@@ -120,7 +120,8 @@ def test_paper_text_quirks():
     assert uses_helper('def f(x):\n    """aux(x) would help"""\n    return x')
     assert is_wrapper("def f(x):\n    return aux(x)") and is_wrapper("def f(x):\n    r = aux(x)\n    return r")
     assert not is_wrapper("def f(x):\n    r = aux(x)\n    return r + 1")
-    assert ignores_helper("def f(x):\n    aux (x)\n    return 1") and not ignores_helper("def f(x):\n    aux(x)\n    return 1")
+    assert ignores_helper("def f(x):\n    aux (x)\n    return 1")
+    assert not ignores_helper("def f(x):\n    aux(x)\n    return 1")
     assert paper_pass_count([None, "Timeout", "Timeout", None, "Timeout", None]) == 2
 
 

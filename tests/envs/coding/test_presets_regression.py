@@ -257,7 +257,8 @@ WRITING_PARTS = {  # two-part joint texts
     "mid_overlap_long": (words(150, 1, 7), words(30, 2) + " " + words(200, 3, 5, _OTHER)),
 }
 WRITING_THIRD = words(180, 6, 17)
-ARXIV_ITEMS = [{"text": words(60, 1, 3), "abstract": words(60, 1, 3)}, {"text": words(90, 8, 5), "abstract": words(90, 8, 5)}]
+ARXIV_ITEMS = [{"text": words(60, 1, 3), "abstract": words(60, 1, 3)},
+               {"text": words(90, 8, 5), "abstract": words(90, 8, 5)}]
 
 
 # ---------------------------------------------------------------- cases
@@ -312,7 +313,8 @@ def _classeval_cases() -> list[dict[str, Any]]:
         ("paper_2_1turn", 2, {"preset": "paper"}, 1),
         ("paper_2_2turn_diagnosis", 2, {"preset": "paper", "max_turns": 2}, 2),
         ("paper_1_2turn_plain", 1, {"preset": "paper", "max_turns": 2, "feedback": "plain", "history": "all"}, 2),
-        ("paper_3_1turn_prompts", 3, {"preset": "paper", "prompts": {"class": "{class_name}: {methods_list}\n{skeleton}"}}, 1),
+        ("paper_3_1turn_prompts", 3,
+         {"preset": "paper", "prompts": {"class": "{class_name}: {methods_list}\n{skeleton}"}}, 1),
     ]
     return [{"name": f"classeval/{label}", "kind": "classeval", "data": "classeval", "num_agents": n, "args": args,
              "turns": turns, "responses": kinds} for label, n, args, turns in specs]
@@ -322,9 +324,11 @@ def _writing_cases() -> list[dict[str, Any]]:
     two = list(WRITING_PARTS)
     return [
         {"name": "tldr/comarl_2", "kind": "writing", "data": "tldr", "num_agents": 2, "args": {}, "responses": two},
-        {"name": "tldr/comarl_1_marker", "kind": "writing", "data": "tldr", "num_agents": 1, "args": {}, "responses": two},
+        {"name": "tldr/comarl_1_marker", "kind": "writing", "data": "tldr", "num_agents": 1, "args": {},
+         "responses": two},
         {"name": "tldr/comarl_2_reward_prompts", "kind": "writing", "data": "tldr", "num_agents": 2,
-         "args": {"prompts": ["A {text}", "B {text}"], "reward": {"min_words": 2, "weight_level2": 2.0}}, "responses": two},
+         "args": {"prompts": ["A {text}", "B {text}"], "reward": {"min_words": 2, "weight_level2": 2.0}},
+         "responses": two},
         {"name": "tldr/comarl_1_own_marker", "kind": "writing", "data": "tldr", "num_agents": 1,
          "args": {"marker": "###", "single_prompt": "Two parts split by {marker}: {text}"}, "responses": two},
         {"name": "tldr/paper_2", "kind": "writing", "data": "tldr", "num_agents": 2, "args": {"preset": "paper"},
@@ -333,7 +337,8 @@ def _writing_cases() -> list[dict[str, Any]]:
          "args": {"preset": "paper", "prompts": ["C {text}", "D {text}"]}, "responses": two},
         {"name": "arxiv/comarl_2", "kind": "writing", "data": "arxiv", "num_agents": 2, "args": {}, "responses": two},
         {"name": "arxiv/comarl_3", "kind": "writing", "data": "arxiv", "num_agents": 3, "args": {}, "responses": two},
-        {"name": "arxiv/comarl_1_marker", "kind": "writing", "data": "arxiv", "num_agents": 1, "args": {}, "responses": two},
+        {"name": "arxiv/comarl_1_marker", "kind": "writing", "data": "arxiv", "num_agents": 1, "args": {},
+         "responses": two},
         {"name": "arxiv/paper_2", "kind": "writing", "data": "arxiv", "num_agents": 2, "args": {"preset": "paper"},
          "responses": two},
     ]
@@ -549,9 +554,11 @@ def record(full_path: str | None = None) -> None:
     if timeouts:
         print(f"warning: {len(timeouts)} recorded job(s) timed out", file=sys.stderr)
     FIXTURE.parent.mkdir(parents=True, exist_ok=True)
-    FIXTURE.write_text(json.dumps({"cases": cases, "transitions": transitions, "reports": reports}, sort_keys=True, indent=0, separators=(",", ":")) + "\n")
+    FIXTURE.write_text(json.dumps({"cases": cases, "transitions": transitions, "reports": reports}, sort_keys=True,
+                                  indent=0, separators=(",", ":")) + "\n")
     if full_path:
-        Path(full_path).write_text(json.dumps({"cases": full, "jobs": full_jobs}, sort_keys=True, indent=1, default=list))
+        Path(full_path).write_text(json.dumps({"cases": full, "jobs": full_jobs}, sort_keys=True, indent=1,
+                                              default=list))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,6 @@
 metrics. Reference programs stand in for the agents; the sandbox runs them as in training."""
 import pytest
 
-from comarl.envs.base import AgentRewards
 from comarl.envs.registry import get_env
 from comarl.generation import Completions
 from comarl.generation.team import scripted

@@ -72,7 +72,8 @@ def gold_calls(item, j):
         (name, params), = g.items()
         req, props = required(item, name), known(item, name)
         calls.append(ToolCall(name, {p: v for p, alts in params.items() if p in props
-                                     if (v := pick([a for a in alts if a != ""] if p in req else alts, j)) is not None}))
+                                     if (v := pick([a for a in alts if a != ""] if p in req else alts, j))
+                                     is not None}))
     return calls
 
 
@@ -85,7 +86,8 @@ def test_optional_marks_on_required_parameters_fail_in_both(items, oracle):
         calls = gold_calls(item, 0)
         for i, g in enumerate(item["ground_truth"]):
             (name, params), = g.items()
-            edits = [("required_marked_optional", p, None) for p in sorted(required(item, name)) if "" in params.get(p, [])]
+            edits = [("required_marked_optional", p, None) for p in sorted(required(item, name))
+                     if "" in params.get(p, [])]
             edits += [("not_in_schema", p, next(a for a in alts if a != "")) for p, alts in params.items()
                       if p not in known(item, name) and any(a != "" for a in alts)]
             for kind, p, value in edits:
@@ -117,7 +119,8 @@ def test_every_gold_answer_written_out_is_exact(items):
                     text = "[" + ",".join(text.splitlines()) + "]"
                 parsed = parse_calls(text, fmt, names)
                 assert parsed.ok, (item["id"], parsed.errors)
-                assert C.match_unordered(item["function"], list(parsed.calls), item["ground_truth"]) is None, (item["id"], text)
+                assert C.match_unordered(item["function"], list(parsed.calls), item["ground_truth"]) is None, \
+                    (item["id"], text)
             # through the environment: one agent writes it all, or (when the halves share no call,
             # which the team would merge) each agent writes half
             whole = "\n".join(format_call(c) for c in calls)
@@ -214,7 +217,7 @@ def test_checker_rules_by_hand():
         "d": {"type": "boolean"}}}}
     gold = {"f": {"a": [2.0], "b": ["New York, NY", ""], "c": [[1, 2]], "d": [True, ""]}}
     ok = ToolCall("f", {"a": 2, "b": "new york ny", "c": [1, 2]})
-    assert C.check_call(schema, ok, gold) is None                      # int for float; normalised string; optional d left out
+    assert C.check_call(schema, ok, gold) is None  # int for float; normalised string; optional d left out
     assert "missing required" in C.check_call(schema, ToolCall("f", {"b": "x", "c": [1, 2]}), gold)
     assert "unexpected parameter" in C.check_call(schema, ToolCall("f", {**ok.args, "z": 1}), gold)
     assert "left out" in C.check_call(schema, ToolCall("f", {"a": 2.0}), gold)      # c is not optional

@@ -125,7 +125,8 @@ def test_reward_terms_by_hand():
 
 def test_repeats_the_gold_answer_needs_are_not_penalised():
     """BFCL parallel_158 asks for two draws from each of two distributions: the same call twice."""
-    schema = [{"name": "draw", "parameters": {"type": "dict", "required": ["mu"], "properties": {"mu": {"type": "integer"}}}}]
+    schema = [{"name": "draw",
+               "parameters": {"type": "dict", "required": ["mu"], "properties": {"mu": {"type": "integer"}}}}]
     gold = [{"draw": {"mu": [5]}}, {"draw": {"mu": [5]}}, {"draw": {"mu": [10]}}, {"draw": {"mu": [10]}}]
     five, ten = ToolCall("draw", {"mu": 5}), ToolCall("draw", {"mu": 10})
     r, m = score_team([[five, five], [ten, ten]], [True, True], gold, schema, RewardWeights())
@@ -148,7 +149,8 @@ def test_reward_exact_split_and_lazy():
 
 def test_reward_helpers():
     assert even_split(5, 2) == [3, 2] and even_split(2, 3) == [1, 1, 0]
-    assert name_f1([ToolCall("f"), ToolCall("f"), ToolCall("g")], [{"f": {}}, {"g": {}}, {"g": {}}]) == pytest.approx(2 / 3)
+    assert name_f1([ToolCall("f"), ToolCall("f"), ToolCall("g")], [{"f": {}}, {"g": {}}, {"g": {}}]) == \
+        pytest.approx(2 / 3)
     assert name_f1([], GOLD) == 0
     assert reward_weights({"exact": 2, "lazy": 0}).exact == 2.0
     with pytest.raises(ValueError, match="env.args.reward: unknown key"):
@@ -166,7 +168,8 @@ def test_role_modes_and_prompts():
     same = entry.build(2, role_mode="same_prompt").reset(ITEM).prompts
     assert same[0] == same[1] and "every function call" in same[0]
     own = entry.build(3, role_mode="self_select", call_format="json").reset(ITEM).prompts
-    assert len(own) == 3 and '"function": "get_weather", "parameters"' in own[0] and "3 function-calling agents" in own[0]
+    assert len(own) == 3 and '"function": "get_weather", "parameters"' in own[0]
+    assert "3 function-calling agents" in own[0]
     listed = entry.build(2, call_format="python_list").reset(ITEM).prompts[0]
     assert '[get_weather(city="Paris", days=3), get_time(zone="CET")]' in listed and "no code fence" in listed
     assert "part 3" in entry.build(3, role_mode="split_by_order").reset(ITEM).prompts[2]
@@ -224,9 +227,11 @@ def test_load_bfcl_files(shared_data):
 def test_multiturn_flat_local_rows_and_offline_message(tmp_path):
     rows = [{"id": "mt_0", "official_category": "multi_turn_base_step", "turn_index": 1,
              "user_prompt": "[user] go to docs\n[assistant] ...\n[user] list files then sort them",
-             "function": [{"name": "ls", "parameters": {"type": "dict", "properties": {"a": {"type": "boolean"}}, "required": []}},
-                          {"name": "sort", "parameters": {"type": "dict", "properties": {"file_name": {"type": "string"}},
-                                                          "required": ["file_name"]}}],
+             "function": [{"name": "ls",
+                           "parameters": {"type": "dict", "properties": {"a": {"type": "boolean"}}, "required": []}},
+                          {"name": "sort",
+                           "parameters": {"type": "dict", "properties": {"file_name": {"type": "string"}},
+                                          "required": ["file_name"]}}],
              "ground_truth": json.dumps(["ls(a=True)", "sort('notes.txt')"])}]   # positional, as BFCL multi-turn gold
     path = tmp_path / "train.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows))
@@ -248,7 +253,8 @@ def test_multiturn_flat_local_rows_and_offline_message(tmp_path):
 
 def test_bad_rows_are_named(tmp_path):
     path = tmp_path / "rows.jsonl"
-    path.write_text(json.dumps({"id": "x9", "user_prompt": "hi", "function": [{"name": "f"}], "ground_truth": [{"f": {"n": 1}}]}))
+    path.write_text(json.dumps({"id": "x9", "user_prompt": "hi", "function": [{"name": "f"}],
+                                "ground_truth": [{"f": {"n": 1}}]}))
     with pytest.raises(ValueError, match=r"row 0 \(id 'x9'\).*list of accepted values"):
         get_env("bfcl_parallel").load_items(str(path), "train", None)
 

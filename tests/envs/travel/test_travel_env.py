@@ -32,7 +32,8 @@ def role_json(plan, fields, as_list=False):
 
 
 def test_parse_repairs_and_failures():
-    ok = parse_agent('Sure!\n```json\n{"days": [{"day": 1, "breakfast": "A, X", "attraction": ["P, X", "Q, X"],},]}\n```', 3)
+    ok = parse_agent('Sure!\n```json\n{"days": [{"day": 1, "breakfast": "A, X", '
+                     '"attraction": ["P, X", "Q, X"],},]}\n```', 3)
     assert ok.ok and ok.repaired
     assert ok.values == {(1, "breakfast"): "A, X", (1, "attraction"): "P, X;Q, X;"}
     assert parse_agent('[{"day": 2, "lunch": "-"}]', 3).values == {(2, "lunch"): "-"}   # a bare list of days
@@ -89,10 +90,12 @@ def test_route_scaffold_three_day(items):
 def test_annotated_plan_split_by_role_gets_the_maximum(items):
     env = get_env("travelplanner").build(2)
     it = items[0]
-    resp = (role_json(it["annotated_plan"], C.LOGISTICS_FIELDS), role_json(it["annotated_plan"], C.EXPERIENCE_FIELDS, True))
+    resp = (role_json(it["annotated_plan"], C.LOGISTICS_FIELDS),
+            role_json(it["annotated_plan"], C.EXPERIENCE_FIELDS, True))
     [tr] = env.step_batch([env.reset(it)], [resp])
     assert tr.reward == pytest.approx(1.0) == pytest.approx(env.weights.max_reward)
-    assert tr.metrics["final_pass"] == 1.0 and tr.metrics["agent0/filled"] == 1.0 - 2 / 9   # "-" transport on day 2, no hotel day 3
+    assert tr.metrics["final_pass"] == 1.0
+    assert tr.metrics["agent0/filled"] == 1.0 - 2 / 9   # "-" transport on day 2, no hotel day 3
     # a lazy experience agent: parse ok, nothing filled -> incomplete plan, lazy penalty
     value, m = env.score(it, (resp[0], '{"days": []}'))
     assert m["travel/lazy"] == 0.5 and m["final_pass"] == 0.0
@@ -170,7 +173,8 @@ def test_annotated_plans_through_the_env(shared_data):
     all_items = load_items(str(shared_data / "travelplanner"), "train", None)
     records = []
     for it in all_items:
-        resp = (role_json(it["annotated_plan"], C.LOGISTICS_FIELDS), role_json(it["annotated_plan"], C.EXPERIENCE_FIELDS))
+        resp = (role_json(it["annotated_plan"], C.LOGISTICS_FIELDS),
+                role_json(it["annotated_plan"], C.EXPERIENCE_FIELDS))
         records.append(EvalRecord(it, [resp], env.step_batch([env.reset(it)], [resp])))
     s = env.summarize(records)
     assert s["delivery_rate"] == 1.0
@@ -212,8 +216,9 @@ def test_each_role_sees_the_catalog_of_its_fields(items):
 def test_catalog_names_are_copyable():
     """A name with a line break is shown by its first line, which the benchmark's substring match still finds."""
     raw = {"Accommodations in Kalamazoo": [{"NAME": "Angie Suite  in the Heights\nSe habla Español", "price": 217.0,
-                                            "room type": "Private room", "house_rules": "No pets", "minimum nights": 3.0,
-                                            "maximum occupancy": 2, "review rate number": 3.0, "city": "Kalamazoo"}]}
+                                            "room type": "Private room", "house_rules": "No pets",
+                                            "minimum nights": 3.0, "maximum occupancy": 2, "review rate number": 3.0,
+                                            "city": "Kalamazoo"}]}
     ref = parse_reference(raw)
     assert C.entity_name(raw["Accommodations in Kalamazoo"][0]["NAME"]) == "Angie Suite  in the Heights"
     assert ref.accommodation("Angie Suite  in the Heights", "Kalamazoo") is not None

@@ -20,10 +20,12 @@ RAW = {
     "Flight from Salem to Bend on 2022-03-01": [
         {"Flight Number": "F1", "Price": 200, "DepTime": "08:00", "ArrTime": "09:00", "ActualElapsedTime": "1 hours",
          "FlightDate": "2022-03-01", "OriginCityName": "Salem", "DestCityName": "Bend", "Distance": 100.0}],
-    "Self-driving from Salem to Bend": "self-driving, from Salem to Bend, duration: 2 hours, distance: 200 km, cost: 40",
+    "Self-driving from Salem to Bend":
+        "self-driving, from Salem to Bend, duration: 2 hours, distance: 200 km, cost: 40",
     "Taxi from Salem to Bend": "taxi, from Salem to Bend, duration: 2 hours, distance: 200 km, cost: 200",
     "Flight from Bend to Salem on 2022-03-03": "There is no flight from Bend to Salem on 2022-03-03.",
-    "Self-driving from Bend to Salem": "self-driving, from Bend to Salem, duration: 2 hours, distance: 200 km, cost: 40",
+    "Self-driving from Bend to Salem":
+        "self-driving, from Bend to Salem, duration: 2 hours, distance: 200 km, cost: 40",
     "Taxi from Bend to Salem": "taxi, from Bend to Salem, duration: 2 hours, distance: 200 km, cost: 200",
 }
 Q = TravelQuery(org="Salem", dest="Bend", days=3, visiting_city_number=1,
@@ -34,7 +36,8 @@ def plan(**changes):
     days = [
         {"days": 1, "current_city": "from Salem to Bend",
          "transportation": "Flight Number: F1, from Salem to Bend, Departure Time: 08:00, Arrival Time: 09:00",
-         "breakfast": "-", "attraction": "-", "lunch": "-", "dinner": "Taco Hut, Bend", "accommodation": "Cozy Loft, Bend"},
+         "breakfast": "-", "attraction": "-", "lunch": "-", "dinner": "Taco Hut, Bend",
+         "accommodation": "Cozy Loft, Bend"},
         {"days": 2, "current_city": "Bend", "transportation": "-", "breakfast": "Pasta Bar, Bend",
          "attraction": "Lava Park, Bend;", "lunch": "Dim Sum, Bend", "dinner": "-", "accommodation": "Cozy Loft, Bend"},
         {"days": 3, "current_city": "from Bend to Salem", "transportation": "Taxi, from Bend to Salem",
@@ -102,7 +105,8 @@ def test_commonsense_rules_by_hand():
     v = evaluate_plan(Q, plan(d2__lunch="Nowhere Diner, Bend"), ref)
     assert v.commonsense["within_sandbox"][0] is False and v.hard is None
     # the route must close the circle
-    v = evaluate_plan(Q, plan(d3__current_city="from Bend to Eugene", d3__transportation="Taxi, from Bend to Eugene"), ref)
+    v = evaluate_plan(Q, plan(d3__current_city="from Bend to Eugene", d3__transportation="Taxi, from Bend to Eugene"),
+                      ref)
     assert v.commonsense["reasonable_city_route"][0] is False
     # an attraction in another city
     v = evaluate_plan(Q, plan(d2__attraction="Lava Park, Salem;"), ref)
@@ -116,7 +120,8 @@ def test_city_sequence_and_name_city():
     assert not valid_city_sequence(["A", "A"])                          # fewer than 3 entries
     assert not valid_city_sequence(["A", "B", "C", "C", "A"])         # B appears once in the middle
     assert not valid_city_sequence(["A", "B", "B", "C", "C", "B", "B", "A"])  # B revisited
-    assert name_city("The Museum of Fine Arts, Houston, Houston(Texas)") == ("The Museum of Fine Arts, Houston", "Houston")
+    assert name_city("The Museum of Fine Arts, Houston, Houston(Texas)") == \
+        ("The Museum of Fine Arts, Houston", "Houston")
 
 
 def test_query_text_parsing():
@@ -125,13 +130,16 @@ def test_query_text_parsing():
                          "accommodations are private rooms, and they must permit children under 10 since we will "
                          "have them with us. Transportation should not involve any flights. The budget for this "
                          "trip is set at $2,800.")
-    assert (q.org, q.dest, q.days, q.people, q.budget, q.visiting_city_number) == ("Evansville", "Texas", 5, 2, 2800.0, 2)
+    assert (q.org, q.dest, q.days, q.people, q.budget, q.visiting_city_number) == \
+        ("Evansville", "Texas", 5, 2, 2800.0, 2)
     assert q.dates == ("2022-03-17", "2022-03-18", "2022-03-19", "2022-03-20", "2022-03-21")
-    assert (q.house_rule, q.room_type, q.transportation, q.cuisine) == ("children under 10", "private room", "no flight", ())
+    assert (q.house_rule, q.room_type, q.transportation, q.cuisine) == \
+        ("children under 10", "private room", "no flight", ())
     q = parse_query_text("Could you create a travel plan starting from Provo to Phoenix for 2 people, from March 24th "
                          "to March 26th, 2022? Our budget is set at $1,400. We'll be bringing our pets along. In terms "
                          "of food, we'd like Indian, American, French, and Italian.", cities=("Phoenix",))
-    assert (q.days, q.dest, q.house_rule, q.cuisine) == (3, "Phoenix", "pets", ("Indian", "American", "French", "Italian"))
+    assert (q.days, q.dest, q.house_rule, q.cuisine) == \
+        (3, "Phoenix", "pets", ("Indian", "American", "French", "Italian"))
 
 
 def test_table_rows_reads_fixed_width_tables():
@@ -162,7 +170,8 @@ def test_45_annotated_plans_exact_pass_count(train_items):
     day 4 stays in San Antonio but visits San Angelo attractions (within current city), and San Angelo is not
     in that query's reference information (within sandbox). See docs/travel.md."""
     assert len(train_items) == 45
-    verdicts = [evaluate_plan(item_query(it), it["annotated_plan"], parse_reference(it["reference"])) for it in train_items]
+    verdicts = [evaluate_plan(item_query(it), it["annotated_plan"], parse_reference(it["reference"]))
+                for it in train_items]
     failing = [i for i, v in enumerate(verdicts) if not v.final_pass]
     assert failing == [41]
     v = verdicts[41]
@@ -185,4 +194,5 @@ def test_hub_tables_match_offline_reference(train_items, shared_data):
     assert a.legs == b.legs and a.ground == b.ground
     assert [(r["Name"], float(r["Average Cost"])) for r in a.restaurants["Rockford"]] == \
         [(r["Name"], r["Average Cost"]) for r in b.restaurants["Rockford"]]
-    assert [(f["Flight Number"], float(f["Price"])) for f in a.flights] == [(f["Flight Number"], f["Price"]) for f in b.flights]
+    assert [(f["Flight Number"], float(f["Price"])) for f in a.flights] == \
+        [(f["Flight Number"], f["Price"]) for f in b.flights]

@@ -5,7 +5,6 @@ The costs are checked against :func:`official_cost`, written here from ``hard_co
 without any comarl code, with the query's reference information standing in for the database (flights,
 restaurants, accommodations; a leg's cost from the ``"cost: N"`` of its reference line, which is the
 database's distance rounded as ``GoogleDistanceMatrix.run_for_evaluation`` does)."""
-import json
 import math
 import re
 

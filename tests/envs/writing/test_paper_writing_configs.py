@@ -22,7 +22,8 @@ def test_paper_config_matches_the_reference(name):
         assert (a.model, a.dtype, a.temperature, a.top_p, a.lr, a.max_new_tokens) == (
             "Qwen/Qwen3-1.7B", "bfloat16", 0.7, 0.9, 5e-6, 256)
     t = cfg.train
-    assert (t.num_generations, t.epochs, t.num_turns, t.discount, t.batch_size, t.joint_mode) == (4, 2, 1, 1.0, 1, "aligned")
+    assert (t.num_generations, t.epochs, t.num_turns, t.discount, t.batch_size, t.joint_mode) == \
+        (4, 2, 1, 1.0, 1, "aligned")
     assert t.scale_advantages and t.early_stop_sibling_mean == -0.2
     assert cfg.env.args == {"preset": "paper"} and (cfg.env.reward_scale, cfg.env.reward_shift) == (1.0, 0.0)
     assert cfg.data.train.split == "train[:1100]" and cfg.data.eval.split == f"{LOCAL[name][1]}[:1100]"

@@ -21,7 +21,8 @@ def load(name):
 def test_config_shape_and_env_builds(name):
     cfg = load(name)
     assert set(cfg) == {"agents", "env", "data", "train"}
-    assert set(cfg["train"]) == {"algorithm", "num_generations", "num_turns", "joint_mode", "epochs", "batch_size", "output_dir"}
+    assert set(cfg["train"]) == {"algorithm", "num_generations", "num_turns", "joint_mode", "epochs", "batch_size",
+                                 "output_dir"}
     for agent in cfg["agents"]:
         assert set(agent) == {"model", "max_new_tokens", "temperature", "lr"}
     env = get_env(cfg["env"]["name"]).build(len(cfg["agents"]), **cfg["env"]["args"])

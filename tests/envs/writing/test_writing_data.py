@@ -18,13 +18,15 @@ def test_tldr_local_file():
     first = items[0]
     assert first["prompt"].startswith("SUBREDDIT: r/relationships\nTITLE: ") and first["prompt"].endswith("TL;DR:")
     assert first["text"].endswith("without starting a fight?") and "TL;DR:" not in first["text"]
-    assert first["completion"] == "Boyfriend keeps forgetting our plans because of work stress; how do I raise it without a fight?"
+    assert first["completion"] == ("Boyfriend keeps forgetting our plans because of work stress; "
+                                   "how do I raise it without a fight?")
 
 
 def test_limit_and_split_slice():
     assert len(tldr.load_items(TLDR, "test", 4)) == 4
     sliced = tldr.load_items(TLDR, "train[2:5]", None)
-    assert [it["prompt"].split("\n")[0] for it in sliced] == ["SUBREDDIT: r/cooking", "SUBREDDIT: r/AskReddit", "SUBREDDIT: r/dogs"]
+    assert [it["prompt"].split("\n")[0] for it in sliced] == ["SUBREDDIT: r/cooking", "SUBREDDIT: r/AskReddit",
+                                                             "SUBREDDIT: r/dogs"]
     with pytest.raises(ValueError, match="data.limit"):
         tldr.load_items(TLDR, "train", -1)
 
@@ -62,7 +64,8 @@ def test_missing_path():
 def test_arxiv_sentences_joined_and_tags_removed():
     items = arxiv.load_items(ARXIV, "train", None)
     assert len(items) == 8 and items[0]["article_id"] == "sample-000"
-    assert items[0]["text"].startswith("We study how teams of small language models can share a writing task. Each model")
+    assert items[0]["text"].startswith("We study how teams of small language models can share a writing task. "
+                                       "Each model")
     assert items[4]["text"].startswith("robots that operate in homes must grasp objects")
     assert "<S>" not in items[4]["text"] and "</S>" not in items[4]["text"]
     assert items[0]["abstract"] == items[0]["text"]

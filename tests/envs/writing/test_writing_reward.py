@@ -44,7 +44,8 @@ def test_transition_categories_whole_words_and_phrases():
 
 
 @pytest.mark.parametrize("x,expected", [
-    (0.5, 0.0), (1.0, 0.0), (1.5, 0.5), (2.0, 1.0), (2.5, 1.0), (3.0, 1.0), (4.0, 0.5), (4.5, 0.25), (5.0, 0.0), (6.0, 0.0),
+    (0.5, 0.0), (1.0, 0.0), (1.5, 0.5), (2.0, 1.0), (2.5, 1.0), (3.0, 1.0), (4.0, 0.5), (4.5, 0.25), (5.0, 0.0),
+    (6.0, 0.0),
 ])
 def test_band_score_ramps(x, expected):
     assert R.band_score(x, Band(2, 3, 1, 5)) == pytest.approx(expected)
