@@ -13,6 +13,8 @@ import os
 import sys
 import textwrap
 
+from pathlib import Path
+
 import pytest
 
 from comarl.envs.coding import classeval as classeval_mod
@@ -20,7 +22,8 @@ from comarl.envs.coding import function_env
 from comarl.envs.coding.data import load_classeval_items, load_function_items
 from comarl.sandbox import Sandbox, SandboxLimits, TestJob
 
-from conftest import ROOT, SHARED_DATA
+ROOT = Path(__file__).resolve().parents[2]
+SHARED_DATA = ROOT.parent / "shared" / "data"  # as tests/conftest.py; not imported from it: `conftest` is ambiguous
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces, mounts and seccomp need root here")
 LIMITS = {"test_timeout_s": 5.0, "total_timeout_s": 40.0}
