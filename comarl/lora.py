@@ -56,7 +56,9 @@ class LoraSettings:
     def peft_config(self):
         from peft import LoraConfig
 
-        return LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout, task_type="CAUSAL_LM",
+        # peft annotates lora_alpha as int, but only divides by it (alpha / r): a float scale works
+        return LoraConfig(r=self.r, lora_alpha=self.alpha,  # type: ignore[arg-type]
+                          lora_dropout=self.dropout, task_type="CAUSAL_LM",
                           target_modules=list(self.target_modules) if self.target_modules else "all-linear")
 
 

@@ -114,4 +114,4 @@ def processor_class():
     return _CLASS
 
 
-_CLASS = None
+_CLASS: type | None = None

@@ -433,6 +433,7 @@ class RewardModelRounds:
     def _reward_env(self):
         from .reward_model import RewardModelEnv
 
+        assert self.reward_model is not None, "the reward environment needs a fitted or loaded reward model"
         return RewardModelEnv(self.sampler.base_env, self.reward_model)
 
     @staticmethod
@@ -447,6 +448,7 @@ class RewardModelRounds:
         from .marlhf import load_classifier
         from .reward_model import JointRewardModel
 
+        assert self.sampler.resumed_from is not None, "called only when _has_reward_model()"
         s, where = self.sampler.config.preference.iterative.reward_model, Path(self.sampler.resumed_from)
         with torch.random.fork_rng(devices=[]):
             model, tok = load_classifier(s.model, s.device)

@@ -103,7 +103,7 @@ def trusted_image(state):
     img = Image.frombytes(mode, (w, h), data)
     img.format = fmt or None
     if filename:
-        img.filename = filename
+        img.filename = filename  # type: ignore[attr-defined]  # PIL file loaders set it; keep it
     return img
 
 

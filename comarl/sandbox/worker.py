@@ -97,7 +97,7 @@ class Worker:
         def dump(v):
             buf = io.BytesIO()
             p = pickle.Pickler(buf, protocol=5)
-            p.persistent_id = persistent_id
+            p.persistent_id = persistent_id  # type: ignore[method-assign]  # pickle's documented hook
             p.dump(v)
             return buf.getvalue()
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from comarl.agents import Agent
 
 _JSON = re.compile(r"\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}", re.DOTALL)
 
@@ -55,7 +58,7 @@ class Expert:
             raise ValueError(f"env.args.expert.retries: must be >= 1, got {retries}")
         self.spec = {"model": model, "max_new_tokens": max_new_tokens, "temperature": 0.3, **dict(agent or {})}
         self.retries = retries
-        self._agent = None
+        self._agent: Agent | None = None
 
     def _load(self):
         if self._agent is None:
