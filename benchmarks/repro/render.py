@@ -299,6 +299,7 @@ def _task_section(task: str, rows: list[dict], doc: Path, plots: Path) -> list[s
         out.append("| " + " | ".join(cells) + " |")
     out += _single_writer_note(by)
     out += _coding_note(by)
+    out += _no_midpoint_note(by)
     png = plots / f"{task}_heldout.png"
     plot_task(task, by, png)
     out += ["", f"![{task}: held-out score against training samples]({_rel(png, doc)})", ""]
@@ -322,6 +323,17 @@ def _single_writer_note(by: dict[str, list[dict]]) -> list[str]:
                      f"({len(strict)} run{'s' if len(strict) > 1 else ''})")
         out.append(text + ".")
     return ([""] + out) if out else []
+
+
+def _no_midpoint_note(by: dict[str, list[dict]]) -> list[str]:
+    """Trained runs whose curve has only its two ends (run with ``--eval-every 0``, or fewer steps than the
+    evaluation period): their line in the plot is drawn straight from before to after."""
+    keys = [r["key"] for c in CONDITIONS if c in by for r in by[c]
+            if r.get("trained") and len({p["samples"] for p in r.get("curve", [])}) <= 2]
+    if not keys:
+        return []
+    return ["", f"No evaluation during training in {', '.join(keys)} (`--eval-every 0`, to fit the sitting): "
+                "its curve is a straight line from the score before training to the score after."]
 
 
 CODING_METRICS = (("compiled", "code that compiles"), ("passed_all", "all tests passed"),

@@ -172,6 +172,15 @@ def test_summaries_and_verdicts_by_hand():
     assert render.verdict({"mean": -1.5, "stderr": 0.3}, {"mean": 0.0, "stderr": 0.4})[2] == "reversed"
 
 
+def test_no_midpoint_note_names_trained_runs_with_only_two_curve_points():
+    two = {"key": "t/magrpo/seed0", "trained": True, "curve": [{"samples": 0}, {"samples": 40}]}
+    three = {"key": "t/grpo/seed0", "trained": True, "curve": [{"samples": 0}, {"samples": 24}, {"samples": 40}]}
+    base = {"key": "t/single/seed0", "trained": False, "curve": [{"samples": 0}]}
+    note = render._no_midpoint_note({"magrpo": [two], "grpo": [three], "single": [base]})
+    assert note[-1].startswith("No evaluation during training in t/magrpo/seed0 (")
+    assert render._no_midpoint_note({"grpo": [three], "single": [base]}) == []
+
+
 def test_coding_note_averages_the_other_measures_over_seeds():
     def row(compiled, passed_all):
         return {"heldout": {"compiled": {"mean": compiled}, "passed_all": {"mean": passed_all}}}
