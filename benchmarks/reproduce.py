@@ -14,7 +14,7 @@ training samples (``docs/results_plots/*.png``).
     python benchmarks/reproduce.py run --model tiny --steps 2 --results /tmp/r.jsonl --doc /tmp/results.md  # smoke
     python benchmarks/reproduce.py run --model Qwen/Qwen2.5-0.5B-Instruct --device cuda --steps 100  # a GPU
     # sampling with vLLM (docs/vllm.md): the vLLM venv's python; runs already in the file (hf) stay done
-    /work/venv-vllm/bin/python benchmarks/reproduce.py run --generator vllm --results /work/repro-results/results.jsonl
+    .venv-vllm/bin/python benchmarks/reproduce.py run --generator vllm --results benchmarks/results/results.jsonl
 
 ``--generator vllm`` samples the training rollouts (``TrainConfig(generator="vllm")``, engines synced after each
 step) and every held-out score with vLLM engines in the run's process; each row records its ``generator``. LoRA
@@ -42,6 +42,7 @@ if str(HERE) not in sys.path:
 if str(ROOT) not in sys.path:  # this checkout's comarl, whichever python runs it (a venv may install another copy)
     sys.path.insert(1, str(ROOT))
 
+from repro.generators import GENERATORS  # noqa: E402
 from repro.grid import CONDITIONS, GridPlan, RunSpec, parse_list  # noqa: E402
 from repro.results import append_row, done_keys, read_rows  # noqa: E402
 from repro.run import RunOptions  # noqa: E402
@@ -77,7 +78,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, default=None, help="full fine-tuning learning rate (default per model)")
     p.add_argument("--threads", type=int, default=d.threads,
                    help=f"torch CPU threads per run, 0 = torch's default ({d.threads}: see RunOptions.threads)")
-    p.add_argument("--generator", default=d.generator, choices=("hf", "vllm"),
+    p.add_argument("--generator", default=d.generator, choices=GENERATORS,
                    help="who samples rollouts and held-out scores: hf (default) | vllm (run with the vLLM venv's "
                         "python; LoRA agents on a CPU keep hf)")
     p.add_argument("--vllm-kv-gib", dest="vllm_kv_cache_gib", type=float, default=d.vllm_kv_cache_gib,

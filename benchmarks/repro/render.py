@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from comarl.heldout import mean_and_stderr
@@ -228,9 +228,7 @@ def generator_of(row: dict) -> str:
 
 
 def _generators(rows: list[dict]) -> str:
-    counts: dict[str, int] = defaultdict(int)
-    for r in rows:
-        counts[generator_of(r)] += 1
+    counts = Counter(generator_of(r) for r in rows)
     return ", ".join(f"`{g}` for {n} run{'s' if n > 1 else ''}" for g, n in sorted(counts.items()))
 
 
