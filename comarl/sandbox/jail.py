@@ -224,9 +224,10 @@ def private_root(plan: list, workdir: str) -> str:
     return "filesystem: private root (interpreter, allowed packages, job tmpfs); ipc: private"
 
 
-def set_limits(cpu_s: int, memory_mb: int, file_size_mb: int, nproc: int | None) -> None:
-    """Hard rlimits for this process and everything it spawns."""
+def set_limits(cpu_s: int, memory_mb: int, file_size_mb: int, nproc: int | None, open_files: int = 256) -> None:
+    """Hard rlimits for this process and everything it spawns (``open_files``: RLIMIT_NOFILE of each)."""
     mib = 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_mb * mib, file_size_mb * mib))
     if nproc is not None:
@@ -298,7 +299,7 @@ def isolate_worker(workdir: str, uid: int | None, gid: int | None, limits: dict,
         notes.append("filesystem: host; ipc: host; session: shared (needs root and mount/pid namespaces)")
     os.chdir(workdir)
     set_limits(limits["cpu_time_s"], limits["memory_mb"], limits["file_size_mb"],
-               limits["max_processes"] if uid is not None else None)
+               limits["max_processes"] if uid is not None else None, limits["open_files"])
     if uid is not None:
         drop_privileges(uid, paired_gid(uid, gid))
     no_new_privileges()

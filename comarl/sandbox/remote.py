@@ -212,6 +212,21 @@ def _typed(value, t, what):
     return value
 
 
+# The dunder names a test may read from a program object; every other dunder is refused here, before a
+# request is sent. A protocol dunder looked up on the instance (numpy's ``__array_interface__`` /
+# ``__array_struct__``, ``__array__``, ``__dlpack__``, ``__index__``...) would otherwise hand a value the
+# worker chose to C code in the harness: a crafted ``__array_interface__`` makes numpy read the address in it.
+# (``__doc__`` and ``__module__`` are the reference class's own, never the program's.)
+ATTRIBUTE_DUNDERS = frozenset({"__name__", "__qualname__", "__dict__"})
+
+
+def _attribute(name):
+    if type(name) is str and name.startswith("__") and name.endswith("__") and name not in ATTRIBUTE_DUNDERS:
+        raise AttributeError(f"{name}: a program object's dunder attributes other than "
+                             f"{', '.join(sorted(ATTRIBUTE_DUNDERS))} do not reach the tests")
+    return name
+
+
 class Remote:
     """An object of the program (see module docstring)."""
 
@@ -225,13 +240,13 @@ class Remote:
         return object.__getattribute__(self, "_client").request(op, self, *args)
 
     def __getattr__(self, name):
-        return self._req("getattr", name)
+        return self._req("getattr", _attribute(name))
 
     def __setattr__(self, name, value):
-        self._req("setattr", name, value)
+        self._req("setattr", _attribute(name), value)
 
     def __delattr__(self, name):
-        self._req("delattr", name)
+        self._req("delattr", _attribute(name))
 
     def __call__(self, *args, **kwargs):
         result, (after, kw_after) = self._req("call", args, kwargs)

@@ -65,6 +65,11 @@ class Sandbox:
         return self._cgroup_mode
 
     @property
+    def cpu_bounded(self) -> bool:
+        """Every worker's job cgroup has a CPU quota (``SandboxLimits.cpus``); False: jobs run without one."""
+        return all(s.cgroup is not None and s.cgroup.cpu_bounded for s in self.slots)
+
+    @property
     def uids(self) -> list[int]:
         """The unprivileged uids the workers run jobs as (empty when not dropping root)."""
         return [s.uid for s in self.slots if s.uid is not None]

@@ -3,7 +3,9 @@
 The worker runs model code as an unprivileged uid with ``no_new_privs``; what
 is left of the kernel's surface is what any user may call. Some of that is
 still more than running Python needs and is how sandboxes get escaped or
-probed: new namespaces (``unshare``, ``setns``, ``clone`` with a ``CLONE_NEW*``
+probed: sockets of any family but ``AF_UNIX`` (``AF_NETLINK`` and ``AF_VSOCK``
+reach the kernel and the host past the network namespace), ``personality``
+and ``modify_ldt``, new namespaces (``unshare``, ``setns``, ``clone`` with a ``CLONE_NEW*``
 flag: a user namespace gives root-like powers inside it), ``mount`` and the
 new mount API, ``ptrace`` and the cross-process memory calls, ``bpf``,
 ``keyctl``, ``perf_event_open``, ``userfaultfd``, ``io_uring`` (its requests
@@ -40,7 +42,8 @@ DENIED = ("unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "ptrac
           "fsconfig", "fsmount", "fspick", "mount_setattr", "pidfd_getfd", "kexec_load", "kexec_file_load",
           "init_module", "finit_module", "delete_module", "open_by_handle_at", "name_to_handle_at", "swapon",
           "swapoff", "reboot", "acct", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "syslog",
-          "quotactl", "lookup_dcookie", "vhangup", "iopl", "ioperm", "kcmp")
+          "quotactl", "lookup_dcookie", "vhangup", "iopl", "ioperm", "kcmp", "personality", "modify_ldt")
+AF_UNIX = 1  # the one socket family a job may create (socket, socketpair): no AF_NETLINK, AF_VSOCK, AF_INET...
 ARCHES = {
     "x86_64": (0xC000003E, {
         "unshare": 272, "setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161,
@@ -52,7 +55,8 @@ ARCHES = {
         "open_by_handle_at": 304, "name_to_handle_at": 303, "swapon": 167, "swapoff": 168, "reboot": 169,
         "acct": 163, "settimeofday": 164, "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159,
         "syslog": 103, "quotactl": 179, "lookup_dcookie": 212, "vhangup": 153, "iopl": 172, "ioperm": 173,
-        "kcmp": 312, "clone": 56, "clone3": 435}),
+        "kcmp": 312, "personality": 135, "modify_ldt": 154, "clone": 56, "clone3": 435, "socket": 41,
+        "socketpair": 53}),
     "aarch64": (0xC00000B7, {
         "unshare": 97, "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51, "ptrace": 117,
         "process_vm_readv": 270, "process_vm_writev": 271, "bpf": 280, "keyctl": 219, "add_key": 217,
@@ -62,13 +66,34 @@ ARCHES = {
         "kexec_load": 104, "kexec_file_load": 294, "init_module": 105, "finit_module": 273, "delete_module": 106,
         "open_by_handle_at": 265, "name_to_handle_at": 264, "swapon": 224, "swapoff": 225, "reboot": 142,
         "acct": 89, "settimeofday": 170, "clock_settime": 112, "clock_adjtime": 266, "adjtimex": 171,
-        "syslog": 116, "quotactl": 60, "lookup_dcookie": 18, "vhangup": 58, "kcmp": 272, "clone": 220,
-        "clone3": 435}),
+        "syslog": 116, "quotactl": 60, "lookup_dcookie": 18, "vhangup": 58, "kcmp": 272, "personality": 92,
+        "clone": 220, "clone3": 435, "socket": 198, "socketpair": 199}),
 }
 
 
 def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
     return struct.pack("HBBI", code, jt, jf, k & 0xFFFFFFFF)
+
+
+def _assemble(lines: list) -> bytes:
+    """Resolve labels: each line is ``(code, k)``, ``(code, k, true_label, false_label)`` (a jump, labels or
+    None for the next instruction) or a ``str`` label marking the next instruction. Classic BPF jumps only
+    forward, by at most 255 instructions."""
+    where: dict[str, int] = {}
+    insns = []
+    for line in lines:
+        if isinstance(line, str):
+            where[line] = len(insns)
+        else:
+            insns.append(line)
+    out = []
+    for i, insn in enumerate(insns):
+        code, k, *jumps = insn
+        jt, jf = ((where[j] - i - 1 if j is not None else 0) for j in (jumps or [None, None]))
+        if not (0 <= jt <= 255 and 0 <= jf <= 255):
+            raise ValueError(f"seccomp filter: jump out of range at instruction {i}")
+        out.append(_insn(code, k, jt, jf))
+    return b"".join(out)
 
 
 def program(machine: str) -> bytes:
@@ -77,32 +102,33 @@ def program(machine: str) -> bytes:
     Layout: check the architecture (another one is refused: a 32-bit call table
     would read other numbers), load the call number, refuse x32 calls, one
     ``JEQ`` per denied call jumping to the EPERM return, ``clone3`` to ENOSYS,
-    ``clone`` to a test of its flags argument, else allow.
+    ``clone`` to a test of its flags argument, ``socket`` / ``socketpair`` to a
+    test of the address family (``AF_UNIX`` only), else allow.
     """
     arch, nums = ARCHES[machine]
     denied = [nums[n] for n in DENIED if n in nums]
-    body = [_insn(LD_W_ABS, 4)]  # seccomp_data.arch
-    body.append(_insn(JEQ_K, arch, 1, 0))
-    body.append(_insn(RET_K, RET_ERRNO | errno.EPERM))
-    body.append(_insn(LD_W_ABS, 0))  # seccomp_data.nr
+    lines: list = [(LD_W_ABS, 4),  # seccomp_data.arch
+                   (JEQ_K, arch, None, "eperm"),
+                   (LD_W_ABS, 0)]  # seccomp_data.nr
     if machine == "x86_64":
-        body.append(_insn(JGE_K, X32_BIT, 0, 1))
-        body.append(_insn(RET_K, RET_ERRNO | errno.EPERM))
-    # after the checks below come: [ALLOW] [EPERM] [ENOSYS] [clone: LD args0, JSET, ALLOW, EPERM]
-    n = len(denied)
-    for i, nr in enumerate(denied):
-        to_eperm = (n - i - 1) + 2 + 1  # the rest of the checks, clone3 + clone tests, the ALLOW
-        body.append(_insn(JEQ_K, nr, to_eperm, 0))
-    body.append(_insn(JEQ_K, nums["clone3"], 3, 0))  # -> ENOSYS
-    body.append(_insn(JEQ_K, nums["clone"], 3, 0))  # -> the flags test
-    body.append(_insn(RET_K, RET_ALLOW))
-    body.append(_insn(RET_K, RET_ERRNO | errno.EPERM))
-    body.append(_insn(RET_K, RET_ERRNO | errno.ENOSYS))
-    body.append(_insn(LD_W_ABS, 16))  # seccomp_data.args[0], low 32 bits (little-endian): clone's flags
-    body.append(_insn(JSET_K, NEW_NAMESPACE_FLAGS, 1, 0))
-    body.append(_insn(RET_K, RET_ALLOW))
-    body.append(_insn(RET_K, RET_ERRNO | errno.EPERM))
-    return b"".join(body)
+        lines.append((JGE_K, X32_BIT, "eperm", None))
+    lines += [(JEQ_K, nr, "eperm", None) for nr in denied]
+    lines += [(JEQ_K, nums["clone3"], "enosys", None),
+              (JEQ_K, nums["clone"], "clone", None),
+              (JEQ_K, nums["socket"], "socket", None),
+              (JEQ_K, nums["socketpair"], "socket", None),
+              "allow", (RET_K, RET_ALLOW),
+              "eperm", (RET_K, RET_ERRNO | errno.EPERM),
+              "enosys", (RET_K, RET_ERRNO | errno.ENOSYS),
+              "clone", (LD_W_ABS, 16),  # seccomp_data.args[0], low 32 bits (little-endian): clone's flags
+              (JSET_K, NEW_NAMESPACE_FLAGS, "clone_eperm", None),
+              (RET_K, RET_ALLOW),
+              "clone_eperm", (RET_K, RET_ERRNO | errno.EPERM),
+              "socket", (LD_W_ABS, 16),  # the address family
+              (JEQ_K, AF_UNIX, None, "socket_eperm"),
+              (RET_K, RET_ALLOW),
+              "socket_eperm", (RET_K, RET_ERRNO | errno.EPERM)]
+    return _assemble(lines)
 
 
 class _SockFprog(ctypes.Structure):
@@ -131,4 +157,4 @@ def install() -> str:
         if err == errno.EINVAL:
             return "seccomp: off (the kernel has no seccomp filters)"
         raise OSError(err, f"prctl(PR_SET_SECCOMP): {errno.errorcode.get(err, err)}")
-    return f"seccomp: on ({len(DENIED)} calls refused, clone without new namespaces)"
+    return f"seccomp: on ({len(DENIED)} calls refused, clone without new namespaces, sockets AF_UNIX only)"

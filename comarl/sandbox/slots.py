@@ -65,7 +65,7 @@ def build_slots(limits: SandboxLimits, workers: int) -> list[Slot]:
         uid, fd = claimed[i] if claimed else (None, None)
         if uid is not None:
             kill_uid(uid)  # leftovers of an earlier trainer that crashed
-        cg = (JobCgroup.create(cgroup_name(uid, i), limits.memory_mb, limits.max_processes)
+        cg = (JobCgroup.create(cgroup_name(uid, i), limits.memory_mb, limits.max_processes, limits.cpus)
               if running_as_root() else None)
         slots.append(Slot(i, uid, fd, cg))
     return slots
@@ -84,7 +84,8 @@ def rebuild_slot(slot: Slot, limits: SandboxLimits) -> None:
             kill_uid(slot.uid)
     if slot.cgroup is not None:
         slot.cgroup.remove()  # what is left of it (a v1 pair may have lost only one directory)
-        slot.cgroup = JobCgroup.create(cgroup_name(slot.uid, slot.index), limits.memory_mb, limits.max_processes)
+        slot.cgroup = JobCgroup.create(cgroup_name(slot.uid, slot.index), limits.memory_mb, limits.max_processes,
+                                       limits.cpus)
         if slot.cgroup is None:
             raise SandboxError(f"worker slot {slot.index}'s cgroup could not be created again; refusing to run "
                                f"jobs without their memory and process limits")

@@ -19,6 +19,14 @@ class SandboxLimits:
         file_size_mb: RLIMIT_FSIZE (largest file it may write), in MiB.
         max_processes: the job cgroup's pids.max where cgroups are usable,
             and RLIMIT_NPROC of the job's own uid when privileges are dropped.
+        open_files: RLIMIT_NOFILE of every process of the worker; with
+            ``max_processes`` it bounds the descriptors of the whole job
+            (256 x 64 = 16,384 by default, under 1% of a typical fs.file-max).
+        cpus: the job's CPU quota in CPUs (the slot cgroup's ``cpu.max`` /
+            ``cpu.cfs_quota_us``): however many processes the job forks, it
+            gets at most this much CPU time per 100 ms, so it cannot starve
+            another slot's job. Where the cpu controller is not usable the
+            job runs without a quota (``Sandbox.cpu_bounded``).
         max_output_bytes: bytes of stdout and of stderr kept; the rest is read
             and discarded.
         drop_privileges: when the trainer runs as root, run the child as an
@@ -33,13 +41,15 @@ class SandboxLimits:
     memory_mb: int = 1024
     file_size_mb: int = 16
     max_processes: int = 64
+    open_files: int = 256
+    cpus: float = 1.0
     max_output_bytes: int = 65536
     drop_privileges: bool = True
     no_network: bool = True
 
     def __post_init__(self) -> None:
         for name in ("test_timeout_s", "total_timeout_s", "cpu_time_s", "memory_mb",
-                     "file_size_mb", "max_processes", "max_output_bytes"):
+                     "file_size_mb", "max_processes", "open_files", "cpus", "max_output_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"SandboxLimits.{name} must be > 0, got {getattr(self, name)!r}")
 
