@@ -11,6 +11,6 @@ See docs/sandbox.md for what is isolated and how.
 """
 from comarl.sandbox.runner import SandboxError
 from comarl.sandbox.sandbox import Sandbox
-from comarl.sandbox.types import SandboxLimits, TestJob, TestReport
+from comarl.sandbox.types import HelperProgram, Pinned, SandboxLimits, TestJob, TestReport
 
-__all__ = ["Sandbox", "SandboxError", "SandboxLimits", "TestJob", "TestReport"]
+__all__ = ["HelperProgram", "Pinned", "Sandbox", "SandboxError", "SandboxLimits", "TestJob", "TestReport"]

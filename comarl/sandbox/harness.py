@@ -12,10 +12,18 @@ uid, runs setup and each snippet in a trusted namespace where the program's
 top-level names are references (``remote.py``): every assertion, comparison
 and verdict is computed here, on plain data.
 
+With a helper program (``TestJob.helper``: another agent's code) the harness forks one worker per program,
+each in a pid namespace of its own, and brokers the main program's calls of the helper (``helper_calls.py``);
+with ``ablate`` a third worker, a fresh copy of the main program that waits for the harness's go, reruns the
+passing tests with the helper's answers altered.
+
 Records to ``result_fd`` (one JSON object per line, after the nonce):
     {"k": "compiled", "error": str|None}   program parsed or not
     {"k": "program", "error": str|None}    setup + program body ran
-    {"k": "test", "i": int, "error": str|None}
+    {"k": "helper", "error": str|None}     the helper program is ready to serve, or why not
+    {"k": "test", "i": int, "error": str|None, "calls": int}   calls: of the helper, during the test
+    {"k": "ablated", "i": int, "needed": bool}   a passing test, rerun with the helper's answers altered
+    {"k": "rebound", "names": [str]}       pinned methods found bound to code defined elsewhere
     {"k": "done", "crashed": str|None}     the job ended; crashed: how the worker died on its own
     {"k": "setup_failed", "error": str}    isolation failed (an infrastructure error)
 """
@@ -42,7 +50,8 @@ def _load(name: str):
     return mod
 
 
-wire, remote, worker_mod, jail, seccomp = (_load(n) for n in ("wire", "remote", "worker", "jail", "seccomp"))
+wire, remote, worker_mod, jail, seccomp, helper_calls = (
+    _load(n) for n in ("wire", "remote", "worker", "jail", "seccomp", "helper_calls"))
 
 
 class _Timeout(BaseException):
@@ -95,12 +104,22 @@ def body_mark(nonce: str) -> bytes:
     return f"\0{nonce}:body\0".encode()
 
 
-def _refuse_outward_signals(event: str, args) -> None:
-    """Audit hook in the worker: it may signal its own children, never its parent, its group, init or everyone."""
+# Audit events a program never needs and that let code reach or rewrite other code of its process: trace and
+# profile hooks (they can swap a function when another's module body returns), forged code objects
+# (``CodeType(...)``, ``code.replace``), and the garbage collector's object walks.
+REFUSED_EVENTS = frozenset({"sys.setprofile", "sys.settrace", "code.__new__", "gc.get_objects", "gc.get_referrers",
+                            "gc.get_referents"})
+
+
+def _worker_audit(event: str, args) -> None:
+    """Audit hook in the worker: it may signal its own children, never its parent, its group, init or everyone;
+    no trace or profile hooks, no forged code objects, no ``__code__`` assignment, no gc object walks."""
     if event == "os.kill" and (args[0] <= 1 or args[0] == _PARENT):
         raise PermissionError(f"sandbox: os.kill({args[0]}, ...) is not allowed")
     if event == "os.killpg":
         raise PermissionError("sandbox: os.killpg is not allowed")
+    if event in REFUSED_EVENTS or (event == "object.__setattr__" and len(args) > 1 and args[1] == "__code__"):
+        raise PermissionError(f"sandbox: {event} is not allowed")
 
 
 _PARENT = 0
@@ -178,12 +197,61 @@ def trusted_namespace(names: dict, expose) -> dict:
     return ns
 
 
-def run_tests(job: dict, client, out: Reporter, tests: list, entry_points: list, notes: list) -> None:
+def start_helper(job: dict, client, timeout: float):
+    """The helper's worker up to its program's names: (its function, None) or (None, why it cannot serve)."""
+    name = job["helper"]["name"]
+    try:
+        first = client.receive(timeout + remote.GRACE_S)
+        if first[0] != "isolated":
+            return None, f"setup: {first[1] if len(first) > 1 else first}"
+        first = client.receive(timeout + remote.GRACE_S)
+        if first[0] != "compiled":
+            raise wire.ProtocolError("expected the compile result")
+        if first[1] is not None:
+            return None, f"SyntaxError: {str(first[1])[:MAX_ERROR_CHARS]}"
+        msg = client.receive(timeout + remote.GRACE_S)
+    except remote.RequestTimeout:
+        return None, "Timeout"
+    except (remote.ProgramGone, wire.ProtocolError) as e:
+        return None, f"Crashed: {_gone_text(client) if isinstance(e, remote.ProgramGone) else e}"
+    if type(msg) is not tuple or len(msg) < 2 or msg[0] != "program":
+        return None, "the helper broke the protocol"
+    if msg[1] is not None or len(msg) != 3 or type(msg[2]) is not dict:
+        return None, str(msg[1])[:MAX_ERROR_CHARS]
+    target = msg[2].get(name)
+    if type(target) is not remote.Remote:
+        what = "defines no" if target is None else "does not define a function"
+        return None, f"NameError: the helper program {what} {name!r}"
+    return target, None
+
+
+def check_pins(client, names: dict, pins: list, found: set) -> None:
+    """Add to ``found`` the pinned methods (class, attribute, first line, last line) bound to code defined outside
+    their lines of the program (asked of the worker: ``worker._origin``)."""
+    by_class: dict[str, list] = {}
+    for cls_name, attr, lo, hi in pins:
+        by_class.setdefault(cls_name, []).append((attr, lo, hi))
+    for cls_name, wanted in by_class.items():
+        cls = names.get(cls_name)
+        where = client.request("origins", cls, [a for a, _, _ in wanted]) if type(cls) is remote.Remote else None
+        if type(where) is not list or len(where) != len(wanted):
+            where = [None] * len(wanted)
+        for (attr, lo, hi), w in zip(wanted, where):
+            if not (type(w) is tuple and len(w) == 2 and w[0] == "<program>" and type(w[1]) is int
+                    and lo <= w[1] <= hi):
+                found.add(f"{cls_name}.{attr}")
+
+
+def run_tests(job: dict, client, out: Reporter, tests: list, entry_points: list, notes: list, pins: list | None = None,
+              broker=None) -> tuple | None:
+    """The main program's job: startup records, setup, every snippet; returns what an ablation pass needs
+    (compiled snippets, expose, passed indices) or None when no snippet ran."""
     timeout = job["limits"]["test_timeout_s"]
+    client.on_outcall = broker
     first = client.receive(timeout + remote.GRACE_S)
     if first[0] == "setup_failed":
         out.send(k="setup_failed", error=str(first[1]))
-        return
+        return None
     if first[0] != "isolated" or type(first[1]) is not list:
         raise wire.ProtocolError("expected the isolation notes")
     out.send(k="isolation", notes=[str(n) for n in notes + first[1]])
@@ -192,22 +260,22 @@ def run_tests(job: dict, client, out: Reporter, tests: list, entry_points: list,
         raise wire.ProtocolError("expected the compile result")
     out.send(k="compiled", error=first[1] if first[1] is None else str(first[1])[:MAX_ERROR_CHARS])
     if first[1] is not None:
-        return
+        return None
     try:
         msg = client.receive(timeout + remote.GRACE_S)
     except remote.RequestTimeout:
         out.send(k="program", error="Timeout")
-        return
+        return None
     except remote.ProgramGone:
         out.send(k="program", error=_gone_text(client))
-        return
+        return None
     # the worker flushed its stdout before it answered: what it printed so far precedes this mark
     os.write(1, body_mark(out.nonce))
     if type(msg) is not tuple or len(msg) < 2 or msg[0] != "program":
         raise wire.ProtocolError("expected the program result")
     if msg[1] is not None or len(msg) != 3 or type(msg[2]) is not dict:
         out.send(k="program", error=str(msg[1])[:MAX_ERROR_CHARS])
-        return
+        return None
     compiled = [compile_or_error(test, f"<test {i}>") for i, test in enumerate(tests)]
     if entry_points:
         expose = set(entry_points)
@@ -219,14 +287,69 @@ def run_tests(job: dict, client, out: Reporter, tests: list, entry_points: list,
         err = err or run_snippet(code, ns, client, -1, timeout)
         if err:
             out.send(k="program", error=f"setup: {err}")
-            return
+            return None
+    rebound: set[str] = set()
+    pins = pins or []
+    if pins:
+        _pin_check(client, msg[2], pins, rebound, out)
     out.send(k="program", error=None)
+    passed = []
     for i, (code, err) in enumerate(compiled):
         if code is not None:
             err = run_snippet(code, ns, client, i, timeout)
+            if pins and client.dead is None:
+                _pin_check(client, msg[2], pins, rebound, out)
         elif not err.startswith("SyntaxError"):
             err = f"SyntaxError: {err}"
-        out.send(k="test", i=i, error=err)
+        if broker is not None:
+            out.send(k="test", i=i, error=err, calls=broker.calls.get(i, 0))
+        else:
+            out.send(k="test", i=i, error=err)
+        if err is None:
+            passed.append(i)
+    return compiled, expose, passed
+
+
+def _pin_check(client, names: dict, pins: list, rebound: set, out: Reporter) -> None:
+    before = len(rebound)
+    client.snippet, client.deadline = -2, remote.time.monotonic() + 2.0
+    try:
+        check_pins(client, names, pins, rebound)
+    except (remote.ProgramGone, remote.RequestTimeout, wire.ProtocolError):
+        rebound.update(f"{c}.{a}" for c, a, _, _ in pins)  # a worker that cannot say where its code is from
+    except Exception:  # the program's exception while answering
+        rebound.update(f"{c}.{a}" for c, a, _, _ in pins)
+    if len(rebound) > before:
+        out.send(k="rebound", names=sorted(rebound))
+
+
+def ablate(job: dict, client, out: Reporter, ran: tuple, answers: dict) -> None:
+    """Rerun the passing snippets against ``client`` (the fresh copy of the main program, waiting for its go),
+    its helper calls answered by ``helper_calls.Altered``; one ``ablated`` record per snippet."""
+    compiled, expose, passed = ran
+    timeout = job["limits"]["test_timeout_s"]
+    client.on_outcall = helper_calls.Altered(answers)
+    try:
+        wire.write_frame(client.wfd, b"go")
+        for want in ("isolated", "compiled"):
+            first = client.receive(timeout + remote.GRACE_S)
+            if first[0] != want or (want == "compiled" and first[1] is not None):
+                return
+        msg = client.receive(timeout + remote.GRACE_S)
+    except (remote.ProgramGone, remote.RequestTimeout, wire.ProtocolError, OSError):
+        return  # the copy did not start: no test is counted as needing the helper
+    if type(msg) is not tuple or len(msg) != 3 or msg[1] is not None or type(msg[2]) is not dict:
+        return
+    ns = trusted_namespace(msg[2], expose)
+    if job["setup"]:
+        code, err = compile_or_error(job["setup"], "<setup>")
+        if err or run_snippet(code, ns, client, -1, timeout):
+            return
+    for i in passed:
+        err = run_snippet(compiled[i][0], ns, client, i, timeout)
+        out.send(k="ablated", i=i, needed=err is not None)
+        if client.dead is not None:
+            return
 
 
 def _worker(job: dict, prepared: dict, rfd: int, wfd: int) -> None:
@@ -236,7 +359,9 @@ def _worker(job: dict, prepared: dict, rfd: int, wfd: int) -> None:
         notes = jail.isolate_worker(job["workdir"], job["uid"], job["gid"], job["limits"], prepared,
                                     job.get("view"), seccomp)
         _PARENT = os.getppid()  # 0 inside the pid namespace
-        sys.addaudithook(_refuse_outward_signals)
+        sys.addaudithook(_worker_audit)
+        for name in [n for n in sys.modules if n.startswith("_comarl_sandbox_")]:
+            del sys.modules[name]  # the program finds the harness's modules by no name
         wire.write_frame(wfd, worker_mod.pickle.dumps(("isolated", notes)))
     except BaseException as e:
         try:
@@ -276,45 +401,117 @@ def _read_stdin_frame():
     return json.loads(wire.read_frame(0))
 
 
+def _relay_exit(pid: int) -> None:
+    """In a worker's intermediate parent: wait for it and end the same way (its exit code or signal)."""
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+        os.kill(os.getpid(), sig)
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+
+
+def spawn_worker(job: dict, prepared: dict, close: list, own_ns: bool, intermediate: bool) -> tuple:
+    """Fork a worker for ``job``; returns (pid, read fd, write fd) of its channel. ``close``: the harness's fds
+    the child must not keep (the result fd, other workers' channels); this worker's harness ends are added.
+
+    ``intermediate``: fork a parent that takes a pid namespace of its own for the worker (``own_ns``) and waits
+    for it, relaying how it ended: a second worker cannot share the first's namespace (it would see and signal
+    it), and one process can give its children only one new pid namespace. Otherwise the caller has already
+    taken the namespace (``prepared["pidns"]``) and the worker is forked directly."""
+    to_worker, from_worker = os.pipe(), os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)  # the tests are still unread in stdin
+            for fd in [devnull, to_worker[1], from_worker[0]] + close:
+                os.close(fd)
+            if intermediate:
+                part = dict(prepared, pidns=jail.new_pid_namespace() if own_ns else False)
+                child = os.fork()
+                if child == 0:
+                    _worker(job, part, to_worker[0], from_worker[1])
+                os.close(to_worker[0])
+                os.close(from_worker[1])
+                if job["uid"] is not None:  # the harness, as the job's uid, must be able to kill this parent
+                    jail.drop_privileges(job["uid"], jail.paired_gid(job["uid"], job["gid"]))
+                _relay_exit(child)
+            _worker(job, prepared, to_worker[0], from_worker[1])
+        finally:
+            os._exit(3)
+    os.close(to_worker[0])
+    os.close(from_worker[1])
+    close += [to_worker[1], from_worker[0]]
+    return pid, from_worker[0], to_worker[1]
+
+
 def main() -> None:
     result_fd = int(sys.argv[1])
     job = _read_stdin_frame()
     _site_free_start(job.get("sys_path"))
-    pid = None
+    helper = job.get("helper")
+    spawned: dict = {}
+    failure = None
     try:
+        jail.become_subreaper()
         prepared = jail.prepare_job(job["workdir"], job["uid"], job["gid"], job["limits"], _needed_paths())
-        to_worker, from_worker = os.pipe(), os.pipe()
-        pid = os.fork()
+        own_ns = job["uid"] is not None
+        close = [result_fd]
+        if helper:
+            spawned["helper"] = spawn_worker(dict(job, program=helper["program"]), prepared, close, own_ns, True)
+            if helper["ablate"]:
+                spawned["ablation"] = spawn_worker(dict(job, outcalls=[helper["name"]], wait_start=True), prepared,
+                                                   close, own_ns, True)
+        main_job = dict(job, outcalls=[helper["name"]]) if helper else job
+        main_prepared = dict(prepared, pidns=jail.new_pid_namespace() if own_ns else False)
+        spawned["main"] = spawn_worker(main_job, main_prepared, close, own_ns, False)
     except BaseException as e:
         failure = describe(e)
-    if pid == 0:  # the worker: drop stdin (the tests are still unread in it), the result fd, our pipe ends
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        for fd in (devnull, result_fd, to_worker[1], from_worker[0]):
-            os.close(fd)
-        _worker(job, prepared, to_worker[0], from_worker[1])
     trusted = _read_stdin_frame()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
     out = Reporter(result_fd, trusted["nonce"])
-    if pid is None:
+    if failure is not None:
+        for pid, _, _ in spawned.values():
+            os.kill(pid, signal.SIGKILL)
         out.send(k="setup_failed", error=failure)
+        jail.reap_children(1.0)
         os._exit(3)
-    os.close(to_worker[0])
-    os.close(from_worker[1])
-    client = remote.Client(pid, from_worker[0], to_worker[1], wire)
+    clients = {role: remote.Client(pid, rfd, wfd, wire) for role, (pid, rfd, wfd) in spawned.items()}
+    client = clients["main"]
     try:
         jail.become_trusted_runner(job["workdir"], job["uid"], job["gid"])
         signal.signal(signal.SIGALRM, _on_alarm)
-        run_tests(job, client, out, trusted["tests"], trusted["entry_points"], prepared["notes"])
+        timeout = job["limits"]["test_timeout_s"]
+        broker = None
+        if helper:
+            target, error = start_helper(job, clients["helper"], timeout)
+            out.send(k="helper", error=error)
+            broker = helper_calls.Broker(remote, clients["helper"], target, helper["name"], error)
+        ran = run_tests(job, client, out, trusted["tests"], trusted["entry_points"], prepared["notes"],
+                        [tuple(p) for p in trusted.get("pinned", [])], broker)
+        if "ablation" in clients and ran is not None and ran[2] and broker is not None and broker.called():
+            clients["helper"].kill("job over")  # nothing of the helper runs while its answers are altered
+            ablate(job, clients["ablation"], out, ran, broker.answers)
     except (remote.ProgramGone, remote.RequestTimeout, wire.ProtocolError):
         pass  # records not sent mark the rest as crashed
     crashed = None
-    if client.dead is not None and client.dead not in ("killed after a timeout", "protocol broken"):
+    if client.dead is not None and client.dead not in ("killed after a timeout", "protocol broken", "job over"):
         crashed = client.exit if hasattr(client, "exit") else client.exit_text()
-    client.kill("job over")
+    for c in clients.values():
+        c.kill("job over")
     out.send(k="done", crashed=crashed)
+    jail.reap_children(1.0)
     os._exit(0)
 
 

@@ -22,7 +22,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # syscall numbers (glibc has no wrapper)
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 4, 38, 36
 WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -149,6 +149,26 @@ def expose(paths: list[str]) -> list[str]:
     return covered
 
 
+def become_subreaper() -> None:
+    """Orphans of this process's descendants (a worker whose parent died, what a pid namespace leaves when its
+    first process dies) come to it, so the harness can reap every process of its job before it exits: a zombie
+    still counts against the slot cgroup's ``pids.max`` until someone reaps it."""
+    _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def reap_children(wait_s: float) -> None:
+    """Reap every child (and adopted orphan) until none is left or ``wait_s`` passes."""
+    import time
+    end = time.monotonic() + wait_s
+    while time.monotonic() < end:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.002)
+
+
 def new_pid_namespace() -> bool:
     """The next child this process forks is pid 1 of a new pid namespace.
 
@@ -182,7 +202,7 @@ def private_root(plan: list, workdir: str) -> str:
     unshare(CLONE_NEWNS | CLONE_NEWIPC)
     mount("none", "/", None, MS_REC | MS_PRIVATE)
     os.umask(0o022)
-    base = workdir.rstrip("/") + ".root"
+    base = workdir.rstrip("/") + ".root." + os.urandom(6).hex()  # a job's workers share its /tmp
     os.mkdir(base, 0o755)
     mount("tmpfs", base, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m")
     for op in plan:
@@ -261,22 +281,22 @@ def prepare_job(workdir: str, uid: int | None, gid: int | None, limits: dict, ne
     """Steps shared by the trusted harness and the worker, taken before the worker is forked.
 
     No core dumps; a new network namespace (best effort); as root with a uid
-    to drop to, a private mount namespace (``private_mounts``, ``expose``) and
-    a new pid namespace for the worker. Returns what worked.
+    to drop to, a private mount namespace (``private_mounts``, ``expose``).
+    Returns what worked; ``pidns`` is False here: the harness takes a pid
+    namespace for each worker it forks (``harness.spawn_worker``).
     """
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     notes = []
     if limits["no_network"]:
         notes.append(new_network_namespace(as_root=os.geteuid() == 0))
-    private = pidns = False
+    private = False
     if uid is not None:
         tmp_mb = max(64, 4 * limits["file_size_mb"])
         notes.append(private_mounts(workdir, uid, paired_gid(uid, gid), tmp_mb, needed_paths))
         private = notes[-1].startswith("mounts: private")
         if private and (covered := expose(needed_paths)):
             notes.append("exposed through " + ",".join(covered))
-        pidns = new_pid_namespace()
-    return {"notes": notes, "private": private, "pidns": pidns}
+    return {"notes": notes, "private": private, "pidns": False}
 
 
 def isolate_worker(workdir: str, uid: int | None, gid: int | None, limits: dict, prepared: dict,

@@ -55,6 +55,7 @@ class Client:
         self.snippet = -1
         self._decoding = False
         self._exc_classes: dict = {}
+        self.on_outcall = None  # (client, name, args, kwargs) -> reply: answers calls of another agent's code
 
     # ---- lifecycle ----
     def kill(self, why: str) -> None:
@@ -80,9 +81,20 @@ class Client:
 
     # ---- frames ----
     def receive(self, wait_s: float):
-        """The next message from the worker, waiting at most ``wait_s``; kills it on any failure."""
+        """The next message from the worker, waiting at most ``wait_s``; kills it on any failure.
+
+        A call of another agent's function (``("outcall", name, args, kwargs)``, a job with a helper) that
+        arrives meanwhile is answered by ``on_outcall(self, name, args, kwargs)`` and the wait goes on."""
+        end = time.monotonic() + wait_s
+        while True:
+            msg = self._next(end)
+            if (self.on_outcall is not None and type(msg) is tuple and len(msg) == 4 and msg[0] == "outcall"):
+                self._answer(self.on_outcall(self, msg[1], msg[2], msg[3]))
+                continue
+            return msg
+
+    def _next(self, end: float):
         try:
-            end = time.monotonic() + wait_s
             while True:
                 left = end - time.monotonic()
                 if left <= 0:
@@ -103,6 +115,14 @@ class Client:
         except BaseException:
             self.kill("protocol broken")  # the channel is out of step now
             raise
+
+    def _answer(self, reply: tuple) -> None:
+        """Send the answer to an outcall: plain data only (``helper_calls.Broker`` checked it)."""
+        try:
+            self.wire.write_frame(self.wfd, pickle.dumps(reply, protocol=5))
+        except OSError:
+            self.dead = self.dead or "program died"
+            raise ProgramGone(self.dead) from None
 
     def request(self, op: str, *args):
         """Send one request for the current snippet and return its plain answer (or raise)."""

@@ -105,9 +105,12 @@ def run_job(job: TestJob, limits: SandboxLimits, uid: int | None, cgroup: JobCgr
             os.chown(workdir, uid, uid)
         # frame 1 reaches the worker too; frame 2 (tests, nonce) only the trusted harness
         view = worker_view(job.packages) if uid is not None else None
+        helper = None if job.helper is None else {"program": job.helper.program, "name": job.helper.name,
+                                                  "ablate": job.helper.ablate}
         payload = _frame({"program": job.program, "setup": job.setup, "workdir": workdir, "uid": uid, "gid": uid,
-                          "limits": asdict(limits), "sys_path": SYS_PATH, "view": view}) + _frame(
-            {"nonce": nonce, "tests": list(job.tests), "entry_points": list(job.entry_points)})
+                          "limits": asdict(limits), "sys_path": SYS_PATH, "view": view, "helper": helper}) + _frame(
+            {"nonce": nonce, "tests": list(job.tests), "entry_points": list(job.entry_points),
+             "pinned": [[p.class_name, p.attribute, p.first_line, p.last_line] for p in job.pinned]})
         rfd, wfd = os.pipe()
         try:
             # -S: no site import (~40 ms a job); the harness takes our sys.path instead (site-packages included)
@@ -216,10 +219,19 @@ def _report(job: TestJob, records: list[dict], timed_out: bool, returncode: int 
             out: _Capped, err: _Capped, duration: float, nonce: str = "") -> TestReport:
     first: dict = {}
     tests: dict[int, str | None] = {}
+    calls: dict[int, int] = {}
+    needed: dict[int, bool] = {}
+    rebound: set[str] = set()
     for rec in records:
         k = rec.get("k")
         if k == "test" and isinstance(rec.get("i"), int):
             tests.setdefault(rec["i"], rec.get("error"))
+            if isinstance(rec.get("calls"), int):
+                calls.setdefault(rec["i"], rec["calls"])
+        elif k == "ablated" and isinstance(rec.get("i"), int):
+            needed.setdefault(rec["i"], rec.get("needed") is True)
+        elif k == "rebound" and isinstance(rec.get("names"), list):
+            rebound.update(str(n) for n in rec["names"])
         elif k not in first:
             first[k] = rec
     if "setup_failed" in first:  # sent before the program runs (harness.py): the program cannot send it
@@ -248,8 +260,17 @@ def _report(job: TestJob, records: list[dict], timed_out: bool, returncode: int 
     program_stdout = body.decode("utf-8", errors="replace") if found else stdout
     notes = first.get("isolation", {}).get("notes")
     isolation = tuple(str(n) for n in notes) if isinstance(notes, list) else ()
+    n = len(job.tests)
+    helper_error = None
+    if job.helper is not None:
+        helper_error = str(first["helper"].get("error")) if first.get("helper", {}).get("error") is not None else (
+            None if "helper" in first else not_run)
     return TestReport(compiled=compiled, syntax_error=syntax_error, program_error=program_error,
                       passed=passed, errors=errors, timed_out=timed_out,
                       crashed=bool(worker_crash) or (not done and not timed_out),
                       stdout=stdout, stderr=err.text(), duration_s=duration, isolation=isolation,
-                      program_stdout=program_stdout)
+                      program_stdout=program_stdout, helper_error=helper_error,
+                      helper_calls=[calls.get(i, 0) for i in range(n)] if job.helper is not None else [],
+                      helper_needed=[passed[i] and needed.get(i, False) for i in range(n)]
+                      if job.helper is not None else [],
+                      rebound=sorted(rebound))

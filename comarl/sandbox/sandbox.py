@@ -17,9 +17,11 @@ from comarl.sandbox.uids import claim_intact
 
 
 def job_key(job: TestJob) -> str:
-    """Cache key: sha256 of (setup, program, tests, entry points, packages)."""
+    """Cache key: sha256 of (setup, program, tests, entry points, packages, helper, pinned methods)."""
+    helper = None if job.helper is None else [job.helper.program, job.helper.name, job.helper.ablate]
+    pinned = [[p.class_name, p.attribute, p.first_line, p.last_line] for p in job.pinned]
     return hashlib.sha256(json.dumps([job.setup, job.program, list(job.tests), list(job.entry_points),
-                                      list(job.packages)]).encode()).hexdigest()
+                                      list(job.packages), helper, pinned]).encode()).hexdigest()
 
 
 class Sandbox:

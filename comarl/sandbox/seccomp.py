@@ -80,7 +80,7 @@ def _assemble(lines: list) -> bytes:
     None for the next instruction) or a ``str`` label marking the next instruction. Classic BPF jumps only
     forward, by at most 255 instructions."""
     where: dict[str, int] = {}
-    insns = []
+    insns: list[tuple] = []
     for line in lines:
         if isinstance(line, str):
             where[line] = len(insns)

@@ -1,7 +1,7 @@
 """The records that go in and out of the sandbox: limits, jobs and reports."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,49 @@ class SandboxLimits:
 
 
 @dataclass(frozen=True)
+class HelperProgram:
+    """Another agent's code, run in a worker process of its own (docs/sandbox.md, "Programs of several agents").
+
+    Attributes:
+        program: the helper agent's code (with the imports and prompt context it needs); the job's ``setup``
+            runs before it, as before the main program.
+        name: the one name of it the main program sees: a function the helper defines. The main program gets a
+            stand-in of that name, bound before its body runs; calling it asks the harness, which calls the
+            helper's function in the helper's process and answers with its result. Only plain data crosses, both
+            ways (arguments, results, and lists a call changed); nothing of either program can reach, rebind or
+            trace the other's code. The harness counts the calls per test (``TestReport.helper_calls``).
+        ablate: after the tests, when the helper was called, run the passing tests once more against a fresh copy
+            of the main program whose helper calls are answered with altered results (a number plus one, a
+            list one shorter, a flipped bool...) without asking the helper, and report which tests needed the
+            helper's answers (``TestReport.helper_needed``): its result reached the output.
+    """
+
+    __test__ = False
+
+    program: str
+    name: str
+    ablate: bool = True
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.name, str) and self.name.isidentifier() and not self.name.startswith("__")):
+            raise ValueError(f"HelperProgram.name: {self.name!r} is not a plain identifier")
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """A method of the program's class that must stay the function defined in ``first_line``..``last_line`` of
+    the program (one agent's part of a merged class): after the body and after every test the harness asks where
+    ``class_name.attribute``'s code was defined; anything else is reported in ``TestReport.rebound``."""
+
+    __test__ = False
+
+    class_name: str
+    attribute: str
+    first_line: int
+    last_line: int
+
+
+@dataclass(frozen=True)
 class TestJob:
     """One program and the test snippets that check it.
 
@@ -78,6 +121,10 @@ class TestJob:
         packages: import names of the third-party packages the program may
             import (``numpy``); with their dependencies, these are the only
             site-packages entries the worker sees (docs/sandbox.md).
+        helper: another agent's program, run in its own process, whose one
+            function the program calls across (:class:`HelperProgram`).
+        pinned: methods of the program that must stay the functions one
+            agent's part of the program defined (:class:`Pinned`).
     """
 
     __test__ = False  # not a pytest test class
@@ -87,6 +134,8 @@ class TestJob:
     setup: str = ""
     entry_points: tuple[str, ...] = ()
     packages: tuple[str, ...] = ()
+    helper: HelperProgram | None = None
+    pinned: tuple[Pinned, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.tests, str):
@@ -98,6 +147,9 @@ class TestJob:
         object.__setattr__(self, "tests", tuple(self.tests))
         object.__setattr__(self, "entry_points", tuple(self.entry_points))
         object.__setattr__(self, "packages", tuple(self.packages))
+        object.__setattr__(self, "pinned", tuple(self.pinned))
+        if self.helper is not None and not isinstance(self.helper, HelperProgram):
+            raise TypeError(f"TestJob.helper must be a HelperProgram, got {type(self.helper).__name__}")
         for name in self.entry_points:
             if not (isinstance(name, str) and name.isidentifier() and not name.startswith("__")):
                 raise ValueError(f"TestJob.entry_points: {name!r} is not a plain identifier")
@@ -128,6 +180,16 @@ class TestReport:
         isolation: notes on what isolated the job (``"seccomp: on (...)"``,
             ``"filesystem: private root ..."``, ``"network: new namespace"``);
             a guarantee that could not be had says so here (docs/sandbox.md).
+        helper_error: with a ``TestJob.helper``: why its program could not
+            serve (``"SyntaxError: ..."``, ``"NameError: the helper program
+            defines no 'aux'"``), else None.
+        helper_calls: with a helper: per test, how many times the program
+            called it (calls while the program body ran are not counted here).
+        helper_needed: with a helper that was called and ``ablate``: per test,
+            True when it passed and failed once the helper's answers were
+            altered; all False otherwise.
+        rebound: ``TestJob.pinned`` attributes found bound to code defined
+            elsewhere (``"Class.method"``), after the body or any test.
     """
 
     __test__ = False
@@ -144,6 +206,10 @@ class TestReport:
     duration_s: float
     isolation: tuple[str, ...] = ()
     program_stdout: str = ""
+    helper_error: str | None = None
+    helper_calls: list[int] = field(default_factory=list)
+    helper_needed: list[bool] = field(default_factory=list)
+    rebound: list[str] = field(default_factory=list)
 
     @property
     def pass_fraction(self) -> float:

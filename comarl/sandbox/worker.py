@@ -146,9 +146,46 @@ class Worker:
         except _Timeout:
             return False, ("timeout",)
 
+    def outcall(self, name: str, args: tuple, kwargs: dict):
+        """Call ``name``, a function of another agent's program (another process), through the harness.
+
+        Only plain data crosses (the harness refuses the rest); lists, dicts and sets the call changed are
+        changed here too; the other program's exception is raised as one of the same name and built-in base."""
+        self.wire.write_frame(self.wfd, self.encode(("outcall", name, args, kwargs)))
+        reply = self.decode(self.wire.read_frame(self.rfd))
+        if reply[0] == "ok":
+            _, result, after, kw_after = reply
+            for old, new in list(zip(args, after)) + [(kwargs[k], v) for k, v in kw_after.items() if k in kwargs]:
+                _copy_back(old, new)
+            return result
+        _, ename, base, eargs = reply
+        base_cls = getattr(builtins, base, Exception)
+        if not (isinstance(base_cls, type) and issubclass(base_cls, Exception)):
+            base_cls = Exception
+        raise type(ename, (base_cls,), {})(*eargs)
+
+    def _stand_in(self, name: str):
+        worker = self
+
+        def stand_in(*args, **kwargs):
+            return worker.outcall(name, args, kwargs)
+
+        stand_in.__name__ = stand_in.__qualname__ = name
+        return stand_in
+
     def run_program(self, job: dict) -> None:
-        """Compile, run setup and body; report ``compiled`` and ``program``; then serve."""
+        """Compile, run setup and body; report ``compiled`` and ``program``; then serve.
+
+        ``job["wait_start"]``: wait for the harness's go (one frame) first (the ablation copy of a job with a
+        helper); ``job["outcalls"]``: names bound, before the body runs, to stand-ins that call another agent's
+        program through the harness (:meth:`outcall`)."""
         signal.signal(signal.SIGALRM, _on_alarm)
+        _give_headroom()
+        if job.get("wait_start"):
+            try:
+                self.wire.read_frame(self.rfd)
+            except EOFError:
+                return
         try:
             code = compile(job["program"], "<program>", "exec")
             self.send(("compiled", None))
@@ -167,6 +204,8 @@ class Worker:
             if not ok:
                 self.send(("program", "setup: " + _err_text(res)))
                 return
+        for name in job.get("outcalls", ()):
+            self.ns[name] = self._stand_in(name)
         random.seed(0)
         ok, res = self.timed(lambda: exec(code, self.ns), job["limits"]["test_timeout_s"])
         _flush()
@@ -198,6 +237,21 @@ class Worker:
                     continue
                 res = data
             self.send(res)
+
+
+PYTHON_RECURSION_LIMIT = 1000  # what a program gets in plain Python: sys.getrecursionlimit()'s default
+OWN_FRAMES = 8  # the worker's frames between run_program/serve and the program's code (timed, its lambda, OPS...)
+
+
+def _give_headroom() -> None:
+    """Raise the recursion limit by the worker's own frames, so a program can recurse as deep as in plain
+    Python (990 levels pass there, and must here)."""
+    depth = 0
+    frame: types.FrameType | None = sys._getframe()
+    while frame is not None:
+        depth += 1
+        frame = frame.f_back
+    sys.setrecursionlimit(PYTHON_RECURSION_LIMIT + depth + OWN_FRAMES)
 
 
 def _image_state(obj):
@@ -250,6 +304,30 @@ _MUTABLE = (list, dict, set, bytearray)
 
 def _list(obj):
     return list(obj)
+
+
+def _copy_back(old, new) -> None:
+    """Put the other agent's changes to a list/dict/set/bytearray argument into this program's own object."""
+    if type(old) is not type(new) or type(old) not in _MUTABLE:
+        return
+    if type(old) is dict or type(old) is set:
+        old.clear()
+        old.update(new)
+    else:
+        old[:] = new
+
+
+def _origin(cls, name):
+    """(file, first line) of the code that ``cls``'s own attribute ``name`` runs, or None (not code)."""
+    try:
+        fn = type.__getattribute__(cls, "__dict__").get(name) if isinstance(cls, type) else None
+    except Exception:
+        return None
+    fn = getattr(fn, "fget", None) or getattr(fn, "__func__", None) or fn
+    code = getattr(fn, "__code__", None)
+    if type(code) is not types.CodeType:
+        return None
+    return (str(code.co_filename), int(code.co_firstlineno))
 
 
 class _Convert(Exception):
@@ -319,4 +397,5 @@ OPS: dict[str, Callable[..., tuple[Any, bool]]] = {
     "isinstance": lambda cls, obj: (isinstance(obj, cls), False),
     "issubclass": lambda cls, sub: (issubclass(sub, cls), False),
     "value": lambda obj: (obj, False),
+    "origins": lambda cls, names: ([_origin(cls, n) for n in names], False),
 }

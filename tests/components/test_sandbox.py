@@ -345,3 +345,12 @@ def test_site_free_start_keeps_exit_builtins_and_site_packages(box):
     assert r.program_error == "ModuleNotFoundError: No module named 'numpy'"
     r = run1(box, "def f():\n    exit(0)\n", "assert f() == 1")
     assert r.passed == [False] and "NameError" not in str(r.errors)
+
+
+def test_a_program_recurses_as_deep_as_in_plain_python(box):
+    """Plain Python's limit is 1,000 frames: 990 levels pass there and must pass here (the worker's own frames
+    are added to the limit, issue #46); 5,000 fail in both."""
+    prog = "def f(n):\n    return 0 if n == 0 else 1 + f(n - 1)\nassert f(990) == 990\n"
+    r = run1(box, prog, "assert f(990) == 990", "f(5000)")
+    assert r.program_error is None
+    assert r.passed == [True, False] and r.errors[1].startswith("RecursionError")

@@ -137,25 +137,39 @@ def test_function_attacks_score_zero(shared_data, dataset, folder, task_id, head
 
 
 def test_worker_never_holds_the_tests():
-    """The tests (with a marker) are not anywhere in the program's process: not in gc, frames, stdin."""
-    prog = ("import gc, os, sys\n"
+    """The tests (with a marker) are not anywhere in the program's process: not in its memory (every private
+    anonymous mapping and the heap, read with ctypes: where Python keeps its objects), frames, stdin (gc's object
+    walks are refused in the worker since round 3); the scan finds the marker once the program makes it."""
+    prog = ("import ctypes, os, re, sys\n"
             "def leaks():\n"
             "    pat = 'MARK' + 'ER_' + 'Q7'\n"
             "    hits = 0\n"
-            "    for o in gc.get_objects():\n"
-            "        vals = o.values() if type(o) is dict else o if type(o) in (list, tuple) else ()\n"
-            "        for v in vals:\n"
-            "            if type(v) is str and v is not pat and pat in v:\n"
-            "                hits += 1\n"
+            # the whole marker is never built here: a hit is two halves met in memory the program did not make
+            "    head, tail = ('ER_' + 'Q7 ex').encode(), ('pec' + 'ted 42').encode()\n"
+            "    for line in open('/proc/self/maps').read().splitlines():\n"
+            "        m = re.match(r'([0-9a-f]+)-([0-9a-f]+) rw\\S* \\S+ \\S+ 0 *(\\[heap\\])?$', line)\n"
+            "        if not m:\n"  # private anonymous memory and the heap: where Python keeps its objects
+            "            continue\n"
+            "        lo, hi = int(m.group(1), 16), int(m.group(2), 16)\n"
+            "        block = ctypes.string_at(lo, hi - lo)\n"
+            "        at = block.find(head)\n"
+            "        while at >= 0:\n"
+            "            hits += block.startswith(tail, at + len(head))\n"
+            "            at = block.find(head, at + 1)\n"
             "    f = sys._getframe()\n"
             "    while f is not None:\n"
             "        hits += sum(1 for v in f.f_locals.values() if type(v) is str and v is not pat and pat in v)\n"
             "        f = f.f_back\n"
             "    hits += len(os.read(0, 1 << 20))\n"
-            "    return hits\n")
+            "    return hits\n"
+            "def mem_sees_itself():\n"  # the scan works: it finds a string the program made
+            "    global probe\n"
+            "    probe = ''.join(['MARK', 'ER_', 'Q7 expected 42'])\n"  # built at run time: no folded constant
+            "    return leaks() >= 1\n")
     with Sandbox(SandboxLimits(test_timeout_s=5.0), workers=1, cache_size=0) as box:
-        [r] = box.run_tests([TestJob(prog, ("x = 'MARKER_Q7 expected 42'\nassert leaks() == 0",))])
-    assert r.passed == [True], r.errors
+        [r] = box.run_tests([TestJob(prog, ("x = 'MARKER_Q7 expected 42'\nassert leaks() == 0",
+                                            "import gc\nassert mem_sees_itself()"), )])
+    assert r.passed == [True, True], r.errors
 
 
 def test_classeval_runner_override_and_fake_class_score_zero(shared_data):

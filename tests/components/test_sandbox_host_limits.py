@@ -168,7 +168,8 @@ POINTER = textwrap.dedent("""
 
 def test_the_harness_never_dereferences_a_pointer_the_worker_chose():
     pytest.importorskip("numpy")
-    tests = ("import numpy as np\narr = np.asarray(make())\nassert arr.dtype == object and arr.shape == (), arr.tobytes()",
+    tests = ("import numpy as np\narr = np.asarray(make())\n"
+             "assert arr.dtype == object and arr.shape == (), arr.tobytes()",
              "obj = make()\nassert not hasattr(obj, '__array_interface__')",
              "obj = make()\nassert not hasattr(obj, '__array_struct__') and not hasattr(obj, '__dlpack__')",
              "assert make().__class__.__name__ == 'Remote'")

@@ -7,7 +7,13 @@ defines, unless an agent defines the same name) / the helper agent's code / the 
 Per role, definitions are picked from the agent's code: the helper's code
 contributes everything except a definition of the entry point; the main
 agent's code contributes everything except a definition of the helper (so the
-helper agent's ``aux`` is the one used). Duplicated definitions inside one
+helper agent's ``aux`` is the one used).
+
+With a helper, the sandbox runs each role's code as its own program in its own
+process (``helper_program``, ``main_program``: imports, the prompt's context,
+that role's code) and the main program calls ``aux`` across (``TestJob.helper``),
+so neither agent's code can rebind, trace or swap the other's. ``program`` (the
+two joined) is what "the joint program parses" is checked on. Duplicated definitions inside one
 response keep only the last (what Python would keep). Top-level statements
 other than imports, definitions and assignments (example calls, prints,
 ``if __name__ == "__main__":`` blocks) are dropped.
@@ -111,7 +117,8 @@ class Assembly:
     """A joint program and what the reward needs to know about it.
 
     Attributes:
-        program: the full program text given to the sandbox.
+        program: the joint program text (the one the sandbox runs in single mode; its parse is ``compiled``).
+        helper_program / main_program: with a helper, each role's own program (the sandbox runs them apart).
         helper_code / main_code: the kept code of each role ("" if none).
         helper_defined: the helper agent defined ``helper_name`` with a body.
         main_defined: the main agent defined the entry point with a body.
@@ -127,6 +134,8 @@ class Assembly:
     compiled: bool
     syntax_error: str | None
     main_node: ast.FunctionDef | None
+    helper_program: str = ""
+    main_program: str = ""
 
 
 def assemble(prompt: str, entry_point: str, main_response: str, helper_response: str | None = None,
@@ -151,12 +160,21 @@ def assemble(prompt: str, entry_point: str, main_response: str, helper_response:
     helper_code = "\n\n".join(b.text for b in helper_blocks if b.kind != "import")
     main_code = "\n\n".join(b.text for b in main_blocks if b.kind != "import")
 
+    def module(code_blocks: list[Block], code: str) -> str:
+        names = {b.name for b in code_blocks if b.name}
+        defs = [b.text for b in ctx_blocks if b.name not in names]  # an agent's own version wins
+        body = "\n\n\n".join(p for p in ["\n\n".join(defs), code] if p.strip())
+        imports = list(dict.fromkeys(ctx_imports + [b.text for b in code_blocks if b.kind == "import"]))
+        extra = [l for l in missing_imports("\n".join(imports) + "\n\n" + body) if l not in imports]
+        return "\n".join(imports + extra) + "\n\n\n" + body + "\n"
+
     body = "\n\n\n".join(p for p in ["\n\n".join(ctx_defs), helper_code, main_code] if p.strip())
     imports = list(dict.fromkeys(ctx_imports + agent_imports))
     head = "\n".join(imports)
     extra = [l for l in missing_imports(head + "\n\n" + body) if l not in imports]
     program = "\n".join(imports + extra) + "\n\n\n" + body + "\n"
     ok, err = parses(program)
+    split = helper_response is not None
     main_node = main_def.node if main_def is not None and isinstance(main_def.node, ast.FunctionDef) else None
     return Assembly(
         program=program,
@@ -167,6 +185,8 @@ def assemble(prompt: str, entry_point: str, main_response: str, helper_response:
         compiled=ok,
         syntax_error=err,
         main_node=main_node,
+        helper_program=module(helper_blocks, helper_code) if split else "",
+        main_program=module(main_blocks, main_code) if split else "",
     )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from .extract import Block, extract_code, is_stub, parses, split_blocks
@@ -81,6 +81,8 @@ class MergedClass:
         method_share: share of the benchmark methods with a real body in the class.
         overlap: benchmark methods written by two or more agents.
         compiled / syntax_error: whether ``program`` parses.
+        spans: per benchmark method, the (first, last) lines of its definition in ``program`` (the sandbox
+            checks that the class's method is still that definition after every test: ``TestJob.pinned``).
     """
 
     program: str
@@ -89,6 +91,7 @@ class MergedClass:
     overlap: tuple[str, ...]
     compiled: bool
     syntax_error: str | None
+    spans: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def _indent(text: str) -> str:
@@ -124,13 +127,20 @@ def merge_class(item: Mapping[str, Any], responses: Sequence[str], assignment: S
         parts.append(item["class_description"].rstrip())
     if init.strip():
         parts.append(textwrap.indent(textwrap.dedent(init), "    "))
+    first_method = len(parts)
     for m in methods:
         text = chosen.get(m) or (f"def {m}(self, *args, **kwargs):\n"
                                  f"    raise NotImplementedError({m + ' was not written'!r})")
         parts.append(_indent(text))
     parts.extend(_indent(t) for t in extra.values())
-    program = "\n".join(imports) + "\n\n" + "\n\n".join(helpers.values()) + "\n\n" + "\n\n".join(parts) + "\n"
+    head = "\n".join(imports) + "\n\n" + "\n\n".join(helpers.values()) + "\n\n"
+    program = head + "\n\n".join(parts) + "\n"
+    line = head.count("\n") + 1 + sum(p.count("\n") + 2 for p in parts[:first_method])
+    spans = {}
+    for m, part in zip(methods, parts[first_method:]):
+        spans[m] = (line, line + part.count("\n"))
+        line += part.count("\n") + 2
     ok, err = parses(program)
     overlap = tuple(m for m in methods if sum(m in w for w in written) >= 2)
     share = len(chosen) / len(methods) if methods else 0.0
-    return MergedClass(program, tuple(written), share, overlap, ok, err)
+    return MergedClass(program, tuple(written), share, overlap, ok, err, spans)

@@ -2,9 +2,11 @@
 
 ``plain``: only asks for a revision (the previous attempt is shown by the
 ``revise`` template). ``diagnosis``: what went wrong: syntax error with line
-and message, an error raised while defining the program, each failed test
-with its error (at most ``max_failures``), the pass count and, with a helper,
-whether the main function calls it.
+and message, an error raised while defining the program, each failed
+*visible* test with its error (at most ``max_failures``), the pass counts
+and, with a helper, whether the main function calls it. Hidden tests
+(``visible_tests.py``) are counted, never quoted: neither their inputs, their
+expected values nor their errors (a unittest message says ``expected != actual``).
 """
 from __future__ import annotations
 
@@ -25,9 +27,11 @@ class Outcome:
         main_defined: the entry point (or, for ClassEval, any method) was written.
         compiled / syntax_error: whether the program parses, and why not.
         program_error: exception while defining the program, if any.
-        tests / passed / errors: test snippets as shown to agents, and their results.
+        tests / passed / errors: the visible test snippets (the diagnosis may quote them), and their results.
+        hidden_total / hidden_passed: the hidden tests (never quoted) and how many passed.
         helper: helper name when there is a helper role, else None.
         calls_helper / thin_wrapper: cooperation checks on the main function.
+        helper_ignored: the main function called the helper but no test's outcome depended on its result.
         entry_point: the function (or class) name the task asks for.
     """
 
@@ -43,6 +47,9 @@ class Outcome:
     calls_helper: bool = False
     thin_wrapper: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
+    helper_ignored: bool = False
+    hidden_total: int = 0
+    hidden_passed: int = 0
 
 
 def _short(text: str, limit: int = 300) -> str:
@@ -78,11 +85,16 @@ def feedback_text(mode: str, o: Outcome, max_failures: int = 3) -> str:
             out.append(f"- Failed: `{_short(_test_line(test), 200)}` -> {_short(err or 'failed', 200)}")
         if len(failed) > max_failures:
             out.append(f"- ... and {len(failed) - max_failures} more failed tests.")
+    if o.compiled and o.hidden_total:
+        out.append(f"- Hidden tests passed: {o.hidden_passed}/{o.hidden_total} (not shown).")
     if o.helper is not None and o.main_defined:
         if not o.calls_helper:
             out.append(f"- `{o.entry_point}` does not call the helper `{o.helper}`.")
         elif o.thin_wrapper:
             out.append(f"- `{o.entry_point}` only returns `{o.helper}(...)`; it should add its own logic.")
+        elif o.helper_ignored:
+            out.append(f"- `{o.entry_point}` calls the helper `{o.helper}`, but its result does not change what "
+                       f"`{o.entry_point}` returns.")
         else:
             out.append(f"- `{o.entry_point}` calls the helper `{o.helper}`.")
     out.extend(f"- {n}" for n in o.notes)

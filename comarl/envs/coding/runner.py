@@ -5,20 +5,23 @@ import warnings
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 if TYPE_CHECKING:
-    from comarl.sandbox import Sandbox, TestJob, TestReport
+    from comarl.sandbox import HelperProgram, Pinned, Sandbox, TestJob, TestReport
 
 
 def make_job(program: str, tests: Sequence[str], setup: str, entry_point: str,
-             packages: Sequence[str] = ()) -> "TestJob":
+             packages: Sequence[str] = (), helper: "HelperProgram | None" = None,
+             pinned: "Sequence[Pinned]" = ()) -> "TestJob":
     """A sandbox job whose tests see exactly one name of the program: ``entry_point`` (the tested
     function or class), even where it shadows a builtin; everything else the tests use comes from
     ``setup`` (the benchmark's imports and the prompt's helpers, trusted). ``packages``: the
-    third-party import names the program may use (ClassEval's ``numpy``...)."""
+    third-party import names the program may use (ClassEval's ``numpy``...). ``helper``: another
+    agent's program run in its own process (``TestJob.helper``); ``pinned``: methods that must stay
+    the definitions of the agents' parts (``TestJob.pinned``)."""
     from comarl.sandbox import TestJob
     if not entry_point:
         raise ValueError("make_job: the tested function or class name is required")
     return TestJob(program=program, tests=tuple(tests), setup=setup, entry_points=(entry_point,),
-                   packages=tuple(packages))
+                   packages=tuple(packages), helper=helper, pinned=tuple(pinned))
 
 
 class SandboxRunner:

@@ -56,13 +56,18 @@ __file__ = "test_classeval.py"  # ClassEval tests build paths from the test file
 
 
 def _run_test_class(cls):
-    """Run one unittest.TestCase class; raise AssertionError naming failures."""
+    """Run one unittest.TestCase class; raise AssertionError naming failures.
+
+    An assertion's message is not kept: unittest's ``first != second`` holds the expected value, and feedback
+    that quotes it lets the next turn copy it (docs/coding.md, "What the feedback shows")."""
     suite = _unittest.TestLoader().loadTestsFromTestCase(cls)
     result = _unittest.TextTestRunner(stream=_io.StringIO(), verbosity=0).run(suite)
     bad = result.failures + result.errors
     if bad or result.testsRun == 0:
         names = ", ".join(t.id().split(".")[-1] for t, _ in bad[:5])
         first = bad[0][1].strip().splitlines()[-1] if bad else "no tests ran"
+        if first.startswith("AssertionError"):
+            first = "AssertionError (expected values not shown)"
         raise AssertionError(f"{len(bad)}/{result.testsRun} failed ({names}): {first}")
 '''
 

@@ -126,10 +126,14 @@ def test_multi_turn_diagnosis_feedback(he_items):
         assert not t_half.done and t_half.next_state.turn == 1
         helper_prompt, main_prompt = t_half.next_state.prompts
         assert "return sorted(numbers)" in helper_prompt and "return True" not in helper_prompt
-        assert "return True" in main_prompt and "Tests passed: 4/7." in main_prompt
+        # 7 tests, none shown by the prompt: the first 2 are visible (quoted when they fail), 5 hidden
+        assert "return True" in main_prompt and "Tests passed: 1/2." in main_prompt
         assert ("Failed: `assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.05) == False` -> AssertionError"
                 in main_prompt)
-        assert "calls the helper `aux`" in main_prompt
+        assert "Hidden tests passed: 3/5 (not shown)." in main_prompt
+        assert "== True" not in main_prompt.split("Diagnosis")[1]  # no hidden test is quoted
+        assert "calls the helper `aux`, but its result does not change" in main_prompt
+        assert t_half.metrics["pass_rate"] == pytest.approx(3 / 5)  # the reward counts hidden tests only
         assert t_half.next_state.history[1][0][1] == half
         assert "Syntax error at line" in t_bad.next_state.prompts[0]
         # the last turn always ends the branch

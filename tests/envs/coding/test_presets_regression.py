@@ -8,7 +8,9 @@ and next state (prompts, info, history).
 
 The fixture ``tests/fixtures/presets_regression.json`` was recorded with the code before the change (commit
 000420f: the environment classes with their ``_paper_*`` methods, after one fix: preset paper with feedback
-``diagnosis`` used to raise on turn 1)::
+``diagnosis`` used to raise on turn 1). The ``default`` cases were recorded again for issue #37 (hidden tests,
+each agent's code in its own program, ClassEval's pinned methods and silent assertions); the ``paper`` cases
+replayed unchanged against the old recording before that, so the paper preset is still what 000420f did::
 
     PYTHONPATH=$PWD python tests/envs/coding/test_presets_regression.py --record
 
@@ -53,8 +55,13 @@ def digest(obj: Any) -> str:
 
 
 def job_record(job) -> dict[str, Any]:
-    return {"program": job.program, "tests": list(job.tests), "setup": job.setup,
-            "entry_points": list(job.entry_points), "packages": list(job.packages)}
+    out = {"program": job.program, "tests": list(job.tests), "setup": job.setup,
+           "entry_points": list(job.entry_points), "packages": list(job.packages)}
+    if job.helper is not None:  # only where set, so the jobs of 000420f keep their digests
+        out["helper"] = [job.helper.program, job.helper.name, job.helper.ablate]
+    if job.pinned:
+        out["pinned"] = [[p.class_name, p.attribute, p.first_line, p.last_line] for p in job.pinned]
+    return out
 
 
 def report_record(rep) -> dict[str, Any]:
