@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from .extract import extract_code
+from .visible_tests import masked_line
 
 FEEDBACK_MODES = ("plain", "diagnosis")
 HISTORY_MODES = ("last", "all")
@@ -29,6 +30,7 @@ class Outcome:
         program_error: exception while defining the program, if any.
         tests / passed / errors: the visible test snippets (the diagnosis may quote them), and their results.
         hidden_total / hidden_passed: the hidden tests (never quoted) and how many passed.
+        masked: per visible test, quote it without its expected value (``visible_tests.TestSplit.masked``).
         helper: helper name when there is a helper role, else None.
         calls_helper / thin_wrapper: cooperation checks on the main function.
         helper_ignored: the main function called the helper but no test's outcome depended on its result.
@@ -50,6 +52,7 @@ class Outcome:
     helper_ignored: bool = False
     hidden_total: int = 0
     hidden_passed: int = 0
+    masked: tuple[bool, ...] = ()
 
 
 def _short(text: str, limit: int = 300) -> str:
@@ -80,9 +83,11 @@ def feedback_text(mode: str, o: Outcome, max_failures: int = 3) -> str:
     if o.compiled and o.tests:
         n_pass = sum(o.passed)
         out.append(f"- Tests passed: {n_pass}/{len(o.tests)}.")
-        failed = [(t, e) for t, p, e in zip(o.tests, o.passed, o.errors) if not p]
-        for test, err in failed[:max_failures]:
-            out.append(f"- Failed: `{_short(_test_line(test), 200)}` -> {_short(err or 'failed', 200)}")
+        masked = o.masked or (False,) * len(o.tests)
+        failed = [(t, e, m) for t, p, e, m in zip(o.tests, o.passed, o.errors, masked) if not p]
+        for test, err, mask in failed[:max_failures]:
+            line = masked_line(test, o.entry_point) if mask else _test_line(test)
+            out.append(f"- Failed: `{_short(line, 200)}` -> {_short(err or 'failed', 200)}")
         if len(failed) > max_failures:
             out.append(f"- ... and {len(failed) - max_failures} more failed tests.")
     if o.compiled and o.hidden_total:

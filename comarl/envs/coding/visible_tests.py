@@ -15,6 +15,12 @@ Tests that check the same call (same input) go to the same side. A task whose te
 test, or one ``check(candidate)`` with a loop) has no feedback-visible test: the diagnosis then quotes no
 expected value. A task whose every test is shown by the prompt counts them all (there is nothing else).
 
+A visible failure is quoted without its expected value (``== ...``) when a hidden test expects the same value
+(or the test is not an ``==`` of one call), even where the prompt shows that test in its own words: the
+feedback never quotes a value a hidden test expects. Otherwise a policy that answers every call with the value
+the feedback quoted most (``True`` for a yes/no task) passes the hidden tests that share it (measured: HumanEval
+0.11 -> 0.20 at turn 2 before this rule).
+
 ClassEval needs no split: its tests are ``unittest`` classes whose code the agents never see, and the runner
 drops every assertion's message (unittest's ``first != second`` holds the expected value), so its diagnosis names
 failed test methods and error types only; a visible/hidden split there would not help anyway, as the methods of
@@ -38,6 +44,7 @@ class TestSplit:
         visible: tests the feedback may quote (with input and expected value); the reward ignores them.
         hidden: tests never quoted; the reward's pass fraction is over these.
         in_prompt: how many of ``visible`` the prompt itself shows.
+        masked: the visible tests quoted without their expected value (a hidden test expects the same value).
     """
 
     __test__ = False  # not a pytest class
@@ -45,6 +52,7 @@ class TestSplit:
     visible: tuple[int, ...]
     hidden: tuple[int, ...]
     in_prompt: int = 0
+    masked: tuple[int, ...] = ()
 
 
 def _last_assert(snippet: str) -> ast.Assert | None:
@@ -54,6 +62,43 @@ def _last_assert(snippet: str) -> ast.Assert | None:
         return None
     asserts = [n for n in tree.body if isinstance(n, ast.Assert)]
     return asserts[-1] if asserts else None
+
+
+def _expected(node: ast.Assert | None, entry_point: str) -> ast.expr | None:
+    """The side of the last assert's ``==`` that is not the call of the entry point (the expected value)."""
+    if node is None or not (isinstance(node.test, ast.Compare) and len(node.test.ops) == 1
+                            and isinstance(node.test.ops[0], (ast.Eq, ast.Is))):
+        return None
+    left, right = node.test.left, node.test.comparators[0]
+    calls = lambda e: any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name)  # noqa: E731
+                          and n.func.id in (entry_point, "candidate") for n in ast.walk(e))
+    return right if calls(left) and not calls(right) else left if calls(right) and not calls(left) else None
+
+
+def expected_value(snippet: str, entry_point: str) -> str | None:
+    """The expected value a test compares the entry point's result with, as normalised text (None: not an
+    ``==`` / ``is`` test of one call)."""
+    node = _expected(_last_assert(snippet), entry_point)
+    if node is None:
+        return None
+    try:
+        return repr(ast.literal_eval(node))
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return ast.unparse(node)
+
+
+def masked_line(snippet: str, entry_point: str) -> str:
+    """The test's last assert with its expected value replaced by ``...``."""
+    node = _last_assert(snippet)
+    expected = _expected(node, entry_point)
+    if node is None or expected is None:
+        return "assert ..."
+    test = node.test
+    assert isinstance(test, ast.Compare)
+    dots = ast.Constant(...)
+    masked = (ast.Compare(dots, test.ops, test.comparators) if expected is test.left
+              else ast.Compare(test.left, test.ops, [dots]))
+    return "assert " + ast.unparse(masked)
 
 
 def checked_call(snippet: str, entry_point: str) -> tuple[str, ...]:
@@ -91,5 +136,7 @@ def split_tests(tests: Sequence[str], prompt: str, entry_point: str, quotes_fail
     quoted = len(rest) // 3 if quotes_failures and len(rest) >= 3 else 0
     visible = sorted(in_prompt + [i for idx in rest[:quoted] for i in idx])
     hidden = sorted(i for idx in rest[quoted:] for i in idx)
-    return TestSplit(visible=tuple(visible), hidden=tuple(hidden), in_prompt=len(in_prompt))
+    hidden_values = {expected_value(tests[i], entry_point) for i in hidden}
+    masked = tuple(i for i in visible if (v := expected_value(tests[i], entry_point)) is None or v in hidden_values)
+    return TestSplit(visible=tuple(visible), hidden=tuple(hidden), in_prompt=len(in_prompt), masked=masked)
 

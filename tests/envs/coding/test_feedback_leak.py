@@ -1,7 +1,7 @@
 """Reward integrity, round 3: multi-turn feedback cannot be copied into a pass.
 
 The lookup-table policy (benchmarks/feedback_leak.py) codes nothing: it answers every call with the expected
-value its prompt quotes for exactly those arguments. Through every shipped multi-turn coding config, on a few
+value its prompt quotes for exactly those arguments (and, variant ``guess``, the value quoted most otherwise). Through every shipped multi-turn coding config, on a few
 items each: under ``default`` its reward's pass rate at turn 2 equals turn 1 (copying the feedback, or the task's
 own examples, earns nothing); under ``paper`` (the reference's feedback) the gain is measured, and must be
 there, since docs/coding.md states it.
@@ -47,10 +47,12 @@ def test_every_shipped_multi_turn_coding_config_is_measured():
 
 @pytest.mark.parametrize("path", [p for p in _unique_envs(CONFIGS) if _preset(p) in ("default", "comarl")],
                          ids=lambda p: p.relative_to(ROOT).as_posix())
-@pytest.mark.parametrize("variant", ["feedback", "prompt"])
+@pytest.mark.parametrize("variant", ["feedback", "prompt", "guess"])
 def test_copying_earns_nothing_under_default(shared_data, path, variant):
+    """``feedback`` copies what the feedback quotes, ``prompt`` also the task's examples, ``guess`` answers the
+    value quoted most for any other arguments (a yes/no task's ``True``)."""
     row = feedback_leak.measure(path, limit=6, limits=LIMITS, variant=variant)
-    assert row["turn2_pass_rate"] == row["turn1_pass_rate"], row
+    assert row["turn2_pass_rate"] <= row["turn1_pass_rate"], row
 
 
 def test_the_paper_feedback_gain_is_measured_not_hidden(shared_data):

@@ -113,7 +113,8 @@ def function_score(settings: FunctionSettings, item: Mapping[str, Any], a: Assem
         entry_point=item["entry_point"], helper=helper if with_helper else None,
         calls_helper=called or calls_helper(a.main_node, helper), thin_wrapper=lv.thin_wrapper,
         helper_ignored=called and not used and frac > 0,
-        hidden_total=len(split.hidden), hidden_passed=sum(hidden_passed))
+        hidden_total=len(split.hidden), hidden_passed=sum(hidden_passed),
+        masked=tuple(i in split.masked for i in split.visible))
     return Scored(reward, metrics, passed_all, outcome)
 
 
