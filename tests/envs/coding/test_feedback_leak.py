@@ -1,10 +1,10 @@
 """Reward integrity, round 3: multi-turn feedback cannot be copied into a pass.
 
 The lookup-table policy (benchmarks/feedback_leak.py) codes nothing: it answers every call with the expected
-value its prompt quotes for exactly those arguments (and, variant ``guess``, the value quoted most otherwise). Through every shipped multi-turn coding config, on a few
-items each: under ``default`` its reward's pass rate at turn 2 equals turn 1 (copying the feedback, or the task's
-own examples, earns nothing); under ``paper`` (the reference's feedback) the gain is measured, and must be
-there, since docs/coding.md states it.
+value its prompt quotes for exactly those arguments (and, variant ``guess``, the value quoted most otherwise).
+Through every shipped multi-turn coding config, on a few items each: under ``default`` its reward's pass rate at
+turn 2 is no higher than at turn 1 (copying the feedback, or the task's own examples, earns nothing); under
+``paper`` (the reference's feedback) the gain is measured, and must be there, since docs/coding.md states it.
 """
 from __future__ import annotations
 
