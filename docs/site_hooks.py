@@ -4,7 +4,8 @@
   home page, ``benchmarks/README.md`` and ``benchmarks/RESULTS.md`` the benchmark pages. One source
   each, so GitHub and the site never disagree.
 - The Configuration reference is generated from the config dataclasses on every build
-  (``docs/gen_config_reference.py``).
+  (``docs/gen_config_reference.py``), and the list of metric keys at the end of "Understanding the logs"
+  from the source (``docs/gen_metric_keys.py``).
 - Links are written for the repository (they work on GitHub and in an editor); this hook maps each
   relative link to the page the site publishes for that file. A link to a repository file the site
   does not publish (a config, a source file) keeps its text without the link; a link to nothing
@@ -28,17 +29,18 @@ INCLUDED = {
     "benchmarks/results.md": "benchmarks/RESULTS.md",
 }
 CONFIG_REFERENCE = "reference/configuration.md"
+LOGS = "logs.md"  # gets the metric keys found in the source (docs/gen_metric_keys.py)
 _SITE_OF = {repo: site for site, repo in INCLUDED.items()}
 _LINK = re.compile(r"(!?)\[([^\]\n]*)\]\(([^)\s]+)\)")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 
 
-def _generator():
+def _load(name: str):
+    """The generator module ``docs/<name>.py``."""
     if str(ROOT) not in sys.path:  # mkdocs run from the checkout: document this checkout's comarl
         sys.path.insert(0, str(ROOT))
-    spec = importlib.util.spec_from_file_location("gen_config_reference",
-                                                  Path(__file__).with_name("gen_config_reference.py"))
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
     spec.loader.exec_module(module)
@@ -48,7 +50,7 @@ def _generator():
 def on_files(files, config):
     for site, repo in INCLUDED.items():
         files.append(File.generated(config, site, content=(ROOT / repo).read_text(encoding="utf-8")))
-    files.append(File.generated(config, CONFIG_REFERENCE, content=_generator().render()))
+    files.append(File.generated(config, CONFIG_REFERENCE, content=_load("gen_config_reference").render()))
     return files
 
 
@@ -95,5 +97,13 @@ def rewrite_links(markdown: str, src_uri: str, root: Path = ROOT) -> str:
     return "".join(out)
 
 
+def with_metric_index(markdown: str) -> str:
+    """docs/logs.md with the list of metric keys found in the source where its marker stands."""
+    keys = _load("gen_metric_keys")
+    return markdown.replace(keys.INDEX_MARKER, keys.render_index(keys.code_keys(ROOT)))
+
+
 def on_page_markdown(markdown, page, config, files):
+    if page.file.src_uri == LOGS:
+        markdown = with_metric_index(markdown)
     return rewrite_links(markdown, page.file.src_uri)
