@@ -149,8 +149,8 @@ def browser(served, tmp_path_factory):
         b.close()
 
 
-def open_page(browser, url):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+def open_page(browser, url, width: int = 1400):
+    page = browser.new_page(viewport={"width": width, "height": 1000 if width > 600 else 844})
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(url, wait_until="load", timeout=60_000)
@@ -165,11 +165,15 @@ def search(page, text):
     return [a.get_attribute("href") for a in page.query_selector_all(".md-search-result__item > a")]
 
 
-def shot(page, name):
-    folder = os.environ.get("COMARL_DOCS_SCREENSHOTS")  # to look at the pages by eye
-    if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(folder) / name), full_page=False)
+def shot(page, name, folder: Path | None = None) -> Path | None:
+    """Screenshot of the viewport into ``folder`` and into $COMARL_DOCS_SCREENSHOTS (to look at by eye)."""
+    out = None
+    for where in (folder, os.environ.get("COMARL_DOCS_SCREENSHOTS")):
+        if where:
+            Path(where).mkdir(parents=True, exist_ok=True)
+            out = Path(where) / name
+            page.screenshot(path=str(out), full_page=False)
+    return out
 
 
 def test_quickstart_in_a_browser(browser, served):
@@ -210,4 +214,92 @@ def test_configuration_page_in_a_browser(browser, served):
     shot(page, "configuration.png")
     hits = search(page, "reward_scale")
     assert any("reference/configuration" in h for h in hits), hits
+    assert not errors, errors
+
+
+# ---------------------------------------------------------------- layout at desktop and phone widths
+
+# the page's layout as the browser computed it: the content column, the font sizes, and every box a table, a code
+# block or an image sits in (its outermost ancestor below the column that scrolls or clips, or itself)
+LAYOUT_JS = """() => {
+  const col = document.querySelector('.md-content__inner');
+  const c = document.querySelector('.md-content').getBoundingClientRect();  // the column with its margins
+  const size = (sel) => {
+    const e = col.querySelector(sel);
+    return e ? parseFloat(getComputedStyle(e).fontSize) : null;
+  };
+  const boxOf = (e) => {  // the outermost box below the column that clips e (Material's scrollwrap), or e
+    let box = e;
+    for (let a = e; a && a !== col; a = a.parentElement) {
+      const st = getComputedStyle(a);  // overflow does not apply to an element laid out as a table
+      if (['auto', 'scroll', 'hidden'].includes(st.overflowX) && !st.display.includes('table')) box = a;
+    }
+    return box;
+  };
+  const boxes = [];
+  for (const e of col.querySelectorAll('table, pre, img, .highlight')) {
+    const box = boxOf(e), r = box.getBoundingClientRect();
+    if (r.width === 0) continue;
+    boxes.push({tag: e.tagName.toLowerCase(), text: e.innerText.slice(0, 60), left: r.left, right: r.right,
+                scrolls: box.scrollWidth > box.clientWidth + 1,
+                scrollable: ['auto', 'scroll'].includes(getComputedStyle(box).overflowX)});
+  }
+  return {viewport: window.innerWidth, doc: document.documentElement.scrollWidth, body: document.body.scrollWidth,
+          left: c.left, right: c.right, width: col.clientWidth, text: size('p'), code: size('pre code'),
+          table: size('table td'), boxes};
+}"""
+
+LAYOUT_PAGES = {"home": "", "quickstart": "quickstart/", "configuration": "reference/configuration/",
+                "results": "results/", "logs": "logs/"}
+WIDTHS = {"desktop": 1400, "mobile": 390}
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("screenshots")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("name", LAYOUT_PAGES)
+def test_pages_fit_the_screen(browser, served, screenshots, name, width):
+    """Desktop 1400 px and phone 390 px: nothing sticks out of the page or the content column (a wide table or
+    code block scrolls inside its own box), the column is wide enough for code at desktop width, text stays
+    legible, and the screenshot shows a page (not a blank one)."""
+    page, errors = open_page(browser, f"{served}/{LAYOUT_PAGES[name]}", WIDTHS[width])
+    page.wait_for_selector(".md-content__inner p", timeout=30_000)
+    path = shot(page, f"{name}_{width}.png", screenshots)
+    assert path is not None and _looks_like_a_page(path)
+    m = page.evaluate(LAYOUT_JS)
+    assert m["doc"] <= m["viewport"] and m["body"] <= m["viewport"], m  # no sideways scrolling of the page
+    assert m["right"] <= m["viewport"] and m["left"] >= 0, m
+    outside = [b for b in m["boxes"] if b["left"] < m["left"] - 1 or b["right"] > m["right"] + 1]
+    assert not outside, outside  # every table, code block and image within the column...
+    cut = [b for b in m["boxes"] if b["scrolls"] and not b["scrollable"]]
+    assert not cut, cut  # ...and one wider than it scrolls (not clipped)
+    if width == "desktop":
+        assert m["width"] >= 850, m["width"]  # ~105 columns of code, ~5 more table columns than Material's 690 px
+    assert m["text"] >= 13.5, m
+    for key in ("code", "table"):
+        assert m[key] is None or m[key] >= 11, m
+    assert not errors, errors
+
+
+def _looks_like_a_page(path: Path) -> bool:
+    """Text on a background: many distinct grey levels, dark (text) and light (page) pixels both common."""
+    from PIL import Image
+
+    img = Image.open(path).convert("L")
+    hist = img.histogram()
+    total = sum(hist)
+    dark, light = sum(hist[:100]) / total, sum(hist[200:]) / total
+    return sum(1 for h in hist if h) > 40 and dark > 0.005 and light > 0.3
+
+
+def test_a_wide_table_scrolls_inside_its_box_on_a_phone(browser, served):
+    """The results page's 10- and 11-column tables do not fit 390 px: each scrolls sideways in its own box."""
+    page, errors = open_page(browser, f"{served}/results/", 390)
+    m = page.evaluate(LAYOUT_JS)
+    tables = [b for b in m["boxes"] if b["tag"] == "table"]
+    assert tables and any(b["scrolls"] for b in tables), tables
+    assert all(b["scrollable"] for b in tables if b["scrolls"])
     assert not errors, errors
