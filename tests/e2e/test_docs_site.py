@@ -309,6 +309,10 @@ def test_pages_fit_the_screen(browser, served, screenshots, name, width):
     page.wait_for_selector(".md-content__inner p", timeout=30_000)
     path = shot(page, f"{name}_{width}.png", screenshots)
     assert path is not None and _looks_like_a_page(path)
+    table = page.query_selector(".md-content__inner table")
+    if table is not None:  # a second look, at the first table
+        table.scroll_into_view_if_needed()
+        shot(page, f"{name}_{width}_table.png", screenshots)
     m = page.evaluate(LAYOUT_JS)
     assert m["doc"] <= m["viewport"] and m["body"] <= m["viewport"], m  # no sideways scrolling of the page
     assert m["right"] <= m["viewport"] and m["left"] >= 0, m
