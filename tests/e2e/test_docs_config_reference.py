@@ -195,7 +195,8 @@ def test_stable_keys_read_as_in_the_source():
 # ---------------------------------------------------------------- key names in the site's own pages
 
 OWN_PAGES = ["README.md", "docs/quickstart.md", "docs/concepts.md", "docs/algorithm_families.md",
-             "docs/environments.md", "docs/scaling.md", "docs/runs.md"]
+             "docs/environments.md", "docs/scaling.md", "docs/runs.md", "docs/logs.md", "docs/install.md",
+             "docs/faq.md", "docs/changelog.md", "docs/gallery.md"]
 KEY_MENTION = re.compile(r"\b((?:agents\.(?:<i>|\*|\d+)|env|data|train)(?:\.[a-z_]+)+)(?![\w(])")  # not env.reset(
 
 
