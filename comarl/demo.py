@@ -300,12 +300,14 @@ def speed_hints(load: float | None, cores: int, threads: int) -> list[str]:
     hints = []
     if load is not None and load >= cores / 2:
         hints.append(f"load average {load:.1f} on {cores} cores: other processes are using the CPUs, so the demo runs "
-                     f"slower than its ~2 minutes on idle cores (measured: about 10 minutes at load ~4 on 2 cores)")
+                     f"slower than its ~2 minutes on idle cores (measured: 5-7 minutes at load 7-14 on 2 cores with "
+                     f"one torch thread)")
     busy_too = threads > 1 and load is not None and load + threads > cores + 0.5
     if threads > cores or busy_too:
         with_load = f" with load {load:.1f}" if busy_too else ""
-        hints.append(f"torch runs {threads} threads on {cores} cores{with_load}: they take turns; the tiny agents "
-                     f"gain little from a second thread, so try OMP_NUM_THREADS=1 comarl demo")
+        hints.append(f"torch runs {threads} threads on {cores} cores{with_load}: they take turns; try "
+                     f"OMP_NUM_THREADS=1 comarl demo (measured at load 9-14 on 2 cores: 20 steps in 30 s with one "
+                     f"thread, 497 s with two, the same numbers either way)")
     return hints
 
 
@@ -319,7 +321,7 @@ HELDOUT_SAMPLES = 4
 
 EXPECTED_HELDOUT = {0: (0.433, 0.792), 1: (0.399, 0.733), 2: (0.448, 0.819)}
 """``comarl demo`` (tiny agents, writing, 300 steps): the held-out score (before, after) per ``--seed``, measured
-2026-12-05 with one torch thread (the same numbers as two threads on the first 3 steps), niced, at load 7-14
+2026-12-05 with one torch thread (two gave the same numbers over 20 steps), niced, at load 7-14
 on 2 cores, 4.7-6.8 minutes each. README and docs/quickstart.md quote :func:`expected_summary` (tested)."""
 
 

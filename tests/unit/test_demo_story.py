@@ -21,6 +21,13 @@ def test_the_demo_config_file_is_what_comarl_demo_trains():
     assert in_file == demo
 
 
+def test_the_smollm2_demo_config_scores_greedily():
+    cfg = from_dict(ExperimentConfig, demo_config("smollm2", "writing", 0, None, 0))
+    cfg.validate()  # no model is loaded
+    assert cfg.train.run.eval_num_generations == 1 and cfg.train.run.max_steps == 10
+    assert cfg.env.args == {"short_max": 24, "long_max": 80} and [a.temperature for a in cfg.agents] == [0.9, 0.9]
+
+
 @pytest.mark.parametrize("task", ["writing", "tldr"])
 def test_the_demo_configs_eval_set_is_the_demos_held_out_posts(task):
     cfg = from_dict(ExperimentConfig, demo_config("tiny", task, 2, None, 0))
