@@ -460,10 +460,11 @@ _DATA = re.compile(r"(?<![\w./-])data\.(train|eval)(?![\w.])")
 
 
 def python_wording(message: str) -> str:
-    """A message written in config keys, reworded for a Python user: ``train.resume=latest`` ->
-    ``TrainConfig(resume="latest")``, ``train.output_dir`` -> ``TrainConfig(output_dir=...)``,
-    ``agents.0.lr`` -> ``agents[0].lr``, ``data.train`` -> ``train_dataset``. Keys with no single Python
-    argument (``train.hardware.vllm.seed``) and the other sections stay as written."""
+    """A message written in config keys, reworded for a Python user: a setting to make becomes the argument
+    (``train.resume=latest`` -> ``TrainConfig(resume="latest")``), a key the attribute
+    (``train.output_dir`` -> ``TrainConfig.output_dir``, ``train.critic.critic_type`` ->
+    ``TrainConfig.critic.critic_type``, ``agents.0.lr`` -> ``agents[0].lr``), ``data.train`` ->
+    ``train_dataset``. Other sections (``env.``, ``data.*.source``) stay as written."""
     def key(m: re.Match) -> str:
         where, path, value = m.group(1), m.group(2), m.group(3)
         tail = ""
@@ -474,12 +475,15 @@ def python_wording(message: str) -> str:
             name = f"agents[{where.split('.')[1]}].{path}"
             return (f"{name} = {_python_value(value)}" if value is not None else name) + tail
         parts = path.split(".")
-        names = {f.name for f in fields(TrainConfig)} | set(TrainConfig.ALIASES)
         if len(parts) == 2 and parts[0] in SECTIONS and parts[1] in TrainConfig.ALIASES:
-            parts = parts[1:]
-        if len(parts) != 1 or parts[0] not in names:
+            parts = parts[1:]  # train.run.batch_size: TrainConfig takes batch_size itself
+        if parts[0] not in {f.name for f in fields(TrainConfig)} | set(TrainConfig.ALIASES):
             return m.group(0)
-        return f"TrainConfig({parts[0]}={_python_value(value) if value is not None else '...'})" + tail
+        if value is None:
+            return f"TrainConfig.{'.'.join(parts)}" + tail
+        if len(parts) == 1:
+            return f"TrainConfig({parts[0]}={_python_value(value)})" + tail
+        return f"TrainConfig.{'.'.join(parts)} = {_python_value(value)}" + tail
 
     message = _KEY.sub(key, message)
     return _DATA.sub(lambda m: f"{m.group(1)}_dataset", message)
