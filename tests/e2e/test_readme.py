@@ -28,3 +28,20 @@ def test_the_demo_number_is_the_same_everywhere():
         text = " ".join((ROOT / page).read_text().split())
         assert expected in text, page
         assert "0.412 -> 0.791" not in text and "0.412 → 0.791" not in text, page  # the number before 2026-12-05
+
+
+def test_the_readme_quotes_the_second_runs_error_as_python_users_get_it(tmp_path, monkeypatch):
+    """Running the README's example twice: the refusal it quotes is the one a Python user gets."""
+    import pytest
+
+    from comarl.config_io import ConfigError
+
+    code = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)[0]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {})
+    with pytest.raises(ConfigError) as e:
+        exec(compile(code, "README.md", "exec"), {})
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    said = str(e.value)
+    head, tail = said.split(" (", 1)[0], said.split(")", 1)[1]  # the folder's listing differs by machine
+    assert f"`{head} (...){tail}`" in readme, said
