@@ -8,7 +8,7 @@ from comarl.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_eval_humaneval_smoke_reports_pass_at_k(tmp_path, monkeypatch, capsys, shared_data):
+def test_eval_humaneval_smoke_reports_pass_at_k(tmp_path, monkeypatch, capsys):  # shipped fixture data
     monkeypatch.chdir(ROOT)
     out = tmp_path / "he.json"
     rc = main(["eval", "configs/coding/humaneval_smoke.yaml", "--num-generations", "2", "--out", str(out),
