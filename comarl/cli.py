@@ -16,7 +16,7 @@ _DESCRIPTION = """comarl trains teams of LLM agents with multi-agent RL (MAGRPO 
 
   comarl train CONFIG.yaml [key=value ...]   train from a YAML experiment (overrides: train.lr_scheduler=cosine,
                                              agents.0.temperature=0.7, agents.*.lr=1e-5)
-  comarl eval CONFIG.yaml [key=value ...]    evaluate agents (or a checkpoint) on the config's eval data
+  comarl eval CONFIG.yaml [key=value ...]    evaluate agents (or --checkpoint RUN/final) on the config's data.eval
               [--compare CONFIG_B]           ... and a second config beside it, in one table
   comarl demo [--model tiny|smollm2]         offline demo: two agents learn a cooperative writing task
 
@@ -52,20 +52,29 @@ def _train(args) -> int:
     return 0
 
 
-def _evaluate(config: str, overrides: list[str], checkpoint: str | None, num_generations: int) -> dict:
-    """Evaluate one config -> {config, items, metrics, summary, records, table (the env's own rendering)}."""
+def _evaluate(config: str, overrides: list[str], checkpoint: str | None, num_generations: int,
+              greedy: bool = False) -> dict:
+    """Evaluate one config -> {config, items, metrics, summary, records, table (the env's own rendering), score,
+    scored (what was scored, for the JSON)}. The items are ``data.eval``'s, never the training items
+    unannounced (:func:`eval_items`); sampling is seeded with ``train.seed``, so the same command gives the
+    same numbers (the demo's held-out score among them)."""
     from .config import load_config
     from .evaluation import evaluate_agents
-    from .experiment import build_env, load_items
+    from .experiment import build_env
+    from .heldout import records_score
 
     cfg = load_config(config, overrides)
+    if greedy and num_generations > 1:
+        raise ConfigError(f"--greedy decodes one completion per item; drop --num-generations {num_generations}")
+    items, what = eval_items(cfg, config)
+    k = 1 if greedy else num_generations or cfg.train.run.eval_num_generations
+    who = f"the agents in {checkpoint}" if checkpoint else f"the untrained agents of {config}"
+    print(f"comarl eval: {who} on {what}; {k} sample{'s' if k > 1 else ''} per item"
+          f"{', greedy' if greedy else ''}, seed {cfg.train.run.seed}")
     agents = _agents_for_eval(cfg, Path(checkpoint) if checkpoint else None)
     env = build_env(cfg)
-    items = load_items(cfg, "eval") or load_items(cfg, "train")
-    if not items:
-        raise ConfigError(f"data.eval ({config}): no evaluation items")
     try:
-        result = evaluate_agents(agents, env, items, num_generations or cfg.train.run.eval_num_generations, cfg.train)
+        result = evaluate_agents(agents, env, items, k, cfg.train, seed=cfg.train.run.seed, greedy=greedy)
     finally:
         _close(env)
     names = [a.name for a in agents]
@@ -74,9 +83,68 @@ def _evaluate(config: str, overrides: list[str], checkpoint: str | None, num_gen
     if summary:
         table = env.render_table(summary) if hasattr(env, "render_table") else \
             json.dumps(summary, indent=2, default=str)[:4000]
+    score = records_score(result["records"], items, greedy)
+    src = cfg.data.eval
+    assert src is not None  # eval_items refused a config without one
+    scored = {"checkpoint": checkpoint, "data": {"source": src.source, "split": src.split, "limit": src.limit,
+                                                 "items": len(items)},
+              "samples_per_item": k, "greedy": greedy, "seed": cfg.train.run.seed, "score": score.to_json()}
     return {"config": config, "cfg": cfg, "items": items, "metrics": result["metrics"], "summary": summary,
             "records": result["records"], "table": table, "env_stages": stage_graph(env, len(names)),
-            "agent_names": names}
+            "agent_names": names, "score": score, "scored": scored}
+
+
+def eval_items(cfg, config: str) -> tuple[list[dict], str]:
+    """(the items of ``data.eval``, a line naming them) for ``comarl eval``.
+
+    Raises:
+        ConfigError: no ``data.eval`` (scoring the training items instead would pass them off as held out),
+            no items, or items shared with ``data.train`` while ``data.allow_overlap`` is false.
+    """
+    from .envs.loading import check_no_overlap, item_keys
+    from .experiment import load_items
+
+    src = cfg.data.eval
+    if src is None:
+        raise ConfigError(f"data.eval: {config} names no eval set, and comarl eval scores held-out items only, never "
+                          f"the training items; name one, e.g. data.eval.split=test (for a local file or folder "
+                          f"also data.eval.source=PATH; the demo's task: data.eval.split=heldout)")
+    items = load_items(cfg, "eval")
+    what = (f"data.eval ({src.source or 'the environment default'}, split {src.split or 'default'}"
+            f"{f', limit {src.limit}' if src.limit is not None else ''}: {len(items)} items)")
+    if not items:
+        raise ConfigError(f"{what}: no evaluation items")
+    try:
+        train = load_items(cfg, "train")
+    except (UserError, FileNotFoundError, RuntimeError, ValueError) as e:
+        print(f"note: the training items could not be loaded ({str(e).splitlines()[0][:160]}), so whether "
+              f"{what.split(' (')[0]} shares items with them is not checked", file=sys.stderr)
+        return items, what
+    if not cfg.data.allow_overlap:
+        try:
+            check_no_overlap(train, items, "data.train", "data.eval")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    else:
+        field, train_keys, eval_keys = item_keys(train, items)
+        shared = sum(k in set(train_keys) for k in eval_keys)
+        if shared:
+            what += f", {shared} of them also training items (data.allow_overlap: true)"
+    return items, what
+
+
+def eval_output(out: str | None, checkpoint: str | None) -> Path | None:
+    """Where ``comarl eval`` writes its JSON: ``--output``, else ``eval.json`` in the run folder holding the
+    checkpoint (its parent, when that holds a run's files), else nowhere (an untrained config is no run)."""
+    from .run_dir import run_contents
+
+    if out:
+        return Path(out)
+    if checkpoint:
+        run = Path(checkpoint).resolve().parent
+        if run_contents(run):
+            return run / "eval.json"
+    return None
 
 
 def stage_lines(graph, names: list[str], metrics: dict) -> list[str]:
@@ -102,9 +170,10 @@ def stage_lines(graph, names: list[str], metrics: dict) -> list[str]:
 def _eval(args) -> int:
     from .evaluation import comparison_table, records_to_json
 
-    runs = [_evaluate(args.config, args.overrides, args.checkpoint, args.num_generations)]
+    runs = [_evaluate(args.config, args.overrides, args.checkpoint, args.num_generations, args.greedy)]
     if args.compare:
-        runs.append(_evaluate(args.compare, args.overrides, args.compare_checkpoint, args.num_generations))
+        runs.append(_evaluate(args.compare, args.overrides, args.compare_checkpoint, args.num_generations,
+                              args.greedy))
     for label, run in zip("AB", runs):
         if args.compare:
             print(f"== {label}: {run['config']}")
@@ -115,6 +184,7 @@ def _eval(args) -> int:
             print(line)
         if run["table"]:
             print(run["table"])
+        print(f"score: {run['score'].describe('items')}: the mean first-turn team reward")
     if args.compare:
         a, b = runs
         if json.dumps(a["items"], sort_keys=True, default=str) != json.dumps(b["items"], sort_keys=True, default=str):
@@ -123,16 +193,17 @@ def _eval(args) -> int:
         print(f"== comparison (A: {a['config']}, B: {b['config']})")
         print(comparison_table([(f"A: {Path(a['config']).stem}", a["metrics"], a["summary"]),
                                 (f"B: {Path(b['config']).stem}", b["metrics"], b["summary"])]))
-    cfg = runs[0]["cfg"]
-    out = Path(args.out) if args.out else (
-        Path(cfg.train.run.output_dir) / "eval.json" if cfg.train.run.output_dir else None)
-    if out:
-        dumps = [{"config": r["config"], "metrics": r["metrics"], "summary": r["summary"],
-                  "records": records_to_json(r["records"])} for r in runs]
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({k: v for k, v in dumps[0].items() if k != "config"} if len(dumps) == 1 else
-                                  {"a": dumps[0], "b": dumps[1]}, indent=2, default=str))
-        print(f"wrote {out}")
+    out = eval_output(args.out, args.checkpoint)
+    if out is None:
+        print("not saved: these agents belong to no run folder; --output FILE writes the metrics, summary and "
+              "records as JSON")
+        return 0
+    dumps = [{"config": r["config"], "scored": r["scored"], "metrics": r["metrics"], "summary": r["summary"],
+              "records": records_to_json(r["records"])} for r in runs]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(dumps[0] if len(dumps) == 1 else {"a": dumps[0], "b": dumps[1]}, indent=2,
+                              default=str))
+    print(f"wrote {out}")
     return 0
 
 
@@ -177,14 +248,21 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. train.num_generations=8")
     t.set_defaults(func=_train)
     e = sub.add_parser("eval", help="evaluate agents or a checkpoint on the config's eval data",
-                       description="Sample joint responses for the eval items, score them with the environment, "
-                                   "print metrics and the environment's summary (pass@k, reward levels, ROUGE).")
+                       description="Sample joint responses for the items of data.eval (a config without one is "
+                                   "refused: the training items are never scored as if held out), score them "
+                                   "with the environment, print metrics, the environment's summary (pass@k, "
+                                   "reward levels, ROUGE) and the score (mean team reward ± s.e. over the "
+                                   "items). Sampling is seeded with train.seed: the same command gives the same "
+                                   "numbers.")
     e.add_argument("config", help="YAML experiment file")
     e.add_argument("overrides", nargs="*", help="dotted key=value overrides")
     e.add_argument("--checkpoint", help="checkpoint or final/ folder holding agent<i>/ subfolders")
     e.add_argument("--num-generations", type=int, default=0,
                    help="samples per item (default train.eval_num_generations)")
-    e.add_argument("--out", help="JSON file for metrics, summary and records (default OUTPUT_DIR/eval.json)")
+    e.add_argument("--greedy", action="store_true", help="decode greedily, one completion per item")
+    e.add_argument("--output", "--out", dest="out",
+                   help="JSON file for what was scored, metrics, summary and records (default: eval.json in the "
+                        "run folder of --checkpoint; without a checkpoint, none)")
     e.add_argument("--compare", metavar="CONFIG_B",
                    help="evaluate a second config too (e.g. the centralised single-model baseline against a team) "
                         "and print one table of both; the key=value overrides apply to both")

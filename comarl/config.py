@@ -12,6 +12,7 @@ A YAML file has four sections::
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
@@ -436,6 +437,71 @@ class ExperimentConfig:
         self.train.check_generator()
 
 
+# ----------------------------------------------------------------- errors in the user's terms
+
+_FROM_CONFIG = "_comarl_from_config"
+
+
+def mark_from_config(train: TrainConfig) -> TrainConfig:
+    """Record that ``train`` came from a config file or ``key=value`` overrides (``load_config``, the demo), so
+    the errors it leads to name dotted keys (``train.resume=latest``); a TrainConfig built in Python hears
+    about its arguments instead (:func:`python_wording`)."""
+    object.__setattr__(train, _FROM_CONFIG, True)
+    return train
+
+
+def from_config(train: TrainConfig) -> bool:
+    """Whether ``train`` came from a config file or overrides (:func:`mark_from_config`)."""
+    return bool(train.__dict__.get(_FROM_CONFIG, False))
+
+
+_KEY = re.compile(r"(?<![\w./-])(train|agents\.\d+)\.([a-z_]+(?:\.[a-z_]+)*)(?:=(\S+))?")
+_DATA = re.compile(r"(?<![\w./-])data\.(train|eval)(?![\w.])")
+
+
+def python_wording(message: str) -> str:
+    """A message written in config keys, reworded for a Python user: a setting to make becomes the argument
+    (``train.resume=latest`` -> ``TrainConfig(resume="latest")``), a key the attribute
+    (``train.output_dir`` -> ``TrainConfig.output_dir``, ``train.critic.critic_type`` ->
+    ``TrainConfig.critic.critic_type``, ``agents.0.lr`` -> ``agents[0].lr``), ``data.train`` ->
+    ``train_dataset``. Other sections (``env.``, ``data.*.source``) stay as written."""
+    def key(m: re.Match) -> str:
+        where, path, value = m.group(1), m.group(2), m.group(3)
+        tail = ""
+        if value is not None:
+            stripped = value.rstrip(".,;:)")
+            value, tail = stripped, value[len(stripped):]
+        if where.startswith("agents."):
+            name = f"agents[{where.split('.')[1]}].{path}"
+            return (f"{name} = {_python_value(value)}" if value is not None else name) + tail
+        parts = path.split(".")
+        if len(parts) == 2 and parts[0] in SECTIONS and parts[1] in TrainConfig.ALIASES:
+            parts = parts[1:]  # train.run.batch_size: TrainConfig takes batch_size itself
+        if parts[0] not in {f.name for f in fields(TrainConfig)} | set(TrainConfig.ALIASES):
+            return m.group(0)
+        if value is None:
+            return f"TrainConfig.{'.'.join(parts)}" + tail
+        if len(parts) == 1:
+            return f"TrainConfig({parts[0]}={_python_value(value)})" + tail
+        return f"TrainConfig.{'.'.join(parts)} = {_python_value(value)}" + tail
+
+    message = _KEY.sub(key, message)
+    return _DATA.sub(lambda m: f"{m.group(1)}_dataset", message)
+
+
+def _python_value(text: str) -> str:
+    """A YAML value as Python source: true -> True, null -> None, 3 -> 3, latest -> "latest"."""
+    if text in ("true", "false"):
+        return text.capitalize()
+    if text == "null":
+        return "None"
+    try:
+        float(text)
+        return text
+    except ValueError:
+        return f'"{text}"'
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> ExperimentConfig:
     """Read a YAML experiment (or start from defaults), apply overrides, validate."""
     data: dict = {}
@@ -451,5 +517,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
                  if "=" in ov else ov for ov in overrides or []]
     apply_overrides(data, overrides)
     cfg = from_dict(ExperimentConfig, data)
+    mark_from_config(cfg.train)
     cfg.validate()
     return cfg

@@ -16,6 +16,7 @@ decides: a ``str`` field takes the text as written (``data.eval.split=[4:8]`` is
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 import types
 import typing
@@ -301,6 +302,7 @@ def canonical(cls, data: Any, prefix: str = "") -> Any:
         sub = _field_class(cls, k)
         key = f"{prefix}.{k}" if prefix else k
         if sub is not None and isinstance(v, dict):
+            _misplaced(cls, k, v, prefix)
             out[k] = canonical(sub, v, key)
         elif sub is not None and isinstance(v, list):
             out[k] = [canonical(sub, x, f"{key}.{i}") for i, x in enumerate(v)]
@@ -345,6 +347,10 @@ def aliased(cls):
     def __init__(self, *args, **kwargs):
         flat = {k: kwargs.pop(k) for k in list(kwargs) if k in aliases(cls) and not (
             k in names and dataclasses.is_dataclass(kwargs[k]))}
+        unknown = sorted(set(kwargs) - names)
+        if unknown:  # Python's own message names no close key
+            flat = {k: v for k, v in aliases(cls).items() if k not in names}
+            raise TypeError(unknown_key_message(unknown[0], names, flat, python_name=cls.__name__))
         init(self, *args, **kwargs)
         for k, v in flat.items():
             setattr(self, k, v)
@@ -381,9 +387,8 @@ def from_dict(cls, data: dict, prefix: str = ""):
     names = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - names)
     if unknown:
-        where = f"{prefix}." if prefix else ""
-        known = ", ".join(sorted(names | set(aliases(cls))))
-        raise ConfigError(f"unknown config key {where}{unknown[0]} (known: {known})")
+        flat = {k: v for k, v in aliases(cls).items() if k not in names}
+        raise ConfigError(unknown_key_message(unknown[0], names, flat, prefix))
     kwargs = {}
     for k, v in data.items():
         try:
@@ -391,6 +396,38 @@ def from_dict(cls, data: dict, prefix: str = ""):
         except ConfigError as e:
             raise ConfigError(_with_old_name(str(e), cls, prefix)) from None
     return cls(**kwargs)
+
+
+def unknown_key_message(key: str, fields: set[str], flat: dict[str, str] | None = None, prefix: str = "",
+                        python_name: str | None = None) -> str:
+    """``unknown config key train.num_generation (did you mean train.num_generations (train.rollout.
+    num_generations)?)``: the closest of the ``fields`` and the ``flat`` keys (aliases -> their section path)
+    by difflib, or, when none is close, the fields (not the ~60 aliases). ``python_name``: the class, for a
+    keyword argument (``TrainConfig(num_generation=4)``)."""
+    where, flat = f"{prefix}." if prefix else "", flat or {}
+    close = difflib.get_close_matches(key, sorted(fields | set(flat)), n=2, cutoff=0.7)
+    sections = f" and the keys inside its sections ({', '.join(sorted(flat)[:3])}, ...)" if flat else ""
+    if python_name is not None:
+        hint = f"did you mean {' or '.join(close)}?" if close else f"it takes {', '.join(sorted(fields))}{sections}"
+        return f"{python_name}() got an unknown argument {key!r} ({hint})"
+    if close:
+        named = [where + c + (f" ({where}{flat[c]})" if c in flat else "") for c in close]
+        return f"unknown config key {where}{key} (did you mean {' or '.join(named)}?)"
+    return (f"unknown config key {where}{key} (none of {prefix or 'the top level'}'s keys is close; it has "
+            f"{', '.join(sorted(fields))}{sections})")
+
+
+def _misplaced(cls, key: str, section: dict, prefix: str) -> None:
+    """A key of one section written in another (``train.rollout.batch_size``): name the section that has it."""
+    sub = _field_class(cls, key)
+    if sub is None:
+        return
+    own = {f.name for f in dataclasses.fields(sub)} | set(aliases(sub))
+    for name in section:
+        if name not in own and name in aliases(cls):
+            where = f"{prefix}." if prefix else ""
+            raise ConfigError(f"unknown config key {where}{key}.{name} (did you mean {where}{aliases(cls)[name]}, "
+                              f"or {where}{name}?)")
 
 
 def _with_old_name(message: str, cls, prefix: str) -> str:

@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import time
 from pathlib import Path
 
 import numpy as np
+import torch
+import yaml
 
-from .agents import AgentConfig
-from .config import TrainConfig
+from .config import ExperimentConfig, mark_from_config
+from .config_io import from_dict
 from .envs.registry import get_env
+from .evaluation import evaluate_agents
 from .generation import generate
-from .heldout import HeldOutScore, heldout_score, paired_gain
+from .heldout import HeldOutScore, paired_gain, records_score
 from .training.loop import Trainer
 
 
@@ -46,31 +50,55 @@ TLDR_HELDOUT = 8
 """Bundled TL;DR posts kept out of training for the held-out score (the last 8 of 24)."""
 
 
-def demo_setup(model: str = "tiny", task: str = "writing", steps: int = 0, output_dir: str | None = "runs/demo",
-               seed: int = 0):
-    """(agents, env, training items, TrainConfig) of the demo; the tests reuse this."""
+TLDR_SOURCE = "package:comarl/envs/writing/demo_tldr.jsonl"
+"""The bundled TL;DR posts (``envs/writing/tldr.demo_items``) as a data source a config can name."""
+
+
+def demo_config(model: str = "tiny", task: str = "writing", steps: int = 0, output_dir: str | None = "runs/demo",
+                seed: int = 0) -> dict:
+    """The demo as an experiment config (the YAML shape of ``configs/demo/writing.yaml``): what ``comarl demo``
+    trains, written as ``config.yaml`` into its run folder so that ``comarl eval`` scores the held-out posts
+    as the demo does (``data.eval``, ``train.eval_num_generations``, ``train.seed``) and ``comarl train``
+    repeats the run."""
     if model == "tiny":
-        agents = [AgentConfig(model="tiny", max_new_tokens=24, lr=2e-3, temperature=1.0,
-                              model_kwargs={"seed": seed + i}) for i in range(2)]
+        agents = [{"model": "tiny", "max_new_tokens": 24, "lr": 2e-3, "temperature": 1.0,
+                   "model_kwargs": {"seed": seed + i}} for i in range(2)]
         steps, batch = steps or 300, 4
     elif model == "smollm2":  # a real model writes real sentences: wider word windows
-        agents = [AgentConfig(model="smollm2", max_new_tokens=40, lr=SMOLLM2_LR, temperature=0.9)
+        agents = [{"model": "smollm2", "max_new_tokens": 40, "lr": SMOLLM2_LR, "temperature": 0.9}
                   for _ in range(2)]
         steps, batch = steps or SMOLLM2_STEPS, SMOLLM2_BATCH
     else:
         raise ValueError(f"--model must be tiny or smollm2, got {model!r}")
-    train, _ = demo_items(task)
     if task == "writing":
-        windows = {"short_max": 24, "long_max": 80} if model == "smollm2" else {}
-        env = get_env("demo_writing").build(2, **windows)
+        env = {"name": "demo_writing", "args": {"short_max": 24, "long_max": 80} if model == "smollm2" else {}}
+        data = {"train": {"split": "train"}, "eval": {"split": "heldout"}}
+    elif task == "tldr":
+        env = {"name": "tldr", "args": {}}
+        data = {"train": {"source": TLDR_SOURCE, "split": f"train[:-{TLDR_HELDOUT}]"},
+                "eval": {"source": TLDR_SOURCE, "split": f"train[-{TLDR_HELDOUT}:]"}}
     else:
-        env = get_env("tldr").build(2)
-    # the flat keys are @aliased's (config_io), which mypy cannot see
-    cfg = TrainConfig(algorithm="magrpo", num_generations=4, batch_size=batch,  # type: ignore[call-arg]
-                      max_steps=steps, seed=seed,
-                      output_dir=output_dir, log_samples_steps=20, report_to=["jsonl", "tensorboard"],
-                      save_steps=0)
-    return agents, env, train, cfg
+        raise ValueError(f"--task must be writing or tldr, got {task!r}")
+    train = {"algorithm": "magrpo", "num_generations": 4, "batch_size": batch, "max_steps": steps, "seed": seed,
+             "eval_num_generations": 1 if demo_greedy(model) else HELDOUT_SAMPLES, "log_samples_steps": 20,
+             "report_to": ["jsonl", "tensorboard"], "save_steps": 0, "output_dir": output_dir}
+    return {"agents": agents, "env": env, "data": data, "train": train}
+
+
+def demo_greedy(model: str) -> bool:
+    """Whether the held-out score decodes greedily: a real model yes; a random tiny model decoded greedily repeats
+    itself, so its samples are scored instead."""
+    return model != "tiny"
+
+
+def demo_setup(model: str = "tiny", task: str = "writing", steps: int = 0, output_dir: str | None = "runs/demo",
+               seed: int = 0):
+    """(agents, env, training items, TrainConfig) of the demo, built from :func:`demo_config`; the tests reuse
+    this."""
+    cfg = from_dict(ExperimentConfig, demo_config(model, task, steps, output_dir, seed))
+    env = get_env(cfg.env.name).build(len(cfg.agents), **cfg.env.args)
+    train, _ = demo_items(task)
+    return cfg.agents, env, train, mark_from_config(cfg.train)  # the demo's users write keys (config.yaml)
 
 
 SMOLLM2_STEPS, SMOLLM2_BATCH, SMOLLM2_LR = 10, 4, 2e-5
@@ -167,16 +195,26 @@ def run_demo(model: str = "tiny", task: str = "writing", steps: int = 0, output_
              seed: int = 0) -> list[dict]:
     """Run the demo into a new ``output_dir/<date>-<time>/`` folder (``output_dir/latest`` links to it).
 
-    The headline is the held-out score before and after training (posts never trained on); the training
-    curve's first and last ``reward_window`` steps come second.
+    The headline is the held-out score before and after training (posts never trained on), computed as
+    ``comarl eval`` computes its score, so the command the summary prints reproduces it; the training
+    curve's first and last ``reward_window`` steps come second. The run folder gets ``final/`` (the
+    trained agents) and ``config.yaml`` (this run as a config) beside the logs, the plot and the summary.
     """
-    output_dir = str(new_run_folder(output_dir))
-    agents, env, items, cfg = demo_setup(model, task, steps, output_dir, seed)
+    run = new_run_folder(output_dir)
+    config = demo_config(model, task, steps, str(run), seed)
+    (run / "config.yaml").write_text(f"# comarl demo --model {model} --task {task} --steps "
+                                     f"{config['train']['max_steps']} --seed {seed}, as a config (comarl eval and "
+                                     f"comarl train read it)\n" + yaml.safe_dump(config, sort_keys=False))
+    agents, env, items, cfg = demo_setup(model, task, steps, str(run), seed)
     _, heldout = demo_items(task)
-    greedy = model != "tiny"  # a random tiny model decoded greedily repeats itself: score its samples instead
+    greedy = demo_greedy(model)
+    samples = cfg.run.eval_num_generations
     print(f"comarl demo: 2 agents ({model}), task {task}, {cfg.run.max_steps} steps, K={cfg.rollout.num_generations}, "
           f"batch {cfg.run.batch_size} items, {len(items)} training posts, {len(heldout)} held-out posts, "
-          f"output {output_dir}")
+          f"output {run}")
+    load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    for hint in speed_hints(load_start, usable_cores(), torch.get_num_threads()):
+        print(f"note: {hint}")
     t0 = time.perf_counter()
     trainer = Trainer(agents, env, items, cfg)
     print(f"agents built in {time.perf_counter() - t0:.1f}s")
@@ -185,8 +223,8 @@ def run_demo(model: str = "tiny", task: str = "writing", steps: int = 0, output_
 
     def score(when: str) -> HeldOutScore:
         t = time.perf_counter()
-        s = heldout_score(trainer.agents, env, heldout, samples=HELDOUT_SAMPLES, greedy=greedy, seed=seed,
-                          generator=trainer.generator)
+        result = evaluate_agents(trainer.agents, env, heldout, samples, cfg, seed=cfg.run.seed, greedy=greedy)
+        s = records_score(result["records"], heldout, greedy)
         print(f"held-out score {when} training: {s}  [{time.perf_counter() - t:.0f}s]")
         return s
 
@@ -195,25 +233,102 @@ def run_demo(model: str = "tiny", task: str = "writing", steps: int = 0, output_
     history = trainer.train()
     after = show_samples(trainer, items, "after training")
     held_after = score("after")
+    final = trainer.save(run / "final")
     r = [m["reward/mean"] for m in history]
     k = reward_window(len(r))
     gain, gain_se = paired_gain(held_before, held_after)
-    out = Path(output_dir)
-    plot_rewards(history, out / "reward.png", held_before, held_after)
+    plot_rewards(history, run / "reward.png", held_before, held_after)
+    load_end = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    eval_command = shlex.join(["comarl", "eval", str(run / "config.yaml"), "--checkpoint", str(final)]
+                              + (["--greedy"] if greedy else []))
     summary = {"steps": len(r), "window": k, "reward_first_window": float(np.mean(r[:k])),
                "reward_last_window": float(np.mean(r[-k:])), "heldout_before": held_before.to_json(),
                "heldout_after": held_after.to_json(), "heldout_gain": gain, "heldout_gain_stderr": gain_se,
-               "seconds": time.perf_counter() - t0, "sample_reward_before": before, "sample_reward_after": after}
-    (out / "demo_summary.json").write_text(json.dumps(summary, indent=2))
+               "seconds": time.perf_counter() - t0, "sample_reward_before": before, "sample_reward_after": after,
+               "final": str(final), "eval_command": eval_command, "load_average_start": load_start,
+               "load_average_end": load_end, "cores": usable_cores(), "torch_threads": torch.get_num_threads()}
+    (run / "demo_summary.json").write_text(json.dumps(summary, indent=2))
     print(f"\nheld-out score ({len(heldout)} posts never trained on): before {held_before.mean:.3f} ± "
           f"{held_before.stderr:.3f} -> after {held_after.mean:.3f} ± {held_after.stderr:.3f} "
           f"(gain {gain:+.3f} ± {gain_se:.3f}, s.e. of the per-post differences)")
+    if model == "tiny" and task == "writing" and cfg.run.max_steps == 300:
+        print(f"expected (300 steps): {expected_summary()}")
     print(f"training reward (moving mean of {k} steps, as in the plot): first {k} steps "
           f"{summary['reward_first_window']:.3f} -> last {k} steps {summary['reward_last_window']:.3f}  "
-          f"({summary['seconds']:.0f}s in all)")
-    print(f"wrote {out / 'metrics.jsonl'}, {out / 'samples.jsonl'}, {out / 'reward.png'}, {out / 'demo_summary.json'}")
+          f"({summary['seconds']:.0f}s in all{_load_note(load_start, load_end)})")
+    for line in next_steps(run, Path(output_dir), final, eval_command, held_after.mean):
+        print(line)
     return history
+
+
+def next_steps(run: Path, parent: Path, final: Path, eval_command: str, after: float) -> list[str]:
+    """The end of the demo's summary: what it wrote and the commands that come next."""
+    latest = parent / "latest"
+    logs = latest if latest.is_symlink() and latest.resolve() == run.resolve() else run
+    checkpoints = sorted(run.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    lines = [f"\nwrote {run}/ ({logs} links to the newest demo):",
+             "  final/              the trained agents (agent0/, agent1/: Hugging Face model folders)"]
+    if checkpoints:
+        lines.append(f"  {checkpoints[-1].name + '/':18s}  the full training state (weights, optimisers, data "
+                     f"position) that train.resume continues from")
+    return lines + [
+        "  reward.png          the training reward per step and the held-out score before and after",
+        "  metrics.jsonl, samples.jsonl, tensorboard/, demo_summary.json, config.yaml (this run as a config)",
+        "next:",
+        f"  tensorboard --logdir {logs / 'tensorboard'}   # the curves in a browser",
+        f"  {eval_command}",
+        f"      # scores the trained agents on the held-out posts again: {after:.3f}, as above",
+        f"  comarl train {run / 'config.yaml'} train.output_dir=runs/my_demo   # the same run from its config"]
+
+
+def usable_cores() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def speed_hints(load: float | None, cores: int, threads: int) -> list[str]:
+    """Why the demo may take longer than its ~2 minutes on 2 idle cores, from the 1-minute load average before it
+    starts (None: unknown), the usable cores and torch's intra-op threads; empty when nothing stands out.
+
+    Busy: the load is at least half the cores (other processes hold them). Oversubscribed: torch runs more
+    threads than there are cores, or several threads where the load leaves fewer cores free (load + threads >
+    cores + 0.5): then the threads take turns.
+    """
+    hints = []
+    if load is not None and load >= cores / 2:
+        hints.append(f"load average {load:.1f} on {cores} cores: other processes are using the CPUs, so the demo runs "
+                     f"slower than its ~2 minutes on idle cores (measured: 5-7 minutes at load 7-14 on 2 cores with "
+                     f"one torch thread)")
+    busy_too = threads > 1 and load is not None and load + threads > cores + 0.5
+    if threads > cores or busy_too:
+        with_load = f" with load {load:.1f}" if busy_too else ""
+        hints.append(f"torch runs {threads} threads on {cores} cores{with_load}: they take turns; try "
+                     f"OMP_NUM_THREADS=1 comarl demo (measured at load 9-14 on 2 cores: 20 steps in 30 s with one "
+                     f"thread, 497 s with two, the same numbers either way)")
+    return hints
+
+
+def _load_note(start: float | None, end: float | None) -> str:
+    return "" if start is None or end is None else f", load average {start:.1f} at the start, {end:.1f} at the end"
 
 
 HELDOUT_SAMPLES = 4
 """Samples per held-out post and agent when not greedy (the tiny model), drawn under the demo's seed."""
+
+
+EXPECTED_HELDOUT = {0: (0.433, 0.792), 1: (0.399, 0.733), 2: (0.448, 0.819)}
+"""``comarl demo`` (tiny agents, writing, 300 steps): the held-out score (before, after) per ``--seed``, measured
+2026-12-05 with one torch thread (two gave the same numbers over 20 steps), niced, at load 7-14
+on 2 cores, 4.7-6.8 minutes each. README and docs/quickstart.md quote :func:`expected_summary` (tested)."""
+
+
+def expected_summary() -> str:
+    """The demo's expected held-out score in one line, as README and the quickstart quote it."""
+    before, after = EXPECTED_HELDOUT[0]
+    afters = [a for _, a in EXPECTED_HELDOUT.values()]
+    seeds = ", ".join(str(s) for s in EXPECTED_HELDOUT)
+    return (f"{before:.3f} -> {after:.3f} with seed 0; after training {min(afters):.3f}-{max(afters):.3f} over "
+            f"seeds {seeds} (mean {sum(afters) / len(afters):.3f})")

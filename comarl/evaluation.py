@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 import torch
 
+from .generation.team import generate_for_agents
 from .rollout import RolloutSettings, collect_rollout, join_rollout, rollout_metrics
 from .compute import distributed as dist
 
@@ -21,11 +22,21 @@ from .compute import distributed as dist
 @torch.no_grad()
 def evaluate_agents(agents: Sequence, env, items: Sequence[dict], num_generations: int, config,
                     batch_size: int | None = None, shard: bool = False, lockstep=None,
-                    generator=None) -> dict[str, Any]:
+                    generator=None, seed: int | None = None, greedy: bool = False) -> dict[str, Any]:
     """Returns ``{"metrics": mean metrics, "summary": env summary or {}, "records": EvalRecords}``.
 
     ``lockstep``: sharded agents gathered one at a time (``RolloutSettings.lockstep``); a rank with fewer
-    batches joins the others' generation."""
+    batches joins the others' generation. ``seed``: sample inside a forked RNG seeded with it, so two calls on
+    the same weights give the same numbers and the caller's random stream (a training run's) is untouched
+    (``comarl eval`` and the demo pass ``train.seed``); None: the current stream. ``greedy``: every agent
+    decodes greedily (one sample per item is then enough)."""
+    if seed is not None:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return evaluate_agents(agents, env, items, num_generations, config, batch_size, shard, lockstep,
+                                   generator, None, greedy)
+    if greedy:
+        generator = _greedy(generator or generate_for_agents)
     items = list(items)
     if shard:
         items = dist.shard(items)
@@ -48,6 +59,14 @@ def evaluate_agents(agents: Sequence, env, items: Sequence[dict], num_generation
         mean = dist.reduce_metrics(mean, weight=len(items), key_weights=counts)
     summary = env.summarize(records) if hasattr(env, "summarize") and records else {}
     return {"metrics": mean, "summary": summary, "records": records}
+
+
+def _greedy(team_generator):
+    """``team_generator`` (``generation/team.py`` contract) decoding greedily whatever its caller asks."""
+    def greedy_generator(*args, greedy: bool = False, **kwargs):
+        return team_generator(*args, greedy=True, **kwargs)
+
+    return greedy_generator
 
 
 def records_to_json(records) -> list[dict]:

@@ -1,5 +1,8 @@
 """Loading dataset rows from the hub or a local JSON/JSONL file or folder (any environment).
 
+A source written ``fixture:NAME`` or ``package:MODULE/PATH`` names a file that the install ships
+(``comarl/data/paths.py``); every loader resolves it first, so a smoke config runs from any folder.
+
 Local files are parsed here, line by line, so a malformed line is reported by
 file and line number and a row keeps exactly the keys it has (``datasets``'
 JSON loader unifies the schema and fills a missing key with null, which hides
@@ -16,6 +19,7 @@ from typing import Any, Callable
 from urllib.parse import urlparse
 
 from ..config_io import DataError
+from ..data import resolve_source
 
 RowFn = Callable[[int, dict[str, Any], str], dict[str, Any]]
 
@@ -127,7 +131,8 @@ def load_rows(source: str, split: str | None, limit: int | None, normalize: RowF
 
     Args:
         source: hub dataset id, or a local ``.json``/``.jsonl`` file, or a
-            folder holding ``<split>.jsonl`` / ``<split>.json``.
+            folder holding ``<split>.jsonl`` / ``<split>.json``; ``fixture:NAME`` and
+            ``package:MODULE/PATH`` name files of the install (``comarl.data.resolve_source``).
         split: split name, with optional slice (``"test[:100]"``); None -> "train".
             A single local file is read as that split.
         limit: keep the first ``limit`` rows (None: all).
@@ -141,6 +146,7 @@ def load_rows(source: str, split: str | None, limit: int | None, normalize: RowF
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"data.limit: expected a non-negative integer or null, got {limit!r}")
+    source = resolve_source(source)
     split = split or "train"
     split_name = split.split("[", 1)[0]
     if os.path.exists(source):

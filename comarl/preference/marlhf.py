@@ -96,7 +96,12 @@ def reward_model_env(env, settings: RewardModelSettings, seed: int = 0, parallel
     settings.validate()
     if settings.pairs is None:  # validate() refused it already
         raise ConfigError("env.reward_model.pairs: name the pairs JSONL file the reward model learns from")
-    path = Path(settings.pairs)
+    from ..data import resolve_source
+
+    try:
+        path = Path(resolve_source(settings.pairs))  # fixture:preference/tldr_pairs.jsonl: the smoke config's
+    except FileNotFoundError as e:
+        raise ConfigError(f"env.reward_model.pairs: {e}") from None
     if not path.exists():
         raise ConfigError(f"env.reward_model.pairs: {path} does not exist")
     pairs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -12,6 +12,7 @@ the critic, the checks. The loop knows none of the families. Building is ``train
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -20,8 +21,8 @@ from .. import run_dir
 from ..agents import Agent, AgentConfig
 from ..algorithms.base import get_algorithm
 from ..compute import distributed as dist
-from ..config import TrainConfig
-from ..config_io import ConfigError, to_dict
+from ..config import TrainConfig, from_config, python_wording
+from ..config_io import ConfigError, UserError, to_dict
 from ..envs.base import Environment
 from ..envs.error_policy import error_policy_of, with_error_policy
 from ..evaluation import evaluate_agents
@@ -31,6 +32,19 @@ from .build import as_items, build_run, check_items, check_run
 from .interrupt import DeferredInterrupt, TrainingInterrupted
 from .logging import MetricsLogger, Progress
 from .skips import SkipStreak
+
+
+@contextmanager
+def user_terms(config: TrainConfig):
+    """Errors (and a Ctrl-C's summary) raised inside, reworded for a Python user (``TrainConfig(resume=
+    "latest")`` for ``train.resume=latest``) unless ``config`` came from a config file or overrides, whose
+    users write dotted keys (``config.from_config``)."""
+    try:
+        yield
+    except (UserError, TrainingInterrupted) as e:
+        if not from_config(config) and e.args and isinstance(e.args[0], str):
+            e.args = (python_wording(e.args[0]),) + e.args[1:]
+        raise
 
 
 class TrainState:
@@ -68,39 +82,40 @@ class Trainer:
     def __init__(self, agents: Sequence[Agent | AgentConfig | str], env: Environment, train_dataset: Any,
                  config: TrainConfig | None = None, eval_dataset: Any = None, generator: Callable | None = None):
         self.config = cfg = config or TrainConfig()
-        self.algorithm = get_algorithm(cfg.algorithm)
-        policy = error_policy_of(env)  # env.on_error (experiment.build_env); else raise, named
-        if policy is None:
-            env = policy = with_error_policy(env, "raise")
-        self.error_policy = policy
-        check_run(cfg, self.algorithm, agents, env, generator)  # every config check, before data and models
-        if cfg.run.output_dir and dist.launch_rank() == 0:
-            run_dir.prepare_output_dir(cfg.run.output_dir, cfg.run.resume, cfg.run.overwrite)
-        self.run_id = run_dir.new_run_id()  # a resumed run takes its checkpoint's id (resume)
-        self.resumed_from: str | None = None  # the checkpoint this run resumed from
-        # data first: a bad row fails in a second, before any model is loaded
-        self.train_items = as_items(train_dataset, "train_dataset")
-        self.eval_items = as_items(eval_dataset, "eval_dataset")
-        if not self.train_items:
-            raise ConfigError("data.train: the training set is empty")
-        check_items(env, self.train_items, "train_dataset")
-        check_items(env, self.eval_items, "eval_dataset")
-        self.error_policy.name_items(self.train_items, "train_dataset")
-        self.error_policy.name_items(self.eval_items, "eval_dataset")
-        dist.init_from_env(cfg.hardware.dist_backend)
-        run = build_run(agents, env, self.train_items, cfg, self.algorithm, generator)
-        self.team, self.update, self.source, self.critic = run.team, run.update, run.source, run.critic
-        self.generator = run.generator
-        self.total_steps = self.source.total_steps
-        self.state = TrainState(self.source.cursor, self.team.counters)
-        if self.error_policy.on_error == "zero":
-            self.team.counters.setdefault("env_errors", 0)
-        self.history: list[dict[str, float]] = []
-        self._last_examples: list[dict] = []
-        if cfg.run.resume:
-            self.resume(cfg.run.resume)  # (pushes the loaded weights)
-        elif generator is not None:  # built by the caller, maybe before the agents were placed or broadcast
-            self.team.sync_generator(everything=True)
+        with user_terms(cfg):  # a TrainConfig built in Python hears about its arguments, not config keys
+            self.algorithm = get_algorithm(cfg.algorithm)
+            policy = error_policy_of(env)  # env.on_error (experiment.build_env); else raise, named
+            if policy is None:
+                env = policy = with_error_policy(env, "raise")
+            self.error_policy = policy
+            check_run(cfg, self.algorithm, agents, env, generator)  # every config check, before data and models
+            if cfg.run.output_dir and dist.launch_rank() == 0:
+                run_dir.prepare_output_dir(cfg.run.output_dir, cfg.run.resume, cfg.run.overwrite)
+            self.run_id = run_dir.new_run_id()  # a resumed run takes its checkpoint's id (resume)
+            self.resumed_from: str | None = None  # the checkpoint this run resumed from
+            # data first: a bad row fails in a second, before any model is loaded
+            self.train_items = as_items(train_dataset, "train_dataset")
+            self.eval_items = as_items(eval_dataset, "eval_dataset")
+            if not self.train_items:
+                raise ConfigError("data.train: the training set is empty")
+            check_items(env, self.train_items, "train_dataset")
+            check_items(env, self.eval_items, "eval_dataset")
+            self.error_policy.name_items(self.train_items, "train_dataset")
+            self.error_policy.name_items(self.eval_items, "eval_dataset")
+            dist.init_from_env(cfg.hardware.dist_backend)
+            run = build_run(agents, env, self.train_items, cfg, self.algorithm, generator)
+            self.team, self.update, self.source, self.critic = run.team, run.update, run.source, run.critic
+            self.generator = run.generator
+            self.total_steps = self.source.total_steps
+            self.state = TrainState(self.source.cursor, self.team.counters)
+            if self.error_policy.on_error == "zero":
+                self.team.counters.setdefault("env_errors", 0)
+            self.history: list[dict[str, float]] = []
+            self._last_examples: list[dict] = []
+            if cfg.run.resume:
+                self.resume(cfg.run.resume)  # (pushes the loaded weights)
+            elif generator is not None:  # built by the caller, maybe before the agents were placed or broadcast
+                self.team.sync_generator(everything=True)
 
     # the team's and the source's members, as a user reads them
     agents = property(lambda self: self.team.agents)
@@ -132,6 +147,10 @@ class Trainer:
     # ----------------------------------------------------------------- loop
     def train(self) -> list[dict[str, float]]:
         """Run until ``max_steps`` / the epochs are done; returns the per-step metrics."""
+        with user_terms(self.config):
+            return self._train()
+
+    def _train(self) -> list[dict[str, float]]:
         cfg = self.config
         main = dist.is_main()
         if main and cfg.run.output_dir:

@@ -178,7 +178,7 @@ def test_resume_with_critics_is_exact(tmp_path, algorithm, critic):
 
 
 def test_bad_critic_settings_are_errors_that_name_the_key():
-    with pytest.raises(ConfigError, match="train.critic.model"):
+    with pytest.raises(ConfigError, match=r"TrainConfig\.critic\.model"):  # a TrainConfig built in Python
         trainer("maac", critic=CriticSettings(model=None))
     with pytest.raises(ConfigError, match="train.critic"):
         load_config(None, ["train.algorithm=iac", "train.critic.no_such_key=1"])

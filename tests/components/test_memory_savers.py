@@ -121,7 +121,7 @@ def test_trainer_with_bf16_on_cpu_runs_a_step():
 @pytest.mark.skipif(HAS_BNB, reason="checks the error raised without bitsandbytes")
 @pytest.mark.parametrize("name", ["adamw_8bit", "paged_adamw", "paged_adamw_8bit"])
 def test_bitsandbytes_optimizer_without_the_package_is_a_clear_error(name):
-    with pytest.raises(ConfigError, match=rf"agents.0.optimizer={name} needs the optional bitsandbytes package"):
+    with pytest.raises(ConfigError, match=rf'agents\[0\].optimizer = "{name}" needs the optional bitsandbytes package'):
         Trainer([AgentConfig(model="tiny", optimizer=name)], FunctionEnv([lambda it: "q"], lambda r, it: 0.0),
                 [{"q": "x"}], TrainConfig(progress_bar=False, report_to=[]))
 

@@ -108,5 +108,5 @@ def test_comparator_settings_name_the_key():
 
 def test_a_missing_comparator_checkpoint_is_named(tmp_path):
     t = trainer(tmp_path / "run", comparator="checkpoint", comparator_path=str(tmp_path / "nowhere"))
-    with pytest.raises(ConfigError, match="train.preference.comparator_path: .*nowhere/agent0 does not exist"):
+    with pytest.raises(ConfigError, match=r"TrainConfig\.preference\.comparator_path: .*nowhere/agent0 does not exist"):
         t.train()

@@ -56,7 +56,7 @@ def test_two_rounds_write_two_pair_files_change_weights_and_resume_after_a_kill(
 def test_iterative_settings_are_checked():
     with pytest.raises(ConfigError, match="train.preference.replay"):
         PreferenceSettings(replay="some").validate()
-    with pytest.raises(ConfigError, match="train.output_dir"):
+    with pytest.raises(ConfigError, match=r"TrainConfig\.output_dir"):  # built in Python: named as its argument
         cfg = comarl.TrainConfig(algorithm="madpo_iter", num_generations=2, batch_size=2, progress_bar=False,
                                  report_to=[])
         comarl.Trainer([comarl.AgentConfig(model="tiny", max_new_tokens=2) for _ in range(2)], ENV, ITEMS, cfg).train()

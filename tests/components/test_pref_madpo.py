@@ -102,11 +102,11 @@ def test_reference_free_builds_no_reference_and_lora_uses_the_adapter_off():
 
 
 def test_bad_preference_settings_name_the_key():
-    with pytest.raises(ConfigError, match="train.preference.pairs_per_item"):
+    with pytest.raises(ConfigError, match=r"TrainConfig\.preference\.pairs_per_item"):
         trainer(pref=PreferenceSettings(pair_selection="all", pairs_per_item=2))
-    with pytest.raises(ConfigError, match="train.preference.pair_selection"):
+    with pytest.raises(ConfigError, match=r"TrainConfig\.preference\.pair_selection"):
         trainer(pref=PreferenceSettings(pair_selection="best"))
-    with pytest.raises(ConfigError, match="train.kl_beta"):
+    with pytest.raises(ConfigError, match=r"TrainConfig\.kl_beta"):  # a TrainConfig built in Python
         trainer(kl_beta=0.1)
     with pytest.raises(ConfigError, match="K >= 2"):
         trainer(k=1)

@@ -73,10 +73,10 @@ def test_marlhf_iter_settings_are_checked(tmp_path):
     agents = [comarl.AgentConfig(model="tiny", max_new_tokens=2) for _ in range(2)]
     cfg = comarl.TrainConfig(algorithm="marlhf_iter", num_generations=2, batch_size=2, progress_bar=False,
                              report_to=[], output_dir=str(tmp_path / "a"))
-    with pytest.raises(ConfigError, match="train.preference.reward_model: marlhf_iter fits"):
+    with pytest.raises(ConfigError, match=r"TrainConfig\.preference\.reward_model: marlhf_iter fits"):
         comarl.Trainer(agents, ENV, ITEMS, cfg)
     cfg.preference = PreferenceSettings(rl_algorithm="madpo", reward_model=RewardModelSettings())
-    with pytest.raises(ConfigError, match="train.preference.rl_algorithm: marlhf_iter runs an on-policy"):
+    with pytest.raises(ConfigError, match=r"TrainConfig\.preference\.rl_algorithm: marlhf_iter runs an on-policy"):
         comarl.Trainer(agents, ENV, ITEMS, cfg)
     with pytest.raises(ConfigError, match="train.preference.reward_model.pairs: marlhf_iter builds its pairs"):
         PreferenceSettings(reward_model=RewardModelSettings(pairs="p.jsonl")).validate()

@@ -151,7 +151,8 @@ def test_q_critic_needs_two_samples_before_any_model_loads():
     missing = [comarl.AgentConfig(model="/no/such/model/dir") for _ in range(2)]
     for algorithm, critic in (("iac", CriticSettings(critic_type="q")),
                               ("maac", CriticSettings(model="tiny", critic_type="q"))):
-        with pytest.raises(ConfigError, match=r"train.critic.critic_type: q needs train.num_generations >= 2"):
+        with pytest.raises(ConfigError, match=r"TrainConfig.critic.critic_type: q needs TrainConfig.num_generations >= "
+                                              r"2"):
             trainer(algorithm, critic=critic, k=1, agent_list=missing)
     with pytest.raises(ConfigError, match="num_generations >= 2"):
         CriticSettings(critic_type="q").validate(num_generations=1)

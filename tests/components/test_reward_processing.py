@@ -137,8 +137,8 @@ def test_overlapping_eval_set_is_refused(monkeypatch):
     with pytest.raises(ConfigError) as e:
         build_trainer(load_config(ROOT / "configs/writing/tldr_smoke.yaml", over))
     msg = str(e.value)
-    assert "data.eval (source tests/data/writing/tldr_sample.jsonl, split test[2:6]" in msg
-    assert "data.train (source tests/data/writing/tldr_sample.jsonl, split train[:4]" in msg
+    assert "data.eval (source fixture:writing/tldr.jsonl, split test[2:6]" in msg
+    assert "data.train (source fixture:writing/tldr.jsonl, split train[:4]" in msg
     assert "2 of its 4 items" in msg and "allow_overlap" in msg
     trainer = build_trainer(load_config(ROOT / "configs/writing/tldr_smoke.yaml", over + ["data.allow_overlap=true"]))
     assert len(trainer.eval_items) == 4

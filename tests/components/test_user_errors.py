@@ -134,3 +134,59 @@ def test_ctrl_c_prints_step_checkpoint_and_resume_command(tmp_path):
     assert f"interrupted after step {step} of 500; last checkpoint {out}/checkpoint-{step}" in last, stderr
     assert "resume with: comarl train" in last and "train.resume=latest" in last
     assert (out / f"checkpoint-{step}" / "trainer_state.json").exists()  # train.save_on_interrupt
+
+
+def _python_trainer(out, **train):
+    """The README's Python example, small: a TrainConfig built in Python."""
+    import comarl
+
+    env = comarl.FunctionEnv(formatters=[lambda it: f"A {it['t']}", lambda it: f"B {it['t']}"],
+                             reward_fn=lambda responses, item: 1.0)
+    agents = [comarl.AgentConfig(model="tiny", max_new_tokens=4) for _ in range(2)]
+    cfg = comarl.TrainConfig(num_generations=2, batch_size=2, max_steps=1, output_dir=str(out), progress_bar=False,
+                             report_to=["jsonl"], **train)
+    return comarl.Trainer(agents, env, [{"t": "x"}, {"t": "y"}], cfg)
+
+
+def test_python_errors_name_the_python_argument_and_config_errors_the_key(tmp_path):
+    """A second run of the README's example into the same folder: the advice is Python for a Python user
+    (TrainConfig(resume="latest")), dotted keys for one whose TrainConfig came from a config file."""
+    import pytest
+
+    from comarl.config import load_config
+    from comarl.config_io import ConfigError
+    from comarl.experiment import build_trainer
+
+    _python_trainer(tmp_path).train()
+    with pytest.raises(ConfigError) as e:
+        _python_trainer(tmp_path)
+    said = str(e.value)
+    assert 'TrainConfig(resume="latest")' in said and "TrainConfig(overwrite=True)" in said, said
+    assert "train.resume" not in said and "train.overwrite" not in said
+    with pytest.raises(ConfigError, match=r"holds no run to continue .*drop TrainConfig\.resume"):
+        _python_trainer(tmp_path / "empty", resume="latest")
+    with pytest.raises(ConfigError) as e:
+        build_trainer(load_config(DEMO, [f"train.output_dir={tmp_path}"]))
+    assert "train.resume=latest" in str(e.value) and "train.overwrite=true" in str(e.value)
+
+
+def test_a_mistyped_key_gets_did_you_mean_not_sixty_keys(tmp_path):
+    import pytest
+
+    from comarl import TrainConfig
+
+    r = comarl("train", DEMO, "train.num_generation=8")
+    _user_error(r, "unknown config key train.num_generation (did you mean train.num_generations")
+    assert len(r.stderr) < 200, r.stderr
+    from comarl.config import load_config
+    from comarl.config_io import ConfigError
+
+    with pytest.raises(ConfigError, match=r"did you mean train\.run\.batch_size, or train\.batch_size\?"):
+        load_config(DEMO, ["train.rollout.batch_size=8"])  # a key of another section
+    with pytest.raises(ConfigError) as e:  # nothing close: the sections, not every key
+        load_config(DEMO, ["train.colour=red"])
+    assert "none of train's keys is close; it has algorithm, critic, hardware, loss, preference, rollout, run" in \
+        str(e.value) and len(str(e.value)) < 250
+    with pytest.raises(TypeError, match=r"TrainConfig\(\) got an unknown argument 'num_generation' \(did you mean "
+                                        r"num_generations"):
+        TrainConfig(num_generation=4)

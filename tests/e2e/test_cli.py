@@ -72,10 +72,11 @@ def test_train_then_eval_from_the_cli(tmp_path, capsys):
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert metrics[-1]["step"] == 2 and "reward/turn1" in metrics[-1]
     assert (out / "tensorboard").exists()
-    assert main(["eval", cfg, "--checkpoint", str(out / "final"), "--out", str(tmp_path / "e.json"),
-                 "data.train.limit=2"]) == 0
-    result = json.loads((tmp_path / "e.json").read_text())
+    assert main(["eval", cfg, "--checkpoint", str(out / "final"), "data.eval.limit=2"]) == 0
+    result = json.loads((out / "eval.json").read_text())  # into the run it evaluates
     assert "reward/mean" in result["metrics"] and len(result["records"]) == 2
+    assert result["scored"]["data"]["split"] == "heldout" and result["scored"]["score"]["mean"] == pytest.approx(
+        result["metrics"]["reward/turn0"])
 
 
 def test_eval_checkpoint_puts_lora_adapters_back_on_the_base(tmp_path):

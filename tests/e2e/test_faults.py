@@ -46,7 +46,7 @@ def test_a_run_whose_steps_are_all_skipped_stops_with_a_checkpoint(tmp_path):
     assert t.state.step == 3 and "\n" not in msg
     assert "3 steps in a row took no update (steps 1-3: 6 non-finite losses or gradients" in msg
     assert "weights are those of step 0" in msg and f"saved in {tmp_path / 'checkpoint-3'}" in msg
-    assert "train.max_consecutive_skips=3" in msg
+    assert "TrainConfig(max_consecutive_skips=3)" in msg  # a TrainConfig built in Python: its argument
     comarl.checkpoint.verify_checkpoint(tmp_path / "checkpoint-3")
     assert t.history[-1]["count/nonfinite_skips"] == 6
 

