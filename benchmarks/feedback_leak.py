@@ -151,11 +151,16 @@ def policy(env_name: str, item: dict, prompts: tuple[str, ...], first: tuple[str
 
 
 def data_source(cfg: dict, path: Path) -> str:
-    """Where the config's training data lies here: a local path as it is, a hub id in ../shared/data."""
+    """Where the config's training data lies here: a hub id in ../shared/data, a shipped fixture or package file
+    where it is, a local path relative to the repository."""
+    from comarl.data.paths import resolve_source
     source = cfg["data"]["train"]["source"]
     if source in LOCAL:
         return str(DATA / LOCAL[source])
-    return str((ROOT / source) if not Path(source).is_absolute() else Path(source))
+    resolved = resolve_source(source)
+    if resolved != source or Path(source).is_absolute():
+        return resolved
+    return str(ROOT / source)
 
 
 def load_env(path: Path, limits: dict | None = None):

@@ -122,10 +122,15 @@ def read_pairs(path: Path) -> list[dict]:
 
 
 def load_pairs_file(path: str | None, key: str = "train.preference.pairs_in") -> list[dict]:
-    """The pairs of ``path``, checked before any model is built: named, present, not empty."""
+    """The pairs of ``path`` (a file, or ``fixture:NAME`` / ``package:MODULE/PATH``), checked before any model is
+    built: named, present, not empty."""
     if not path:
         raise ConfigError(f"{key}: madpo_offline trains on a pairs JSONL file; name it")
-    p = Path(path)
+    from .data.paths import resolve_source
+    try:
+        p = Path(resolve_source(path))
+    except FileNotFoundError as e:
+        raise ConfigError(f"{key}: {e}") from e
     if not p.exists():
         raise ConfigError(f"{key}: {p} does not exist")
     pairs = read_pairs(p)

@@ -252,9 +252,8 @@ def test_classeval_two_agents_split_and_overlap():
     assert t.reward == pytest.approx(1.0 + 0.5 + 2.0 - 0.5)
 
 
-@needs_data
 @pytest.mark.parametrize("name", ["humaneval", "mbpp", "coophumaneval", "classeval"])
-def test_smoke_configs_build_and_load(name, monkeypatch):
+def test_smoke_configs_build_and_load(name, monkeypatch):  # shipped fixtures: no ../shared needed
     cfg = yaml.safe_load((ROOT / "configs" / "coding" / f"{name}_smoke.yaml").read_text())
     monkeypatch.chdir(ROOT)
     entry = get_env(cfg["env"]["name"])
