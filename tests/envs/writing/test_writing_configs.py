@@ -45,5 +45,6 @@ def test_smoke_configs_read_local_data(name):
     entry = get_env(cfg["env"]["name"])
     for part in ("train", "eval"):
         d = cfg["data"][part]
-        items = entry.load_items(os.path.join(ROOT, d["source"]), d["split"], d["limit"])
+        source = d["source"] if d["source"].startswith(("fixture:", "package:")) else os.path.join(ROOT, d["source"])
+        items = entry.load_items(source, d["split"], d["limit"])
         assert len(items) == 4 and all(it["text"] for it in items)
