@@ -462,7 +462,16 @@ def merge_calls(per_agent: Sequence[Sequence[ToolCall]], schemas: Iterable[Mappi
     (max over agents), since a request may need the same call twice (BFCL parallel_158 asks for two
     draws from each of two normal distributions). Order: first appearance, agent by agent.
 
-    ``merge_calls([[a, a, b], [a, c]]) -> [a, a, b, c]``.
+    So a call the request needs twice, written once by each of two agents, is kept once: the team
+    answer has one call too few. Chosen over keeping it twice (the sum over agents) because under a
+    sum every call that two agents both write is a duplicate that fails BFCL's count check: the
+    ``same_prompt`` role asks every agent for every call, and ``self_select`` agents overlap on the
+    calls they are surest of, while a needed repeat is rare (parallel_158 is the one question of the
+    440 that needs an identical call twice) and one agent can write both copies. Overlap is not free:
+    the reward's ``cross_duplicate`` term charges it. A rule reading the gold answer (keep as many
+    copies as it needs) was rejected: writing every call many times would then cost nothing.
+
+    ``merge_calls([[a, a, b], [a, c]]) -> [a, a, b, c]``; ``merge_calls([[a], [a]]) -> [a]``.
     """
     schemas = list(schemas)
     need: Counter = Counter()

@@ -133,7 +133,7 @@ ANY = st.deferred(lambda: st.one_of(NUM, STR, SEQ, ODD_LEAF))
 BINARY = ["+", "-", "*", "/", "//", "%", "|", "&", "^", "@", "<<", ">>"]
 
 
-@settings(max_examples=400, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=400, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(text=st.one_of(
     _op(NUM, st.sampled_from(["+", "-", "*", "/", "//", "%"]), NUM), _op(STR, "+", STR), _op(STR, "%", ANY),
     _op(SEQ, "+", SEQ), _op(ANY, st.sampled_from(BINARY), ANY), _op(NUM, "**", SMALL)).map(lambda e: e[1:-1]))
