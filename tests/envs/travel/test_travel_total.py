@@ -12,7 +12,7 @@ from comarl.envs.travel.parse import MAX_DEPTH, MAX_VALUE_CHARS, fence_body, par
 
 PIECES = st.lists(st.sampled_from(["```", "json", "`", ",", ", ", "(", ")", "(A B)", " ", "\n", "\t", "\x1c",
                                    "Coco", "Rockford", "x"]), max_size=12).map("".join)
-PROFILE = settings(max_examples=800, derandomize=True, deadline=None)
+PROFILE = settings(max_examples=800, derandomize=True, deadline=None, database=None)
 
 
 def _regex_name_city(value):  # the benchmark's reading, as evaluate.py had it
