@@ -1,12 +1,16 @@
 """The ``bfcl`` scoring mode: responses decoded as BFCL's pipeline decodes a prompting model's text,
 checked against ``bfcl-eval`` itself (its ``default_decode_ast_prompting``, the format check and the AST
 checker) on hand-written texts and on every question's gold answer written in many forms."""
+import re
+import time
 from collections import defaultdict
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from comarl.envs.tools.bfcl import build_parallel
-from comarl.envs.tools.bfcl_decode import decode_bfcl
+from comarl.envs.tools.bfcl_decode import call_list_span, decode_bfcl
 from comarl.envs.tools.calls import ToolCall, format_call
 
 ENV = build_parallel(2, scoring="bfcl")
@@ -144,3 +148,22 @@ def test_every_form_of_every_answer_scores_as_bfcl(items, bfcl):
     # parser refuses the call
     assert tally["positional_extra"] == (440, 440, 0)
     assert sum(t[0] for t in tally.values()) == 8520
+
+
+# -- BFCL's JSON span, found in one pass
+
+@settings(max_examples=800, derandomize=True, deadline=None, database=None)
+@given(st.lists(st.sampled_from(["[", "]", "{", "}", ",", " ", "\n", "x", '"a"', "\u2003", "{}"]), max_size=14)
+       .map("".join))
+def test_call_list_span_is_bfcls_regex(text):
+    """``call_list_span`` finds where BFCL's regex matches (the regex backtracks exponentially on ``[{},{},...``
+    left open; on these short texts it is fast)."""
+    m = re.search(r"\[\s*{.*?}\s*(?:,\s*{.*?}\s*)*\]", text, re.DOTALL)
+    assert call_list_span(text) == (m.span() if m else None)
+
+
+def test_call_list_span_is_linear():
+    start = time.perf_counter()
+    assert call_list_span("[{" + "},{" * 20_000) is None  # the regex: hours
+    assert call_list_span('x [{"a": 1}, {"b": 2}] y') == (2, 22)
+    assert time.perf_counter() - start < 1.0
