@@ -15,7 +15,6 @@ import textwrap
 import warnings
 from dataclasses import dataclass
 
-_FENCE = re.compile(r"```[ \t]*([\w+.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _CODE_LANGS = {"", "python", "py", "python3", "py3"}
 _CODE_START = re.compile(
     r"^(?:(?:def|class|async|import|from|if|elif|else|for|while|with|try|except|finally|return|raise|assert|"
@@ -24,10 +23,42 @@ _CONTINUES = ("(", "[", "{", ",", "\\", "=", "+", "-", "*", "/", "and", "or")
 
 
 def quiet_parse(code: str) -> ast.Module:
-    """``ast.parse`` without SyntaxWarning/DeprecationWarning noise (model code often has bad escapes)."""
+    """``ast.parse`` without SyntaxWarning/DeprecationWarning noise (model code often has bad escapes).
+
+    Whatever the parser refuses raises SyntaxError, so that one ``except SyntaxError`` covers model text:
+    a null byte (ValueError), nesting past the recursion limit (RecursionError), and CPython's parser
+    running out of memory on some plain inputs (MemoryError on ~2,000 bare names in a row, ``x x x ...``).
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return ast.parse(code)
+        try:
+            return ast.parse(code)
+        except (ValueError, RecursionError, MemoryError) as e:
+            raise SyntaxError(f"{type(e).__name__}: {e}") from None
+
+
+def fences(text: str) -> list[tuple[str, str]]:
+    """``(language tag, body)`` of each markdown fence: three backticks, optional spaces or tabs, the tag
+    (letters, digits, ``_+.-``), the rest of that line, then the body up to the next three backticks or the
+    end of the text. One pass with ``str.find``: the regex it replaces
+    (``r"```[ \\t]*([\\w+.-]*)[^\\n]*\\n(.*?)(?:```|\\Z)"``, same matches) backtracked quadratically on rows
+    of backticks.
+
+    ``fences("a\n```py3 x\nf()\n```") == [("py3", "f()\n")]``.
+    """
+    out, pos = [], 0
+    while (start := text.find("```", pos)) >= 0:
+        newline = text.find("\n", start + 3)
+        if newline < 0:
+            break
+        info = text[start + 3:newline].lstrip(" \t")
+        n = next((i for i, c in enumerate(info) if not (c.isalnum() or c in "_+.-")), len(info))  # \w is isalnum or _
+        end = text.find("```", newline + 1)
+        out.append((info[:n], text[newline + 1:] if end < 0 else text[newline + 1:end]))
+        if end < 0:
+            break
+        pos = end + 3
+    return out
 
 
 def _is_code_line(line: str) -> bool:
@@ -72,7 +103,7 @@ def extract_code(text: str) -> str:
     dropped, unless the text parses as it is. Indented lines are kept as they are.
     """
     text = text.replace("\r\n", "\n")
-    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(text)]
+    blocks = [(lang.lower(), body) for lang, body in fences(text)]
     code_blocks = [body for lang, body in blocks if lang in _CODE_LANGS]
     if code_blocks:
         return _strip_prose("\n\n".join(b.strip("\n") for b in code_blocks))
@@ -168,7 +199,7 @@ def split_blocks(code: str) -> list[Block]:
     """
     try:
         tree = quiet_parse(code)
-    except (SyntaxError, ValueError, RecursionError):
+    except SyntaxError:
         return _blocks_by_indent(code)
     lines = code.splitlines()
     out = []

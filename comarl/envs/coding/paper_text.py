@@ -234,9 +234,20 @@ def is_wrapper(main_fn: str, helper: str = "aux") -> bool:
     if len(lines) == 1:
         return lines[0].startswith("return ") and helper in lines[0]
     if len(lines) == 2:
-        m = re.search(rf"(\w+)\s*=\s*{re.escape(helper)}\s*\(", lines[0])
-        return m is not None and lines[1] == f"return {m.group(1)}"
+        name = assigned_from(lines[0], helper)
+        return name is not None and lines[1] == f"return {name}"
     return False
+
+
+def assigned_from(line: str, helper: str) -> str | None:
+    """What the paper's ``re.search(rf"(\\w+)\\s*=\\s*{helper}\\s*\\(", line)`` captures, found in one pass
+    (the regex took quadratic time on a long word): the first whole run of word characters followed by
+    ``= helper(`` (a shorter run cannot be followed by ``=``, and a match starts at its run's start)."""
+    tail = re.compile(rf"\s*=\s*{re.escape(helper)}\s*\(")
+    for m in re.finditer(r"\w+", line):
+        if tail.match(line, m.end()):
+            return m.group(0)
+    return None
 
 
 def ignores_helper(main_fn: str, helper: str = "aux") -> bool:

@@ -16,9 +16,14 @@ Output formats (``fmt``):
 ``auto`` tries JSON when the text looks like it, then Python. Both strip
 ``<think>`` blocks and markdown fences; Python parsing skips prose lines and,
 in a line that is not a call, picks out ``name(...)`` spans of the known
-function names. Arguments must be keywords; values are literals or literal
-arithmetic (``96 * 1`` is 96, as BFCL computes it); a bare name is kept as its
-text (BFCL treats it as a variable), ``true``/``false``/``null`` read as JSON.
+function names. Arguments must be keywords; values are literals or expressions
+computed as BFCL computes them (:mod:`.arithmetic`: ``96 * 1`` is 96); a bare
+name is kept as its text (BFCL treats it as a variable), ``true``/``false``/``null``
+read as JSON.
+
+Every text gets an answer in bounded time and memory (:mod:`.limits`): a text too
+long, an expression too costly, a value too large or too deep, and whatever
+Python's parser or ``json`` raise on it, make the response not parsed.
 """
 from __future__ import annotations
 
@@ -30,12 +35,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from .arithmetic import NotConstant, evaluate
+from .arithmetic import evaluate, snippet
+from .limits import MAX_CHARS, Budget, TooLarge, check_value
 
 FORMATS = ("python", "python_list", "json", "auto")
 
 _THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
-_FENCE = re.compile(r"```[ \t]*[\w+.-]*[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
 _JSON_NAMES = {"true": True, "false": False, "null": None, "none": None}
 
@@ -72,10 +77,34 @@ class _BadCall(ValueError):
     pass
 
 
+# what Python's parser and json may raise on a text: SyntaxError, ValueError (a null byte, an int past 4,300
+# digits), RecursionError (deep nesting), MemoryError (CPython's parser on e.g. 2,000 bare names in a row)
+PARSE_ERRORS = (SyntaxError, ValueError, RecursionError, MemoryError)
+
+
+def fenced_blocks(text: str) -> list[str]:
+    """The bodies of markdown fences: after a line opening with three backticks, up to the next three
+    backticks or the end (one pass; a regex with backtracking took quadratic time on rows of backticks).
+
+    ``fenced_blocks("a\n```py\nf(x=1)\n```\nb") == ["f(x=1)\n"]``.
+    """
+    out, pos = [], 0
+    while (start := text.find("```", pos)) >= 0:
+        newline = text.find("\n", start + 3)
+        if newline < 0:
+            break
+        end = text.find("```", newline + 1)
+        out.append(text[newline + 1:] if end < 0 else text[newline + 1:end])
+        if end < 0:
+            break
+        pos = end + 3
+    return out
+
+
 def clean_text(text: str) -> str:
     """Drop ``<think>`` blocks; keep only fenced code when there are fences."""
     text = _THINK.sub("", text or "")
-    blocks = _FENCE.findall(text)
+    blocks = fenced_blocks(text)
     return "\n".join(b.strip() for b in blocks) if blocks else text.strip()
 
 
@@ -92,16 +121,28 @@ def parse_calls(text: str, fmt: str = "python", names: Iterable[str] = ()) -> Pa
     """
     if fmt not in FORMATS:
         raise ValueError(f"call format must be one of {FORMATS}, got {fmt!r}")
+    if len(text or "") > MAX_CHARS:
+        return ParsedCalls((), False, (f"longer than {MAX_CHARS:,} characters: not read",))
     body = clean_text(text)
     if body in ("", "[]"):
         # an empty response or [] says "no call"; a response that was all <think> (cut off) says nothing
         ok = body == "[]" or not (text or "").strip()
         return ParsedCalls((), ok, () if ok else ("only a <think> block, no answer",))
     if fmt == "json" or (fmt == "auto" and body[:1] in "[{"):
-        parsed = _parse_json(body)
+        parsed = _bounded(_parse_json(body))
         if fmt == "json" or parsed.calls:
             return parsed
-    return _parse_python(body, tuple(names))
+    return _bounded(_parse_python(body, tuple(names), Budget()))
+
+
+def _bounded(parsed: ParsedCalls) -> ParsedCalls:
+    """``parsed``, or no call when a value is past the bounds of :mod:`.limits` (too deep, an int too long)."""
+    try:
+        for c in parsed.calls:
+            check_value(c.args, f"{c.name}'s arguments")
+    except TooLarge as e:
+        return ParsedCalls((), False, (str(e),))
+    return parsed
 
 
 # -- python syntax
@@ -117,38 +158,42 @@ def _dotted(node: ast.AST) -> str:
         return node.id
     if isinstance(node, ast.Attribute):
         return f"{_dotted(node.value)}.{node.attr}"
-    raise _BadCall(f"not a function name: {ast.unparse(node)!r}")
+    raise _BadCall(f"not a function name: {snippet(node)}")
 
 
-def _value(node: ast.AST) -> Any:
-    """A literal argument value; tuples stay tuples (BFCL's checker cares)."""
+def _value(node: ast.AST, budget: Budget) -> Any:
+    """A literal argument value; tuples stay tuples (BFCL's checker cares); ``budget``: the response's."""
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.List):
-        return [_value(e) for e in node.elts]
+        return [_value(e, budget) for e in node.elts]
     if isinstance(node, ast.Tuple):
-        return tuple(_value(e) for e in node.elts)
+        return tuple(_value(e, budget) for e in node.elts)
     if isinstance(node, ast.Dict):
         if any(k is None for k in node.keys):
             raise _BadCall("'**' inside a dict value")
-        return {_value(k): _value(v) for k, v in zip(node.keys, node.values) if k is not None}  # none is None
+        try:
+            return {_value(k, budget): _value(v, budget)
+                    for k, v in zip(node.keys, node.values) if k is not None}  # none is None
+        except TypeError as e:  # an unhashable key
+            raise _BadCall(f"dict value {snippet(node)}: {e}") from None
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        v = _value(node.operand)
+        v = _value(node.operand, budget)
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             return -v if isinstance(node.op, ast.USub) else v
     if isinstance(node, ast.Name):
         return _JSON_NAMES.get(node.id.lower(), node.id)
     if isinstance(node, ast.BinOp):
         try:
-            return evaluate(node)
-        except (NotConstant, ArithmeticError, TypeError, ValueError) as e:
-            raise _BadCall(f"argument value {ast.unparse(node)!r}: {e}") from None
-    raise _BadCall(f"unsupported argument value {ast.unparse(node)!r} (use a literal)")
+            return evaluate(node, budget)
+        except ValueError as e:  # NotConstant, ExpressionError
+            raise _BadCall(f"argument value {snippet(node)}: {e}") from None
+    raise _BadCall(f"unsupported argument value {snippet(node)} (use a literal)")
 
 
-def _call(node: ast.AST) -> ToolCall:
+def _call(node: ast.AST, budget: Budget) -> ToolCall:
     if not isinstance(node, ast.Call):
-        raise _BadCall(f"not a call: {ast.unparse(node)!r}")
+        raise _BadCall(f"not a call: {snippet(node)}")
     name = _dotted(node.func)
     if node.args:
         raise _BadCall(f"{name}: positional argument(s); write keyword=value")
@@ -158,7 +203,7 @@ def _call(node: ast.AST) -> ToolCall:
             raise _BadCall(f"{name}: '**' arguments are not accepted")
         if kw.arg in args:
             raise _BadCall(f"{name}: argument {kw.arg!r} given twice")
-        args[kw.arg] = _value(kw.value)
+        args[kw.arg] = _value(kw.value, budget)
     return ToolCall(name, args)
 
 
@@ -166,7 +211,7 @@ def _call_nodes(src: str) -> list[ast.Call] | None:
     """The call nodes of ``src`` when it is one call, a list/tuple of calls, or call statements; else None."""
     try:
         tree = _quiet_parse(src)
-    except SyntaxError:
+    except PARSE_ERRORS:
         return None
     nodes: list[ast.expr] = []
     for stmt in tree.body:
@@ -198,39 +243,50 @@ def gold_call_from_text(src: str, schemas: Sequence[Mapping[str, Any]]) -> ToolC
         if len(node.args) > len(order):
             raise ValueError(f"{name}: {len(node.args)} positional argument(s), "
                              f"the schema names {len(order)} parameter(s)")
-        args = {p: _value(a) for p, a in zip(order, node.args)}
+        budget = Budget()
+        args = {p: _value(a, budget) for p, a in zip(order, node.args)}
         for kw in node.keywords:
             if kw.arg is None or kw.arg in args:
                 raise ValueError(f"{name}: bad or repeated keyword argument in {src!r}")
-            args[kw.arg] = _value(kw.value)
+            args[kw.arg] = _value(kw.value, budget)
     except _BadCall as e:
         raise ValueError(str(e)) from None
     return ToolCall(name, args)
 
 
-def _convert(nodes: Sequence[ast.AST], calls: list[ToolCall], errors: list[str]) -> None:
+def _convert(nodes: Sequence[ast.AST], calls: list[ToolCall], errors: list[str], budget: Budget) -> None:
     for n in nodes:
         try:
-            calls.append(_call(n))
+            calls.append(_call(n, budget))
         except _BadCall as e:
             errors.append(str(e))
 
 
+_NAME_PAREN = re.compile(r"(?<![\w.])([A-Za-z_][\w.]*)\s*\(")
+
+
 def _spans(line: str, names: Sequence[str]) -> list[str]:
-    """``name(...)`` substrings of ``line`` for known names, parentheses balanced outside quotes."""
-    out = []
-    for m in re.finditer(r"(?<![\w.])([A-Za-z_][\w.]*)\s*\(", line):
+    """``name(...)`` substrings of ``line`` for known names, parentheses balanced outside quotes; a span's
+    inside is not searched again, and a call left open runs to the end of the line (so each character is
+    read once)."""
+    out, pos = [], 0
+    while (m := _NAME_PAREN.search(line, pos)) is not None:
+        pos = m.end()
         if m.group(1) not in names:
             continue
-        depth = 0
+        depth, end = 0, None
         for i, c in _unquoted(line, m.end() - 1):
             if c == "(":
                 depth += 1
             elif c == ")":
                 depth -= 1
                 if depth == 0:
-                    out.append(line[m.start():i + 1])
+                    end = i + 1
                     break
+        if end is None:
+            break
+        out.append(line[m.start():end])
+        pos = end
     return out
 
 
@@ -251,12 +307,12 @@ def _unquoted(text: str, start: int = 0):
         i += 1
 
 
-def _parse_python(body: str, names: Sequence[str]) -> ParsedCalls:
+def _parse_python(body: str, names: Sequence[str], budget: Budget) -> ParsedCalls:
     calls: list[ToolCall] = []
     errors: list[str] = []
     whole = _call_nodes(body)
     if whole is not None:
-        _convert(whole, calls, errors)
+        _convert(whole, calls, errors, budget)
         return ParsedCalls(tuple(calls), not errors, tuple(errors))
     for raw in _logical_lines(body):
         line = _BULLET.sub("", raw).strip().rstrip(",;")
@@ -264,7 +320,7 @@ def _parse_python(body: str, names: Sequence[str]) -> ParsedCalls:
             continue
         nodes = _call_nodes(line) if _looks_like_call(line) else None
         if nodes is not None:
-            _convert(nodes, calls, errors)
+            _convert(nodes, calls, errors, budget)
             continue
         spans = _spans(line, names)
         if not spans and _looks_like_call(line):
@@ -274,7 +330,7 @@ def _parse_python(body: str, names: Sequence[str]) -> ParsedCalls:
             if nodes is None:
                 errors.append(f"cannot parse {src[:80]!r}")
             else:
-                _convert(nodes, calls, errors)
+                _convert(nodes, calls, errors, budget)
     return ParsedCalls(tuple(calls), bool(calls) and not errors, tuple(errors))
 
 
@@ -318,7 +374,7 @@ def _json_call(obj: Any) -> ToolCall:
     if isinstance(args, str):
         try:
             args = json.loads(args)
-        except json.JSONDecodeError:
+        except PARSE_ERRORS:
             raise _BadCall(f"{name}: arguments string is not JSON") from None
     if not isinstance(name, str) or not isinstance(args, dict):
         raise _BadCall(f"call {name!r}: arguments must be an object")
@@ -334,7 +390,7 @@ def _parse_json(body: str) -> ParsedCalls:
     for src in candidates:
         try:
             obj = json.loads(src)
-        except json.JSONDecodeError:
+        except PARSE_ERRORS:  # not JSON, nested past the recursion limit, an int past 4,300 digits
             continue
         items = obj if isinstance(obj, list) else [obj]
         calls, errors = [], []
@@ -365,8 +421,8 @@ def canonical_value(v: Any) -> Any:
         return ("l" if isinstance(v, list) else "t", tuple(canonical_value(x) for x in v))
     if isinstance(v, (set, frozenset)):
         return ("set", tuple(sorted((canonical_value(x) for x in v), key=repr)))
-    if isinstance(v, dict):
-        return ("d", tuple(sorted((str(k), canonical_value(x)) for k, x in v.items())))
+    if isinstance(v, dict):  # sorted by repr: two keys of one text (1 and '1') may hold values that do not order
+        return ("d", tuple(sorted(((str(k), canonical_value(x)) for k, x in v.items()), key=repr)))
     return ("r", repr(v))
 
 
@@ -406,7 +462,16 @@ def merge_calls(per_agent: Sequence[Sequence[ToolCall]], schemas: Iterable[Mappi
     (max over agents), since a request may need the same call twice (BFCL parallel_158 asks for two
     draws from each of two normal distributions). Order: first appearance, agent by agent.
 
-    ``merge_calls([[a, a, b], [a, c]]) -> [a, a, b, c]``.
+    So a call the request needs twice, written once by each of two agents, is kept once: the team
+    answer has one call too few. Chosen over keeping it twice (the sum over agents) because under a
+    sum every call that two agents both write is a duplicate that fails BFCL's count check: the
+    ``same_prompt`` role asks every agent for every call, and ``self_select`` agents overlap on the
+    calls they are surest of, while a needed repeat is rare (parallel_158 is the one question of the
+    440 that needs an identical call twice) and one agent can write both copies. Overlap is not free:
+    the reward's ``cross_duplicate`` term charges it. A rule reading the gold answer (keep as many
+    copies as it needs) was rejected: writing every call many times would then cost nothing.
+
+    ``merge_calls([[a, a, b], [a, c]]) -> [a, a, b, c]``; ``merge_calls([[a], [a]]) -> [a]``.
     """
     schemas = list(schemas)
     need: Counter = Counter()

@@ -10,8 +10,8 @@ ROLE_MODES = ("self_select", "split_by_order", "same_prompt")
 
 TEMPLATE = (
     "You are one of {num_agents} function-calling agents answering the same user request. The agents "
-    "cannot see each other's answers; the team's answer is all the agents' calls together, with repeats "
-    "removed.\n\n"
+    "cannot see each other's answers; the team's answer is all the agents' calls together, a call written "
+    "by several agents counted once (a call the request needs twice must be written twice by one agent).\n\n"
     "Your part: {role}\n\n"
     "Available functions (JSON schemas):\n{functions}\n\n"
     "User request:\n{request}\n\n"

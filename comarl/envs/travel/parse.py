@@ -9,6 +9,11 @@ the JSON, text before the first ``{`` or after its matching ``}``, trailing
 commas before ``}``/``]``, a bare list of day objects, numbers written as
 numbers. Anything else (no JSON, two entries for one day, a day outside the
 trip, a non-object day) is a parse failure, counted in the metrics.
+
+Every text gets an answer in time linear in its length: a response longer than
+``MAX_CHARS``, JSON nested deeper than ``MAX_DEPTH`` or a value longer than
+``MAX_VALUE_CHARS`` (the benchmark's longest is 229 characters; the evaluator's
+regexes are slow on long ones) is a parse failure too.
 """
 from __future__ import annotations
 
@@ -18,6 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from .evaluate import FIELDS
+
+MAX_CHARS = 100_000
+MAX_DEPTH = 32
+MAX_VALUE_CHARS = 1_000
 
 
 @dataclass
@@ -31,13 +40,29 @@ class Parsed:
     repaired: bool = False
 
 
+def fence_body(text: str) -> str | None:
+    """What ``re.search(r"```(?:json)?\\s*(.*?)```", text, re.S)`` captures, found with ``str.find`` (the regex
+    backtracks quadratically on a fence left open): after the first three backticks, an optional ``json`` and
+    whitespace, up to the next three backticks; None without them."""
+    start = text.find("```")
+    if start < 0:
+        return None
+    k = start + 3 + (4 if text.startswith("json", start + 3) else 0)
+    while k < len(text) and text[k].isspace():  # \s is str.isspace
+        k += 1
+    end = text.find("```", k)  # none: no later start closes either (no backticks were skipped)
+    return text[k:end] if end >= 0 else None
+
+
 def _json_object(text: str) -> tuple[Any, bool]:
     """The first balanced JSON value starting at ``{`` or ``[``; raises ValueError."""
+    if len(text) > MAX_CHARS:
+        raise ValueError(f"the output is longer than {MAX_CHARS:,} characters")
     repaired = False
     t = text.strip()
-    fence = re.search(r"```(?:json)?\s*(.*?)```", t, re.S)
-    if fence:
-        t, repaired = fence.group(1).strip(), True
+    fence = fence_body(t)
+    if fence is not None:
+        t, repaired = fence.strip(), True
     starts = [i for i in (t.find("{"), t.find("[")) if i >= 0]
     if not starts:
         raise ValueError("no JSON object in the output")
@@ -54,6 +79,8 @@ def _json_object(text: str) -> tuple[Any, bool]:
             in_str = True
         elif c in "{[":
             depth += 1
+            if depth > MAX_DEPTH:
+                raise ValueError(f"JSON nested deeper than {MAX_DEPTH}")
         elif c in "}]":
             depth -= 1
             if depth == 0:
@@ -78,9 +105,14 @@ def _value(field_name: str, v: Any) -> str:
         return "-"
     if isinstance(v, list) and field_name == "attraction":
         names = [str(x).strip() for x in v if str(x).strip() not in ("", "-")]
-        return "".join(n + ";" for n in names) or "-"
+        joined = "".join(n + ";" for n in names) or "-"
+        if len(joined) > MAX_VALUE_CHARS:
+            raise ValueError(f"day field {field_name!r} is longer than {MAX_VALUE_CHARS:,} characters")
+        return joined
     if isinstance(v, (str, int, float)) and not isinstance(v, bool):
         s = str(v).strip()
+        if len(s) > MAX_VALUE_CHARS:
+            raise ValueError(f"day field {field_name!r} is longer than {MAX_VALUE_CHARS:,} characters")
         if field_name == "attraction" and s not in ("", "-") and not s.endswith(";"):
             s += ";"
         return s or "-"

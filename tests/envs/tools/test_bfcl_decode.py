@@ -1,76 +1,20 @@
 """The ``bfcl`` scoring mode: responses decoded as BFCL's pipeline decodes a prompting model's text,
 checked against ``bfcl-eval`` itself (its ``default_decode_ast_prompting``, the format check and the AST
 checker) on hand-written texts and on every question's gold answer written in many forms."""
-import importlib
-import importlib.util
-import sys
-import types
+import re
+import time
 from collections import defaultdict
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from comarl.envs.tools.bfcl import build_parallel
-from comarl.envs.tools.bfcl_decode import decode_bfcl
+from comarl.envs.tools.bfcl_decode import call_list_span, decode_bfcl
 from comarl.envs.tools.calls import ToolCall, format_call
 
-BFCL_VERSION = "2026.3.23"  # the bfcl-eval release compared with (the Makefile installs it)
 ENV = build_parallel(2, scoring="bfcl")
 JSON_ENV = build_parallel(2, scoring="bfcl", call_format="json")
-
-
-def _stub(name, **attrs):
-    mod = types.ModuleType(name)
-    mod.__dict__.update(attrs)
-    return mod
-
-
-@pytest.fixture(scope="module")
-def bfcl():
-    """bfcl-eval's decoding and checking, imported without the packages ``--no-deps`` leaves out:
-    stand-ins for the Java/JavaScript parsers (tree-sitter), ``tenacity`` (retries of API calls) and the
-    model registry (no model renames '.' to '_'); none of them is on the Python AST path."""
-    pytest.importorskip("bfcl_eval", reason=f"pip install --no-deps bfcl-eval=={BFCL_VERSION} (the Makefile does)")
-    noop = lambda *a, **k: None  # noqa: E731
-    stubs = {
-        "bfcl_eval.model_handler.parser.java_parser": _stub("java_parser", parse_java_function_call=noop),
-        "bfcl_eval.model_handler.parser.js_parser": _stub("js_parser", parse_javascript_function_call=noop),
-        "bfcl_eval.constants.model_config": _stub("model_config", MODEL_CONFIG_MAPPING=defaultdict(
-            lambda: types.SimpleNamespace(underscore_to_dot=False))),
-    }
-    if importlib.util.find_spec("tenacity") is None:
-        stubs["tenacity"] = _stub("tenacity", retry=noop, retry_if_exception_message=noop,
-                                  retry_if_exception_type=noop, wait_random_exponential=noop)
-    saved = {k: sys.modules.get(k) for k in stubs}
-    sys.modules.update(stubs)
-    try:
-        utils = importlib.import_module("bfcl_eval.model_handler.utils")
-        checker = importlib.import_module("bfcl_eval.eval_checker.ast_eval.ast_checker")
-        fmt_ok = importlib.import_module("bfcl_eval.utils").is_function_calling_format_output
-        enums = importlib.import_module("bfcl_eval.constants.enums")
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = v
-
-    def decode(text, fmt="python"):
-        """What BFCL's runner hands its checker, or None where it reports a decoder failure. The first
-        line is the Qwen prompting handler's reading of a response (``_parse_query_response_prompting``,
-        not importable without vLLM's client): the text after the last ``</think>``."""
-        text = text.split("</think>")[-1].lstrip("\n") if "</think>" in text else text
-        try:
-            out = utils.default_decode_ast_prompting(text, getattr(enums.ReturnFormat, fmt.upper()))
-        except Exception:
-            return None
-        return out if fmt_ok(out) else None
-
-    def exact(item, text, fmt="python"):
-        decoded = decode(text, fmt)
-        return decoded is not None and checker.ast_checker(
-            item["function"], decoded, item["ground_truth"], enums.Language.PYTHON, item["category"], "test")["valid"]
-
-    return types.SimpleNamespace(decode=decode, exact=exact)
 
 
 # -- by hand
@@ -204,3 +148,22 @@ def test_every_form_of_every_answer_scores_as_bfcl(items, bfcl):
     # parser refuses the call
     assert tally["positional_extra"] == (440, 440, 0)
     assert sum(t[0] for t in tally.values()) == 8520
+
+
+# -- BFCL's JSON span, found in one pass
+
+@settings(max_examples=800, derandomize=True, deadline=None, database=None)
+@given(st.lists(st.sampled_from(["[", "]", "{", "}", ",", " ", "\n", "x", '"a"', "\u2003", "{}"]), max_size=14)
+       .map("".join))
+def test_call_list_span_is_bfcls_regex(text):
+    """``call_list_span`` finds where BFCL's regex matches (the regex backtracks exponentially on ``[{},{},...``
+    left open; on these short texts it is fast)."""
+    m = re.search(r"\[\s*{.*?}\s*(?:,\s*{.*?}\s*)*\]", text, re.DOTALL)
+    assert call_list_span(text) == (m.span() if m else None)
+
+
+def test_call_list_span_is_linear():
+    start = time.perf_counter()
+    assert call_list_span("[{" + "},{" * 20_000) is None  # the regex: hours
+    assert call_list_span('x [{"a": 1}, {"b": 2}] y') == (2, 22)
+    assert time.perf_counter() - start < 1.0

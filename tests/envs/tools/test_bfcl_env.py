@@ -135,6 +135,28 @@ def test_repeats_the_gold_answer_needs_are_not_penalised():
     assert m["exact"] == 0 and m["repeated"] == pytest.approx(1 / 4) and m["calls_agent0"] == 2
 
 
+def test_a_call_both_agents_write_is_kept_once():
+    """The team merge's rule (docs/bfcl.md): a call written by both agents counts once, an agent's own repeats
+    count. The two-call case: the request needs draw(mu=5) twice. One copy from each agent is one call (one
+    short: not exact); both copies from one agent are the answer. A call needed once and written by both is
+    exact, charged as a cross duplicate."""
+    schema = [{"name": "draw",
+               "parameters": {"type": "dict", "required": ["mu"], "properties": {"mu": {"type": "integer"}}}}]
+    five = ToolCall("draw", {"mu": 5})
+    twice = [{"draw": {"mu": [5]}}, {"draw": {"mu": [5]}}]
+    r, m = score_team([[five], [five]], [True, True], twice, schema, RewardWeights())
+    assert merge_calls([[five], [five]], schema) == [five]
+    assert m["exact"] == 0 and m["team_calls"] == 1 and m["count"] == 0.5 and m["cross_duplicate"] == 0.5
+    # .05 parse + .25 name F1 (2/3) + .35 args (1/2) + .1 count (1/2) - .2 cross (1/2); balanced [1, 1]
+    assert r == pytest.approx(0.05 + 0.25 * 2 / 3 + 0.35 / 2 + 0.1 / 2 - 0.2 / 2)
+    r, m = score_team([[five, five], []], [True, True], twice, schema, RewardWeights())
+    assert m["exact"] == 1 and m["team_calls"] == 2 and m["repeated"] == 0 and m["cross_duplicate"] == 0
+    once = [{"draw": {"mu": [5]}}]
+    r, m = score_team([[five], [five]], [True, True], once, schema, RewardWeights())
+    # exact; cross duplicate 1/1; calls [1, 1] against the even split [1, 0] of one call: unbalanced 1
+    assert m["exact"] == 1 and m["cross_duplicate"] == 1 and m["unbalanced"] == 1 and r == pytest.approx(1.75 - 0.35)
+
+
 def test_reward_exact_split_and_lazy():
     full = [ToolCall("f", {"n": 2}), ToolCall("g.h", {"s": "X"}), ToolCall("f", {"n": 1})]
     r, m = score_team([full[:2], full[2:]], [True, True], GOLD, SCHEMAS, RewardWeights())
