@@ -41,9 +41,12 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
     with opener(path, "rt", encoding="utf-8") as f:
         text = f.read()
     stripped = text.lstrip()
-    if stripped.startswith("{") and "\n{" not in stripped:
+    if stripped.startswith("[") or (stripped.startswith("{") and "\n{" not in stripped):
         obj = json.loads(text)
-        return obj if isinstance(obj, list) else list(obj.values())
+        if isinstance(obj, list):
+            return obj
+        rows = list(obj.values())  # rows keyed by id, or one row alone (a one-line JSON-lines file)
+        return rows if rows and all(isinstance(r, dict) for r in rows) else [obj]
     return [row for _, row in read_json_rows(str(path), text)]  # a bad line: DataError with file and line
 
 

@@ -17,9 +17,10 @@ minimum 0. ``normalize=True`` divides by the maximum so rewards lie in [0, 1].
 ClassEval, ``m`` = share of the class's methods with a real body in the
 merged class, ``d`` = share of methods written by two or more agents::
 
-    r = w_methods*m + w_compiled*[merged class parses] + w_tests*p - w_overlap*d
+    r = w_methods*m + w_compiled*[merged class parses and m > 0] + w_tests*p - w_overlap*d
 
-(the test term only when the class parses). Defaults (1.0, 0.5, 2.0, 0.5):
+(the test term only when the class parses; the compile term only when some method was written: the benchmark's
+skeleton with stub methods always parses, so junk text would otherwise earn it). Defaults (1.0, 0.5, 2.0, 0.5):
 maximum 3.5.
 """
 from __future__ import annotations
@@ -99,7 +100,7 @@ def class_reward(method_share: float, compiled: bool, pass_fraction: float, over
     """(team reward, parts) for one merged class; see module docstring."""
     parts = {
         "r_methods": w.methods * method_share,
-        "r_compiled": w.compiled if compiled else 0.0,
+        "r_compiled": w.compiled if compiled and method_share > 0 else 0.0,
         "r_tests": w.tests * pass_fraction if compiled else 0.0,
         "r_overlap": -w.overlap * overlap_share,
     }

@@ -111,7 +111,7 @@ def program_imports(program: str) -> list[str]:
     """The top-level import statements of ``program`` (text only; nothing runs), one per line."""
     try:
         tree = ast.parse(program)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     return [ast.unparse(n) for n in tree.body
             if isinstance(n, (ast.Import, ast.ImportFrom)) and not getattr(n, "level", 0)]

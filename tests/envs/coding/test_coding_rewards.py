@@ -63,6 +63,9 @@ def test_class_reward():
     # not parsed: tests do not count
     assert class_reward(1.0, False, 1.0, 0.0, w)[0] == pytest.approx(1.0)
     assert class_reward(1.0, True, 1.0, 0.0, ClassRewardWeights(normalize=True))[0] == pytest.approx(1.0)
+    # junk text: the skeleton with stub methods parses, but no method was written: no compile term (#46)
+    assert class_reward(0.0, True, 0.0, 0.0, w) == (0.0, {"r_methods": 0.0, "r_compiled": 0.0, "r_tests": 0.0,
+                                                         "r_overlap": 0.0})
 
 
 @pytest.mark.parametrize("n, c, k, expected", [

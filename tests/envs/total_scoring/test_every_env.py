@@ -187,19 +187,7 @@ def program_texts(entry: str) -> list[str]:
             "\ud800\x00", "(" * 50_000]
 
 
-def _paper_function_preset(case: Case) -> bool:
-    return case.args.get("preset") == "paper" and case.env != "classeval"
-
-
-# presets/paper.py's function_attempt parses the program with ast.parse and catches SyntaxError and ValueError only:
-# CPython's MemoryError on "x x x ..." and RecursionError on deep nesting escape (reported to the lead, #46)
-PAPER_PARSE = pytest.mark.xfail(strict=True, raises=(MemoryError, RecursionError),
-                                reason="presets/paper.py function_attempt: ast.parse lets MemoryError/RecursionError "
-                                       "through (catch them with SyntaxError, or parse with extract.quiet_parse)")
-
-
-@pytest.mark.parametrize("case", [pytest.param(c, marks=PAPER_PARSE) if _paper_function_preset(c) else c for c in SLOW],
-                         ids=[c.id for c in SLOW])
+@pytest.mark.parametrize("case", SLOW, ids=[c.id for c in SLOW])
 def test_pathological_program_texts_get_a_score(built, case):
     env, item = built(case)
     state = env.reset(item)

@@ -110,8 +110,8 @@ def function_attempt(settings: FunctionSettings, item: Mapping[str, Any], resp: 
         parses, syntax_error = True, None
     except SyntaxError as e:
         parses, syntax_error = False, f"line {e.lineno}, col {e.offset}: {e.msg}"
-    except ValueError as e:  # e.g. null bytes
-        parses, syntax_error = False, str(e)
+    except (ValueError, RecursionError, MemoryError) as e:  # null bytes; CPython's parser on deep or odd text
+        parses, syntax_error = False, f"{type(e).__name__}: {e}"
     return PaperAttempt(helper_fn, main_fn, has_return(helper_fn), has_return(main_fn), program, parses,
                         syntax_error, tuple(paper_test_snippets(item.get("test_source"), item["entry_point"])))
 
