@@ -301,7 +301,7 @@ def build_house(num_agents: int = 2, **args: Any) -> MinecraftEnv:
     caps = tuple(agent_command_caps(_int(args, "max_commands", 600, 1) or 600, num_agents))
     settings = HouseSettings(num_agents, blocks, caps, limited, _threat(args), preset.lone_agent_threat,
                              _flag(args, "include_air", False), _int(args, "lim", None, 0),
-                             preset.world == "persist", preset.rect_layers)
+                             preset.world == "persist", preset.rect_layers, preset.left_after_turn)
     return MinecraftEnv(HouseGame(settings, mode), mode=mode, **common)
 
 

@@ -205,17 +205,18 @@ def best_subrect(r: Rect, budget: int) -> tuple[Rect, int]:
     return Rect(r.x1, r.z1, r.x1 + w - 1, r.z1 + d - 1, r.block), area
 
 
-def schedule(task: HouseTask, limits: Mapping[str, int], used: Mapping[str, int], blocks: Sequence[str]
-             ) -> tuple[dict[str, int], list[tuple[int, Rect]]]:
+def schedule(task: HouseTask, limits: Mapping[str, int], used: Mapping[str, int], blocks: Sequence[str],
+             left_after_turn: bool = False) -> tuple[dict[str, int], list[tuple[int, Rect]]]:
     """``resource_schedule`` for one agent: (resources left, rectangles to build next).
 
     The house's non-air rectangles of the agent's blocks, largest first (then by y, x1, z1, x2, z2, block), are
     taken whole while the block's budget pays for them; then the one rectangle whose best corner part
     (:func:`best_subrect`) is largest is added. The resources left are those after the whole rectangles (the
-    reference prints them so).
+    reference prints them so), or with ``left_after_turn`` those before any suggestion.
     """
     allowed = {S.block_name(b) for b in blocks}
     left = {b: int(v) - int(used.get(b, 0)) for b, v in limits.items()}
+    after_turn = dict(left)
     rects = [(y, r, S.block_name(r.block)) for y, rs in H.rects_by_layer(task).items() for r in rs
              if S.block_name(r.block) not in AIR]
     cands = sorted(((y, Rect(r.x1, r.z1, r.x2, r.z2, b)) for y, r, b in rects if b in allowed and left.get(b, 0) > 0),
@@ -237,7 +238,7 @@ def schedule(task: HouseTask, limits: Mapping[str, int], used: Mapping[str, int]
             best, best_area = (y, part), area
     if best is not None and best_area > 0:
         chosen.append(best)
-    return left, chosen
+    return (after_turn if left_after_turn else left), chosen
 
 
 def rect_share(rects: Sequence[tuple[int, Rect]], agent: int, n: int, split: Callable[[int, int, int], bool],
@@ -305,11 +306,11 @@ def house_rects(task: HouseTask, view: TurnView, lim: int | None, split: Callabl
 
 
 def house_schedule(task: HouseTask, view: TurnView, limits: Mapping[str, int],
-                   used: Sequence[Mapping[str, int]]) -> list[str]:
+                   used: Sequence[Mapping[str, int]], left_after_turn: bool = False) -> list[str]:
     out = []
     order = [S.block_name(v) for v in task.legend.values()]
     for i in range(view.n):
-        left, chosen = schedule(task, limits, used[i], view.blocks[i])
+        left, chosen = schedule(task, limits, used[i], view.blocks[i], left_after_turn)
         rest = "\n".join(f"- {b}: {max(0, left.get(b, 0))}" for b in order if b not in AIR and b in limits)
         parts = ["Reply with commands only.", *_world_line(view), "", "Your accepted commands last turn:",
                  "\n".join(f"- {c}" for c in view.readings[i].texts()) or "- (none)", "",

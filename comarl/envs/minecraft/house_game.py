@@ -28,6 +28,8 @@ class HouseSettings:
         lim: ``position_modification`` / ``rect_modification``: most cells / rectangles shown (None: all).
         persist: the world and the resources used carry over between turns.
         rect_layers: ``(agent, n, y, lowest y, highest y) -> bool`` (``presets.Preset.rect_layers``).
+        left_after_turn: ``resource_schedule`` shows the resources left after the turn
+            (``presets.Preset.left_after_turn``).
     """
 
     num_agents: int
@@ -40,6 +42,7 @@ class HouseSettings:
     lim: int | None
     persist: bool
     rect_layers: Callable[[int, int, int, int, int], bool]
+    left_after_turn: bool = False
 
 
 class HouseGame:
@@ -105,7 +108,7 @@ class HouseGame:
             return F.house_rects(task, view, self.s.lim,
                                  lambda a, n, y: self.s.rect_layers(a, n, y, lo, hi))
         if self.mode == "resource_schedule":
-            return F.house_schedule(task, view, self.limits(task) or {}, played.used)
+            return F.house_schedule(task, view, self.limits(task) or {}, played.used, self.s.left_after_turn)
         return F.house_score(task, view)
 
     def view_blocks(self, item: Mapping[str, Any]) -> tuple[tuple[str, ...], ...]:

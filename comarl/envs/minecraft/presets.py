@@ -11,8 +11,8 @@ what the team built so far, so the feedback's "fix only these cells" means what 
 agent following it loses every block it does not repeat), resource limits count over the whole episode, any
 number of agents, the spiders charge any team, StrBuild shows the target, its colour plan (the textures
 ``perfect_feedback`` asks for) uses every block of every palette (the reference's plan gives each of two agents
-one block of its two, so a team following it scores at most 1.5 of 2.0), and ``rect_modification`` splits the
-layers into one even band per agent.
+one block of its two, so a team following it scores at most 1.5 of 2.0), ``rect_modification`` splits the
+layers into one even band per agent, and ``resource_schedule`` shows the resources really left.
 """
 from __future__ import annotations
 
@@ -46,6 +46,8 @@ class Preset:
             ``rect_modification`` gives an agent.
         spread_colours: StrBuild's colour plan walks each agent through its whole palette
             (``strbuild.colour_plan``), so the build ``perfect_feedback`` asks for scores the maximum.
+        left_after_turn: ``resource_schedule`` shows the resources left after the turn (the reference shows
+            what would be left after its own suggestions, under the heading "after previous turn").
     """
 
     name: str
@@ -55,11 +57,12 @@ class Preset:
     lone_agent_threat: bool
     rect_layers: Callable[[int, int, int, int, int], bool]
     spread_colours: bool
+    left_after_turn: bool
 
 
 PRESETS: Mapping[str, Preset] = {
-    "default": Preset("default", "persist", None, True, True, band_layers, True),
-    "paper": Preset("paper", "reset", 2, False, False, paper_layers, False),
+    "default": Preset("default", "persist", None, True, True, band_layers, True, True),
+    "paper": Preset("paper", "reset", 2, False, False, paper_layers, False, False),
 }
 
 
