@@ -126,12 +126,19 @@ class MinecraftEnv:
         return out
 
     def write_pictures(self, records: Sequence[EvalRecord]) -> list[str]:
-        """Every evaluated first-turn build as ``<pictures>/eval-<NNN>/<task>-<k>.png`` (a new folder each call)."""
+        """Every evaluated first-turn build as ``<pictures>/eval-<NNN>/<task>-<k>.png`` (a new folder each call;
+        under torchrun every rank summarises its own items, into a folder of its own)."""
         root = Path(str(self.pictures))
         root.mkdir(parents=True, exist_ok=True)
         taken = [int(p.name[5:]) for p in root.glob("eval-*") if p.name[5:].isdigit()]
-        folder = root / f"eval-{max(taken, default=0) + 1:03d}"
-        folder.mkdir()
+        number = max(taken, default=0) + 1
+        while True:  # mkdir is atomic: two processes never share a folder
+            folder = root / f"eval-{number:03d}"
+            try:
+                folder.mkdir()
+                break
+            except FileExistsError:
+                number += 1
         paths = []
         for r in records:
             tid = str(r.item.get("task_id", "item")).replace(os.sep, "_") or "item"

@@ -15,7 +15,7 @@ Grid = Sequence[Sequence[str]]
 COLOURS = {
     "air": "#ffffff", "cave_air": "#ffffff", "void_air": "#ffffff",
     "oak_planks": "#b8945f", "planks": "#b8945f", "stone": "#8c8c8c", "cobblestone": "#7a7a7a",
-    "white_concrete": "#e8ebec", "obsidian": "#2a1f3d", "stone_bricks": "#6f6f6f", "stone_stairs": "#a2a2a2",
+    "white_concrete": "#cfdbe3", "obsidian": "#2a1f3d", "stone_bricks": "#6f6f6f", "stone_stairs": "#a2a2a2",
     "glass_pane": "#bfe3ef", "oak_log": "#6b5032", "sand": "#dcd3a0",
 }
 
