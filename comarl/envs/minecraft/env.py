@@ -85,9 +85,7 @@ class MinecraftEnv:
                 number=state.turn + 2, system=self.system, first=tuple(first), responses=tuple(resp),
                 readings=played.readings, world=played.world, reward=played.shown, original=self.original,
                 previous=self.previous, persist=self.persist, caps=self.game.s.caps,
-                blocks=self.game.view_blocks(state.item),
-                limits_text=self.game.limits_text(self.game.task(state.item)) if isinstance(self.game, HouseGame)
-                else "")
+                blocks=self.game.view_blocks(state.item), limits_text=self.game.limits_text(state.item))
             prompts = self.game.followups(state.item, view, played)
             info = {"first": first, "carry": Carry(played.world, played.used)}
             out.append(Transition(played.reward, False, state.advanced(resp, prompts, info), played.metrics))

@@ -64,7 +64,9 @@ class HouseGame:
     def limits(self, task: HouseTask) -> dict[str, int] | None:
         return resource_limits(task, self.num_agents) if self.s.limited else None
 
-    def limits_text(self, task: HouseTask) -> str:
+    def limits_text(self, item: Mapping[str, Any] | HouseTask) -> str:
+        """The resource-limit lines of the prompts ("" without limits)."""
+        task = item if isinstance(item, HouseTask) else self.task(item)
         lim = self.limits(task)
         return limits_text(lim, [block_name(v) for v in task.legend.values()]) if lim else ""
 

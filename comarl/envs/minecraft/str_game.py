@@ -78,6 +78,9 @@ class StrGame:
     def view_blocks(self, item: Mapping[str, Any]) -> tuple[tuple[str, ...], ...]:
         return self.s.blocks
 
+    def limits_text(self, item: Mapping[str, Any]) -> str:
+        return ""  # StrBuild has no resource limits
+
     def grids(self, item: Mapping[str, Any], world: Mapping) -> tuple[list[list[list[str]]], list[list[list[str]]],
                                                                         list[str]]:
         """(target layers, built layers, layer labels) for the picture: one wall, top row first; the target
