@@ -39,6 +39,7 @@ _BUILTIN_MODULES: dict[str, str] = {
     "classeval": "comarl.envs.coding.classeval",
     "travelplanner": "comarl.envs.travel.env",
     "bfcl_parallel": "comarl.envs.tools.bfcl", "bfcl_multiturn_flat": "comarl.envs.tools.bfcl",
+    "str_build": "comarl.envs.minecraft.env", "house_build": "comarl.envs.minecraft.env",
     # teams in stages (docs/teams.md)
     "humaneval_planner": "comarl.envs.teams.coding", "coophumaneval_planner": "comarl.envs.teams.coding",
     "mbpp_planner": "comarl.envs.teams.coding", "mbpp_chain": "comarl.envs.teams.coding",
