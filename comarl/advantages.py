@@ -1,8 +1,11 @@
 """Advantage estimators: pure functions on a group of returns.
 
 A *group* is one node's K samples of one agent (one item at turn 1, one branch
-later). Every function maps credited returns ``R [G, K]`` to advantages
-``A [G, K]`` and never mixes groups.
+later). The sequence estimators map credited returns ``R [G, K]`` to advantages
+``A [G, K]`` and never mix groups. The loss reads advantages per token, ``[S, T]``
+(S = G*K samples, T completion tokens): :func:`token_advantages` broadcasts a
+sequence estimate over each sample's tokens, and a per-token estimator
+(:func:`token_group_baseline`) returns ``[S, T]`` itself.
 """
 from __future__ import annotations
 
@@ -58,6 +61,57 @@ def scale_by_group_std(advantages: torch.Tensor, returns: torch.Tensor, eps: flo
     scale = advantages.abs().amax(dim=1, keepdim=True)
     flat = std <= torch.clamp(scale / max_scaled, min=eps)
     return advantages / torch.where(flat, torch.ones_like(std), std + eps)
+
+
+def scale_by_group_std_any(advantages: torch.Tensor, returns: torch.Tensor, eps: float = EPS,
+                           max_scaled: float = MAX_SCALED) -> torch.Tensor:
+    """:func:`scale_by_group_std` for a sequence estimate ``[G, K]`` or a per-token one ``[S, T]`` (S = G*K:
+    each group's K rows of tokens share its scale). Shapes: advantages [G, K] or [S, T], returns [G, K] -> same."""
+    if advantages.shape == returns.shape:
+        return scale_by_group_std(advantages, returns, eps, max_scaled)
+    g = returns.shape[0]
+    return scale_by_group_std(advantages.reshape(g, -1), returns, eps, max_scaled).reshape(advantages.shape)
+
+
+def token_advantages(advantages: torch.Tensor, lengths: torch.Tensor, width: int, per_sequence: bool) -> torch.Tensor:
+    """An estimator's advantages as the loss reads them: one per completion token.
+
+    ``per_sequence``: ``advantages`` is a sequence estimate ``[G, K]`` (the shape of the returns), and each of
+    sample s's first ``lengths[s]`` tokens gets ``A[s]`` (sample s = g*K + k); otherwise it is a per-token
+    estimate ``[S, T']``, kept, cut or zero-padded to ``width``. Tokens past a sample's length get 0 (their
+    loss weight is 0 anyway). Shapes: advantages [G, K] or [S, T'], lengths [S] -> [S, width].
+    """
+    s = int(lengths.shape[0])
+    alive = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).to(advantages.dtype)
+    if per_sequence:
+        if advantages.numel() != s:
+            raise ValueError(f"a sequence estimate of shape {tuple(advantages.shape)} does not fit {s} samples")
+        return advantages.reshape(s, 1) * alive
+    if advantages.dim() != 2 or advantages.shape[0] != s:
+        raise ValueError(f"a per-token estimate must be [S={s}, T], got {tuple(advantages.shape)}")
+    out = torch.zeros(s, width, dtype=advantages.dtype)
+    t = min(width, advantages.shape[1])
+    out[:, :t] = advantages[:, :t]
+    return out * alive
+
+
+def token_group_baseline(returns: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Per-token group baseline: token t of sample s is baselined by the mean return of the samples of its
+    group that still write at position t::
+
+        A[s, t] = R_s - mean{ R_j : j in s's group, lengths[j] > t }      (t < lengths[s]; else 0)
+
+    At t = 0 this is MAGRPO's ``R - mean_k R``; later tokens are compared only with the samples that got
+    that far, so a long sample is not credited for outlasting short ones. Shapes: returns [G, K],
+    lengths [S] (S = G*K) -> [S, T] with T = max(lengths).
+    """
+    g, k = returns.shape
+    width = int(lengths.max()) if len(lengths) else 0
+    alive = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).to(returns.dtype).reshape(g, k, width)
+    r = returns.unsqueeze(-1)  # [G, K, 1]
+    count = alive.sum(1, keepdim=True)  # [G, 1, T]
+    base = (r * alive).sum(1, keepdim=True) / count.clamp(min=1)
+    return ((r - base) * alive).reshape(g * k, width)
 
 
 def leave_one_out(returns: torch.Tensor) -> torch.Tensor:

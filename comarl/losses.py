@@ -81,7 +81,8 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
     (a token outside the band whose advantage pushes it back inside is not clipped).
 
     Args:
-        logp, old_logp, weights: [S, T]; advantages: [S].
+        logp, old_logp, weights: [S, T]; advantages: [S, T] per token (the loop's shape), or [S] (one per
+            sequence, broadcast over its tokens).
     Returns:
         (scalar loss, stats: ``clip_low``, ``clip_high``, ``clip_region``, ``ratio_mean``
         over real tokens, and ``tokens``, their count).
@@ -94,7 +95,7 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
     elif ratio_level != "token":
         raise ValueError(f"ratio_level must be 'token' or 'sequence', got {ratio_level!r}")
     ratio = torch.exp(diff)
-    adv = advantages.unsqueeze(1)
+    adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * adv
     per_token = -torch.minimum(unclipped, clipped)

@@ -23,7 +23,9 @@ class AgentSamples:
         returns: [G, K] return credited to each sample (see rollout.credit_returns).
         turns: [G] 0-based turn of each group.
         baseline: [G] optional external baseline per group (greedy return for MAReMax), else None.
-        advantages: [G, K] filled by the algorithm's advantage function.
+
+    Nothing downstream writes into it: the update reads it through an :class:`AgentView` and keeps the
+    advantages it computes in its own output (``StepOutput.advantages``).
     """
 
     prompt_ids: list[list[int]]
@@ -33,9 +35,6 @@ class AgentSamples:
     returns: torch.Tensor
     turns: torch.Tensor
     baseline: torch.Tensor | None = None
-    advantages: torch.Tensor | None = None
-    critic_advantages: torch.Tensor | None = None
-    """[G, K] GAE advantages from a critic (actor-critic algorithms), else None."""
     forced: list[list[bool]] | None = None
     """[S] per completion token, True where a schema forced it (structured generation): out of the loss; else None."""
     engine_logprobs: list[list[float]] | None = None
@@ -44,6 +43,31 @@ class AgentSamples:
     @property
     def num_samples(self) -> int:
         return len(self.completion_ids)
+
+
+@dataclass(frozen=True)
+class AgentView:
+    """What an advantage estimator reads of one agent's samples of one rollout chunk (``G`` nodes x ``K``
+    samples, S = G*K, sample s = g*K + k); it writes nothing back.
+
+    Attributes:
+        returns: [G, K] credited returns (minus ``kl_beta`` x the sequence KL under ``kl_mode: reward``).
+        turns: [G] 0-based turn of each node.
+        lengths: [S] completion tokens of each sample in the loss (0: out of it, e.g. truncated under
+            ``mask_truncated``; forced tokens of structured generation not counted).
+        baseline: [G] the rollout's greedy return per node (MAReMax), else None.
+        critic_advantages: [G, K] the critic's GAE advantages (IAC, MAAC), else None.
+    """
+
+    returns: torch.Tensor
+    turns: torch.Tensor
+    lengths: torch.Tensor
+    baseline: torch.Tensor | None = None
+    critic_advantages: torch.Tensor | None = None
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.lengths.shape[0])
 
 
 def joined_samples(samples: list[AgentSamples]) -> tuple[list, list, list | None]:

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 
-def critic_advantage(samples, config):
-    """[G, K] advantages the critic wrote in ``Critic.prepare`` (GAE, whitened if
+def critic_advantage(view, loss):
+    """[G, K] advantages the critic computed in ``Critic.prepare`` (GAE, whitened if
     ``train.critic.normalize_advantages``)."""
-    if samples.critic_advantages is None:
-        raise ValueError(f"{config.algorithm} needs the critic's advantages (AgentSamples.critic_advantages is None); "
-                         "the loop fills them when the algorithm names a critic")
-    return samples.critic_advantages
+    if view.critic_advantages is None:
+        raise ValueError("an actor-critic algorithm needs the critic's advantages (AgentView.critic_advantages is "
+                         "None); the update passes them when the algorithm names a critic")
+    return view.critic_advantages
 
 
 def check_actor_critic(config, agents) -> None:

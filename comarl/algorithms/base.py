@@ -2,8 +2,11 @@
 
 A record names:
 
-- ``advantage(samples, config) -> [G, K]``: the estimator that turns one agent's credited returns into
-  advantages (policy-gradient algorithms; ``min_generations`` is the smallest K it is defined for);
+- ``advantage(view, loss) -> [G, K] or [S, T]``: the estimator that turns one agent's credited returns (an
+  ``AgentView``: returns, lengths, baselines, the critic's advantages; read only) into advantages, per sample
+  (``[G, K]``, the shape of the returns: broadcast over each sample's tokens) or per token (``[S, T]``);
+  ``loss`` is ``train.loss`` (policy-gradient algorithms; ``min_generations`` is the smallest K it is
+  defined for);
 - ``greedy_baseline``: the rollout also decodes one greedy joint response per node (MAReMax);
 - ``critic``: the critic the run builds, ``independent`` (IAC) or ``central`` (MAAC), or None;
 - ``reference(config)``: whether the update needs each agent's frozen reference policy (DPO does, unless
@@ -28,7 +31,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..advantages import scale_by_group_std
+from ..advantages import scale_by_group_std_any
 from ..config_io import ConfigError
 
 
@@ -80,7 +83,10 @@ def policy_gradient(parts: Parts):
     advantage = parts.algorithm.advantage
     if advantage is None:
         raise ValueError(f"algorithm {parts.algorithm.name}: a policy-gradient update needs an advantage estimator")
-    return PolicyGradient(parts.config, advantage, parts.rollout_settings(), parts.critic)
+    cfg = parts.config
+    return PolicyGradient(cfg.loss, cfg.hardware, cfg.run.gradient_accumulation_steps, advantage,
+                          parts.rollout_settings(), parts.critic, entropy_coef=cfg.critic.entropy_coef,
+                          algorithm=parts.algorithm.name)
 
 
 def prompt_batches(parts: Parts):
@@ -141,6 +147,8 @@ _BUILTIN_MODULES = {
     "maremax": "comarl.algorithms.remax",
     "remax": "comarl.algorithms.remax",
     "maremax_groupmax": "comarl.algorithms.remax",
+    "magrpo_token": "comarl.algorithms.token_baseline",
+    "grpo_token": "comarl.algorithms.token_baseline",
     "iac": "comarl.algorithms.iac",
     "maac": "comarl.algorithms.maac",
     "madpo": "comarl.algorithms.madpo",
@@ -158,11 +166,12 @@ def register_algorithm(alg: Algorithm, aliases: tuple[str, ...] = ()) -> Algorit
 
 
 def optionally_scaled(estimator: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """``advantage(samples, config)`` from ``estimator(samples) -> [G, K]``: divided by the group std of the
-    returns when ``config.scale_advantages`` (``advantages.scale_by_group_std``), one switch for every estimator."""
-    def advantage(samples, config):
-        adv = estimator(samples)
-        return scale_by_group_std(adv, samples.returns) if config.scale_advantages else adv
+    """``advantage(view, loss)`` from ``estimator(view) -> [G, K] or [S, T]``: divided by the group std of the
+    returns when ``loss.scale_advantages`` (``advantages.scale_by_group_std_any``), one switch for every
+    estimator."""
+    def advantage(view, loss):
+        adv = estimator(view)
+        return scale_by_group_std_any(adv, view.returns) if loss.scale_advantages else adv
 
     advantage.__doc__ = estimator.__doc__
     return advantage

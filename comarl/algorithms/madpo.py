@@ -89,13 +89,16 @@ def _is_lora(agent) -> bool:
 def online_update(parts: Parts):
     from ..updates import OnlineDPO
 
-    return OnlineDPO(parts.config, parts.rollout_settings())
+    cfg = parts.config
+    return OnlineDPO(cfg.preference, cfg.rollout, cfg.loss, cfg.hardware, cfg.run.gradient_accumulation_steps,
+                     cfg.run.seed, parts.rollout_settings())
 
 
 def pair_update(parts: Parts):
     from ..updates import PairDPO
 
-    return PairDPO(parts.config)
+    cfg = parts.config
+    return PairDPO(cfg.preference.dpo, cfg.loss, cfg.hardware)
 
 
 def dpo_rounds(parts: Parts):

@@ -16,9 +16,9 @@ from ..advantages import group_relative
 from .base import Algorithm, optionally_scaled, register_algorithm
 
 
-def magrpo_estimate(samples):
+def magrpo_estimate(view):
     """[G, K] credited returns -> ``R - mean_k R`` per group."""
-    return group_relative(samples.returns)
+    return group_relative(view.returns)
 
 
 MAGRPO = register_algorithm(Algorithm("magrpo", optionally_scaled(magrpo_estimate), min_generations=2,

@@ -16,9 +16,9 @@ from ..advantages import no_baseline
 from .base import Algorithm, optionally_scaled, register_algorithm
 
 
-def reinforce_estimate(samples):
+def reinforce_estimate(view):
     """[G, K] credited returns -> ``R``."""
-    return no_baseline(samples.returns)
+    return no_baseline(view.returns)
 
 
 MAREINFORCE = register_algorithm(Algorithm("mareinforce", optionally_scaled(reinforce_estimate), min_generations=1,

@@ -30,17 +30,17 @@ from ..advantages import external_baseline, group_max
 from .base import Algorithm, optionally_scaled, register_algorithm
 
 
-def remax_estimate(samples):
+def remax_estimate(view):
     """[G, K] credited returns and [G] greedy returns -> ``R - b``."""
-    if samples.baseline is None:
-        raise ValueError("maremax needs the rollout's greedy baseline (AgentSamples.baseline is None); "
+    if view.baseline is None:
+        raise ValueError("maremax needs the rollout's greedy baseline (AgentView.baseline is None); "
                          "was the rollout run with greedy_baseline=True?")
-    return external_baseline(samples.returns, samples.baseline)
+    return external_baseline(view.returns, view.baseline)
 
 
-def group_max_estimate(samples):
+def group_max_estimate(view):
     """[G, K] credited returns -> ``R - max_k R``."""
-    return group_max(samples.returns)
+    return group_max(view.returns)
 
 
 MAREMAX = register_algorithm(Algorithm("maremax", optionally_scaled(remax_estimate), min_generations=1,

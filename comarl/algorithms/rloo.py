@@ -19,9 +19,9 @@ from ..advantages import leave_one_out
 from .base import Algorithm, optionally_scaled, register_algorithm
 
 
-def rloo_estimate(samples):
+def rloo_estimate(view):
     """[G, K] credited returns -> leave-one-out advantages."""
-    return leave_one_out(samples.returns)
+    return leave_one_out(view.returns)
 
 
 MARLOO = register_algorithm(Algorithm("marloo", optionally_scaled(rloo_estimate), min_generations=2,

@@ -2,9 +2,9 @@
 
 ``prepare(rollouts)`` runs once per step, after the rollout and before any
 agent's update: it values every joint action of every tree (no gradient),
-computes GAE over each branch's turns (``advantages.gae_tree``), writes each
-agent's advantages to ``AgentSamples.critic_advantages`` and keeps the value
-targets ``A + b`` (each joint action's lambda-return). ``update(agent, iteration)``
+computes GAE over each branch's turns (``advantages.gae_tree``), returns each
+agent's advantages (``Prepared.advantages``; the samples are not written) and
+keeps the value targets ``A + b`` (each joint action's lambda-return). ``update(agent, iteration)``
 is called by the loop before each of agent ``agent``'s policy passes:
 independent critics update agent ``agent``'s critic; a central critic updates
 on agent 0's passes.
@@ -41,9 +41,24 @@ import torch
 
 from ..advantages import gae_tree, node_baseline, sample_advantages, whiten_across
 from ..compute import distributed as dist
+from ..compute.stepping import MicroLoss, micro_batched_backward, optimizer_step
 from ..losses import explained_variance, value_loss
 from .settings import CriticSettings
 from .value_model import ValueModel
+
+
+@dataclass
+class Prepared:
+    """What ``Critic.prepare`` gives the update.
+
+    Attributes:
+        metrics: value means, explained variance, advantage means.
+        advantages: per agent, per rollout chunk, the [G, K] GAE advantages (whitened over every rank's samples
+            when ``train.critic.normalize_advantages``); an agent without samples on this rank: [].
+    """
+
+    metrics: dict[str, float]
+    advantages: list[list[torch.Tensor]]
 
 
 @dataclass
@@ -148,8 +163,8 @@ class Critic:
         vm = self.models[c]
         return list({id(m): m for m in [vm.backbone] + vm.modules()}.values())
 
-    def prepare(self, rollouts: list, scope: Callable | None = None) -> dict[str, float]:
-        """Values, GAE advantages (into each ``AgentSamples.critic_advantages``) and value targets.
+    def prepare(self, rollouts: list, scope: Callable | None = None) -> Prepared:
+        """Values, GAE advantages (returned, per agent and rollout) and value targets.
 
         ``rollouts`` may be empty (a rank without items); the advantages are whitened over every rank's
         samples, so every rank must call this. ``scope(c)``: a context in which
@@ -209,17 +224,19 @@ class Critic:
             if len(o):  # a rank without items reports nothing (the metrics are averaged over ranks)
                 metrics[f"{self.names[c]}/value_mean"] = float(o.mean())
                 metrics[f"{self.names[c]}/explained_var"] = explained_variance(o, t)
+        advantages: list[list[torch.Tensor]] = []
         for i in range(len(self.agent_names)):  # every agent on every rank: the whitening is collective
             parts = raw_adv.get(i, [])
             flat = torch.cat([p.reshape(-1) for p in parts] or [empty])
             if len(flat):
                 metrics[f"{self.agent_names[i]}/advantage_mean"] = float(flat.mean())
             norm = whiten_across(flat, self.comm.all_reduce_sum) if st.normalize_advantages else flat
-            start = 0
-            for r, p in zip(rollouts, parts):
-                r.agents[i].critic_advantages = norm[start:start + p.numel()].reshape(p.shape).float()
+            mine, start = [], 0
+            for p in parts:
+                mine.append(norm[start:start + p.numel()].reshape(p.shape).float())
                 start += p.numel()
-        return metrics
+            advantages.append(mine)
+        return Prepared(metrics, advantages)
 
     # ----------------------------------------------------------------- update
     def update(self, agent: int, iteration: int) -> dict[str, float]:
@@ -238,38 +255,33 @@ class Critic:
         n = len(data.ids)
         n_total = self.comm.all_reduce_sum(n)
         spans = [(a, min(a + self.micro, n)) for a in range(0, n, self.micro)]
-        count = int(self.comm.all_reduce_max(len(spans))) if self.sharded else len(spans)
-        total, finite = 0.0, True
-        for m in range(count):
-            if m >= len(spans) or not finite:
-                if not self.sharded:
-                    break
-                self._idle_backward(vm)  # out of inputs (or past a non-finite loss): join FSDP's collectives
-                continue
+        value_losses: list[float] = []  # the value loss without its coefficient (the metric)
+
+        def loss_of(m: int) -> MicroLoss:
             a, b = spans[m]
             new = vm.values(data.ids[a:b])
             loss = value_loss(new, data.old[a:b].to(new.device), data.targets[a:b].to(new.device), st.value_clip)
             loss = loss * (b - a) / max(n_total, 1)
-            if not torch.isfinite(loss):
-                finite = False
-                if self.sharded:  # this forward's collectives need a backward: one that adds zero
-                    (new.sum() * 0.0).backward()
-                continue
-            (st.value_loss_coef * loss).backward()
-            total += float(loss.detach())
-        finite = self.comm.all_reduce_sum(int(not finite)) == 0  # every rank steps, or every rank skips
-        self.last_skipped = not finite
-        params = vm.parameters()
-        if finite:
+            if torch.isfinite(loss):
+                value_losses.append(float(loss.detach()))
+            # a non-finite loss under sharding backpropagates zero through this forward instead: no non-finite
+            # gradient reaches an agent's backbone that carries a value head (its own step reads it next)
+            return MicroLoss(st.value_loss_coef * loss, zero=new.sum() * 0.0)
+
+        done = micro_batched_backward(len(spans), loss_of, idle=lambda: self._idle_backward(vm),
+                                      lockstep=(lambda k: int(self.comm.all_reduce_max(k))) if self.sharded else None)
+
+        def reduce_grads() -> None:
             for m in vm.modules():
                 self.comm.all_reduce_grads(m)  # leaves FSDP's (already reduced) DTensor gradients alone
-            if any(p.grad is not None for p in params):
-                if self.max_grad_norm > 0:  # sharded: a norm over all shards
-                    torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
-                opt.step()
-        opt.zero_grad(set_to_none=True)
-        out = {f"{self.names[c]}/value_loss": self.comm.all_reduce_sum(total)} if iteration == 0 else {}
-        return out
+
+        def skipped() -> None:
+            self.last_skipped = True
+
+        self.last_skipped = False
+        optimizer_step(vm.parameters(), opt, bad=not done.finite, max_grad_norm=self.max_grad_norm,
+                       reduce_grads=reduce_grads, on_skip=skipped, all_reduce_sum=self.comm.all_reduce_sum)
+        return {f"{self.names[c]}/value_loss": self.comm.all_reduce_sum(sum(value_losses))} if iteration == 0 else {}
 
     @staticmethod
     def _idle_backward(vm: ValueModel) -> None:

@@ -36,6 +36,8 @@ class RewardModelSettings:
     """Pairs per optimiser step."""
     lr: float = 1.0e-5
     """AdamW learning rate of the reward model."""
+    max_grad_norm: float = 0.0
+    """Clip the reward model's gradient norm per batch at this (0 = no clipping, as before this key existed)."""
     freeze_backbone: bool = False
     """Train only the classification head."""
     max_length: int = 0
@@ -55,6 +57,8 @@ class RewardModelSettings:
                               f"(a fixed pairs file is env.reward_model's MARLHF)")
         if not 0 <= self.held_out < 1:
             raise ConfigError(f"{where}.held_out: must be in [0, 1), got {self.held_out}")
+        if self.max_grad_norm < 0:
+            raise ConfigError(f"{where}.max_grad_norm: must be >= 0, got {self.max_grad_norm}")
         for key in ("epochs", "batch_size"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"{where}.{key}: must be >= 1, got {getattr(self, key)}")
@@ -118,7 +122,7 @@ def reward_model_env(env, settings: RewardModelSettings, seed: int = 0, parallel
                           settings.max_length)
     if parallel is not None:
         rm.data_parallel(parallel)
-    rm.fit(train, settings.epochs, settings.batch_size, settings.lr, seed)
+    rm.fit(train, settings.epochs, settings.batch_size, settings.lr, seed, max_grad_norm=settings.max_grad_norm)
     report = {"rm/accuracy": rm.accuracy(held) if held else float("nan"), "rm/train_pairs": float(len(train)),
               "rm/held_out_pairs": float(len(held))}
     return RewardModelEnv(env, rm), report

@@ -30,11 +30,13 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import warnings
 import zlib
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import torch
 
+from ..compute.stepping import MicroLoss, micro_batched_backward, optimizer_step
 from ..critics.joint_input import role_marker_template
 from ..envs.base import AgentRewards, EnvState, Environment, Transition, rollout_modules
 from ..losses import bradley_terry_loss
@@ -62,6 +64,7 @@ class JointRewardModel:
         self.model, self.tokenizer, self.joint_input = model, tokenizer, joint_input
         self.max_length = max_length
         self.parallel: ParallelFit | None = None  # the ranks' collectives once data_parallel
+        self.nonfinite_skips = 0  # fit's batches skipped for a non-finite loss or gradient
         head = getattr(model, "score", None) or getattr(model, "classifier", None)
         if freeze_backbone:
             if head is None:
@@ -142,9 +145,14 @@ class JointRewardModel:
         return right / max(len(pairs), 1)
 
     def fit(self, pairs: Sequence[Mapping], epochs: int = 1, batch_size: int = 8, lr: float = 1e-4,
-            seed: int = 0, weights: Sequence[float] | None = None) -> list[float]:
+            seed: int = 0, weights: Sequence[float] | None = None, max_grad_norm: float = 0.0) -> list[float]:
         """Train on ``pairs`` (AdamW, shuffled each epoch; ``weights`` [P]: each pair's weight in the
-        Bradley-Terry loss, e.g. replay decay) -> the loss of every batch.
+        Bradley-Terry loss, e.g. replay decay) -> the loss of every batch that stepped.
+
+        Each batch is one backward (``compute.stepping.micro_batched_backward``) and one optimiser step
+        (``compute.stepping.optimizer_step``) as the agents' and critics' are: gradients clipped at
+        ``max_grad_norm`` (0: not clipped), and a batch with a non-finite loss or gradient skipped on every rank,
+        counted in ``nonfinite_skips`` with one warning line.
 
         Data parallel (:meth:`data_parallel`): rank r computes the loss of pairs r, r+W, ... of each batch
         normalised by the whole batch's weight, ``bradley_terry_loss(mine) * w(mine) / w(batch)``, and the
@@ -160,25 +168,40 @@ class JointRewardModel:
         rng, order, losses = random.Random(seed), list(range(len(pairs))), []
         w = torch.tensor(list(weights), dtype=torch.float32) if weights is not None else torch.ones(len(pairs))
         self.model.train()
+        params = self.parameters()
+
+        def skipped() -> None:
+            self.nonfinite_skips += 1
+            warnings.warn(f"reward model: non-finite loss or gradient in a batch; step skipped (skips so far: "
+                          f"{self.nonfinite_skips})", RuntimeWarning, stacklevel=4)
+
         for _ in range(epochs):
             rng.shuffle(order)
             for a in range(0, len(order), batch_size):
                 idx = order[a:a + batch_size]
                 mine = par.share(idx) if par is not None else idx
                 opt.zero_grad(set_to_none=True)
-                if mine:
-                    loss = self.share_loss(pairs, idx, mine, w if weights is not None else None)
-                    loss.backward()
-                else:  # no pair on this rank: a sharded model still joins the batch's collectives
-                    loss = torch.zeros(())
-                    assert par is not None  # alone, a rank's share is the whole (non-empty) batch
-                    par.idle(self.model)
-                if par is not None:
-                    par.after_backward(self.model)  # gradients summed over ranks (unless FSDP did)
-                opt.step()
-                losses.append(par.total(float(loss.detach())) if par is not None else float(loss.detach()))
+                def batch_loss(m: int, idx=idx, mine=mine) -> MicroLoss:
+                    return MicroLoss(self.share_loss(pairs, idx, mine, w if weights is not None else None))
+
+                def idle() -> None:  # no pair on this rank: a sharded model still joins the batch's collectives
+                    if par is not None:
+                        par.idle(self.model)
+
+                done = micro_batched_backward(1 if mine else 0, batch_loss, idle=idle,
+                                              lockstep=(lambda n: 1) if par is not None else None)
+                stepped = optimizer_step(
+                    params, opt, bad=not done.finite, max_grad_norm=max_grad_norm,
+                    reduce_grads=(lambda: par.after_backward(self.model)) if par is not None else None,
+                    on_skip=skipped, all_reduce_sum=par.total if par is not None else _identity)
+                if stepped is not None:
+                    losses.append(par.total(done.total) if par is not None else done.total)
         self.model.eval()
         return losses
+
+
+def _identity(x):
+    return x
 
 
 class RewardModelEnv:

@@ -20,15 +20,15 @@ from .pair_tokens import joint_tokens, side_tokens, tokenizer_fingerprint
 from .pairs import JointPair, NodeRng, comparator_pairs, joint_returns, tree_pairs
 
 
-def step_pairs(rollouts, cfg, key: str) -> list[list[JointPair]]:
-    """Pairs of every rollout chunk (sample indices local to the chunk); ``key`` names the batch for the
+def step_pairs(rollouts, rollout, pairs, key: str) -> list[list[JointPair]]:
+    """Pairs of every rollout chunk (sample indices local to the chunk); ``rollout``: ``train.rollout`` (K and the
+    discount), ``pairs``: ``train.preference.pairs`` (selection, pairs per item); ``key`` names the batch for the
     per-node streams of ``pair_selection: random`` (:func:`node_rngs`)."""
-    pref = cfg.preference
-    return [tree_pairs(r.tree.rewards, r.tree.child, r.tree.joints[0], cfg.rollout.num_generations,
-                       cfg.rollout.discount, pref.pairs.pair_selection, pref.pairs.pairs_per_item, rng)
+    return [tree_pairs(r.tree.rewards, r.tree.child, r.tree.joints[0], rollout.num_generations,
+                       rollout.discount, pairs.pair_selection, pairs.pairs_per_item, rng)
             if not r.tree.staged else
             tree_pairs(r.tree.rewards, r.tree.child, r.tree.joints, [int(a.returns.shape[1]) for a in r.agents],
-                       cfg.rollout.discount, pref.pairs.pair_selection, pref.pairs.pairs_per_item, rng, tree=r.tree)
+                       rollout.discount, pairs.pair_selection, pairs.pairs_per_item, rng, tree=r.tree)
             for r, rng in zip(rollouts, chunk_node_rngs(rollouts, key))]
 
 

@@ -140,7 +140,8 @@ class RoundSampler:
         keys = [f"{cfg.run.seed}/round{r}/batch{b}" for b in sampled]  # pair_selection: random
         fps = [tokenizer_fingerprint(a.tokenizer) for a in team.agents]  # pairs keep their sampled tokens
         if comparator is None:
-            batches = [text_pairs(ro, step_pairs([ro], cfg, key)[0], step, r, fps) for ro, key in zip(rollouts, keys)]
+            batches = [text_pairs(ro, step_pairs([ro], cfg.rollout, cfg.preference.pairs, key)[0], step, r, fps)
+                       for ro, key in zip(rollouts, keys)]
         else:
             sides = (fps, [tokenizer_fingerprint(a.tokenizer) for a in comparator])
             batches = [comparison_pairs_of(ro, co, cfg, node_rngs(ro, key), step, r, sides)
@@ -422,7 +423,7 @@ class RewardModelRounds:
             train, held = self.pool[:cut], self.pool[cut:]
             if train:
                 self.reward_model.fit(train, s.epochs, s.batch_size, s.lr, cfg.run.seed + r,
-                                      weights=self.weights[:cut].tolist())
+                                      weights=self.weights[:cut].tolist(), max_grad_norm=s.max_grad_norm)
             acc = self.reward_model.accuracy(held) if held else float("nan")
         report = {"rm/accuracy": acc, "rm/train_pairs": float(len(train)), "rm/held_out_pairs": float(len(held))}
         self.metrics.update({**report, "rm/refit": 1.0})

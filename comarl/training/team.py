@@ -9,7 +9,6 @@ rank inside it; a no-op without sharding) and one ``optimizer_step(i, bad, step)
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -19,7 +18,8 @@ import torch
 
 from ..compute import distributed as dist
 from ..compute.placement import place_references
-from ..compute.sharding import AgentAtATime, Sharding, to_float
+from ..compute.sharding import AgentAtATime, Sharding
+from ..compute.stepping import optimizer_step
 from ..envs.base import rollout_modules
 from ..reference import build_reference
 
@@ -110,35 +110,23 @@ class Team:
 
     # ------------------------------------------------------------- stepping
     def optimizer_step(self, i: int, bad: bool, step: int) -> float | None:
-        """All-reduce, clip and step agent ``i``; None (update skipped, counted and warned) on non-finite
-        values anywhere. Collective: every rank calls it for every agent."""
+        """All-reduce, clip and step agent ``i`` (``compute.stepping.optimizer_step``); None (update skipped,
+        counted and warned) on non-finite values anywhere. Collective: every rank calls it for every agent."""
         model = self.agents[i].model
-        opt, sched = self.optimizers[i], self.schedulers[i]
-        bad = dist.all_reduce_sum(int(bad)) > 0  # every rank skips together
-        params = [p for p in model.parameters() if p.requires_grad]
-        scaler = self.scalers.get(id(model))
-        if scaler is not None and scaler.sharded:  # fp16 under FSDP2: gradients / S here (collective)
-            scaler.unscale_sharded(params, judge=not bad)
-        grad_norm = float("nan")
-        if not bad:
-            if self.sharding is None:  # FSDP2 has reduce-scattered (summed) the gradients in backward already
-                dist.all_reduce_grads(model)
-            if self.max_grad_norm > 0:  # sharded gradients: a DTensor norm over all shards
-                grad_norm = to_float(torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm))
-            else:
-                grad_norm = to_float(torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None]))
-            bad = not math.isfinite(grad_norm)
-        if bad:
-            opt.zero_grad(set_to_none=True)
+
+        def skipped() -> None:
             self.counters["nonfinite_skips"] += 1
             warnings.warn(f"step {step}: non-finite loss or gradient for {self.agents[i].name}; update "
-                          f"skipped (skips so far: {self.counters['nonfinite_skips']})", RuntimeWarning, stacklevel=2)
-            return None
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        self.counters["optimizer_steps"] += 1
-        self.changed.add(i)
+                          f"skipped (skips so far: {self.counters['nonfinite_skips']})", RuntimeWarning, stacklevel=3)
+
+        grad_norm = optimizer_step(
+            [p for p in model.parameters() if p.requires_grad], self.optimizers[i], bad=bad,
+            scheduler=self.schedulers[i], max_grad_norm=self.max_grad_norm, scaler=self.scalers.get(id(model)),
+            reduce_grads=(lambda: dist.all_reduce_grads(model)) if self.sharding is None else None,  # FSDP2 summed
+            on_skip=skipped)
+        if grad_norm is not None:
+            self.counters["optimizer_steps"] += 1
+            self.changed.add(i)
         return grad_norm
 
     def sync_generator(self, everything: bool = False) -> dict[str, float]:

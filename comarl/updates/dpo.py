@@ -17,10 +17,11 @@ out of the sequence log-probs, of the policy and of the reference alike.
 
 FSDP sharding (``train.sharding: fsdp``): the reference and no-grad policy
 log-probs (a count that differs per rank) run with the models gathered whole;
-the backward runs the same number of micro-batches on every rank (an idle
-backward for a rank out of samples), each copy of a prompt encoded (no
-``share_prefix``), and a non-finite surrogate still backpropagates so that
-every rank joins FSDP's collectives before all of them skip the step.
+the backward (``compute.stepping.micro_batched_backward``) runs the same number
+of micro-batches on every rank (an idle backward for a rank out of samples),
+each copy of a prompt encoded (no ``share_prefix``), and a non-finite surrogate
+still backpropagates so that every rank joins FSDP's collectives before all of
+them skip the step.
 """
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ import torch
 
 from ..compute import distributed as dist
 from ..compute.dropout import dropout_disabled
-from ..compute.precision import autocast, backward
+from ..compute.precision import autocast
 from ..compute.sharding import idle_backward, lockstep_count
+from ..compute.stepping import MicroLoss, micro_batched_backward
 from ..logprobs import completion_logprobs, forced_mask
 from ..losses import joint_dpo_loss, reference_free_dpo_loss
 from ..preference.pair_tokens import tokenizer_fingerprint
@@ -66,12 +68,14 @@ def _at(seq: torch.Tensor, positions: list[int]) -> torch.Tensor:
     return torch.where(idx >= 0, seq[idx.clamp(min=0)] if len(seq) else torch.zeros(len(idx)), torch.zeros(()))
 
 
-def dpo_step(team, config, batch: PairBatch, step: int, loss_fn=joint_dpo_loss) -> dict[str, float]:
-    """``num_iterations`` optimizer steps per agent on the weighted joint DPO loss
+def dpo_step(team, dpo, loss, hardware, batch: PairBatch, step: int, loss_fn=joint_dpo_loss) -> dict[str, float]:
+    """``loss.num_iterations`` optimizer steps per agent on the weighted joint DPO loss
     ``sum_p w_p * loss_p / sum(w)`` (sums over every rank). Collective: every rank calls it, with its own
-    share of the pairs (possibly none). ``loss_fn``: ``losses.joint_dpo_loss`` (the reference-free form is
-    ``train.preference.reference_free``'s)."""
-    cfg, pref, agents = config, config.preference, team.agents
+    share of the pairs (possibly none). ``dpo``: ``train.preference.dpo`` (beta, reference-free);
+    ``loss``: ``train.loss`` (iterations, dropout); ``hardware``: ``train.hardware`` (micro-batches, precision,
+    shared prefixes). ``loss_fn``: ``losses.joint_dpo_loss`` (the reference-free form is
+    ``train.preference.dpo.reference_free``'s)."""
+    agents = team.agents
     n_pairs = batch.num_pairs
     w_total = dist.all_reduce_sum(float(batch.weights.sum()))
     out: dict[str, float] = {}
@@ -84,76 +88,72 @@ def dpo_step(team, config, batch: PairBatch, step: int, loss_fn=joint_dpo_loss) 
         pos[-1] = -1
         sel.append((d, needed, [pos[s] for s in d.chosen], [pos[s] for s in d.rejected]))
     sharded = team.sharding is not None
+    mb = hardware.micro_batch_size
     ref_seq = []
     for i, (d, needed, _, _) in enumerate(sel):
         ref = team.references[i]
-        if pref.dpo.reference_free or ref is None:
+        if dpo.reference_free or ref is None:
             ref_seq.append(torch.zeros(len(needed)))
         else:  # a frozen copy, or (LoRA) the agent's own base with the adapter off
             whole = [ref.model] if getattr(ref, "model", None) is not None else [agents[i].model]
-            with team.gathered(whole), autocast(cfg.hardware.mixed_precision, agents[i].device):
-                ref_seq.append(_sequence_logprobs(ref.logprobs, d.prompts, d.completions, needed,
-                                                  cfg.hardware.micro_batch_size, d.forced))
-    for it in range(cfg.loss.num_iterations):
+            with team.gathered(whole), autocast(hardware.mixed_precision, agents[i].device):
+                ref_seq.append(_sequence_logprobs(ref.logprobs, d.prompts, d.completions, needed, mb, d.forced))
+    for it in range(loss.num_iterations):
         pol_seq = []
         for i, (d, needed, _, _) in enumerate(sel):
             agent = agents[i]
             agent.model.train()
             def fn(p, c, a=agent):
                 return completion_logprobs(a.model, p, c, a.tokenizer.pad_token_id, a.config.temperature,
-                                           cfg.hardware.share_prefix)
+                                           hardware.share_prefix)
 
-            with torch.no_grad(), team.gathered([agent.model]), autocast(cfg.hardware.mixed_precision, agent.device), \
-                    dropout_disabled(agent.model, cfg.loss.disable_dropout):  # the same policy the backward pass sees
-                pol_seq.append(_sequence_logprobs(fn, d.prompts, d.completions, needed, cfg.hardware.micro_batch_size,
-                                                  d.forced))
+            with torch.no_grad(), team.gathered([agent.model]), autocast(hardware.mixed_precision, agent.device), \
+                    dropout_disabled(agent.model, loss.disable_dropout):  # the same policy the backward pass sees
+                pol_seq.append(_sequence_logprobs(fn, d.prompts, d.completions, needed, mb, d.forced))
         # the [P, N] problem: d loss / d (each agent's sequence log-prob), loss = sum over pairs / global pairs
         leaves = [s.clone().requires_grad_(True) for s in pol_seq]
         pc = torch.stack([_at(leaves[i], s[2]) for i, s in enumerate(sel)], dim=1)
         pr = torch.stack([_at(leaves[i], s[3]) for i, s in enumerate(sel)], dim=1)
-        if pref.dpo.reference_free:
-            losses, z = reference_free_dpo_loss(pc, pr, pref.dpo.beta)
+        if dpo.reference_free:
+            losses, z = reference_free_dpo_loss(pc, pr, dpo.beta)
         else:
             rc = torch.stack([_at(ref_seq[i], s[2]) for i, s in enumerate(sel)], dim=1)
             rr = torch.stack([_at(ref_seq[i], s[3]) for i, s in enumerate(sel)], dim=1)
-            losses, z = loss_fn(pc, pr, rc, rr, pref.dpo.beta)
-        loss = (losses * batch.weights.to(losses.dtype)).sum() / w_total
-        coefs = torch.autograd.grad(loss, leaves, allow_unused=True) if n_pairs else [None] * len(leaves)
+            losses, z = loss_fn(pc, pr, rc, rr, dpo.beta)
+        joint = (losses * batch.weights.to(losses.dtype)).sum() / w_total
+        coefs = torch.autograd.grad(joint, leaves, allow_unused=True) if n_pairs else [None] * len(leaves)
         if it == 0:  # over every rank's pairs
             n_all = dist.all_reduce_sum(n_pairs)
             z = z.detach()
-            out.update({"pref/loss": dist.all_reduce_sum(float(loss.detach())),
-                        "pref/margin": dist.all_reduce_sum(float(z.sum())) / pref.dpo.beta / max(n_all, 1),
+            out.update({"pref/loss": dist.all_reduce_sum(float(joint.detach())),
+                        "pref/margin": dist.all_reduce_sum(float(z.sum())) / dpo.beta / max(n_all, 1),
                         "pref/accuracy": dist.all_reduce_sum(float((z > 0).sum())) / max(n_all, 1)})
         for i, (d, needed, _, _) in enumerate(sel):
             agent = agents[i]
-            bad = False
             given = coefs[i]
             coef = given if given is not None else torch.zeros(len(needed))
-            mb, pad = cfg.hardware.micro_batch_size, agent.tokenizer.pad_token_id
-            n_micro = -(-len(needed) // mb)
+            pad = agent.tokenizer.pad_token_id
             # sharded: every rank runs as many forwards/backwards (FSDP collectives), each copy of a prompt encoded
-            share = cfg.hardware.share_prefix and not sharded
-            for m in range(lockstep_count(n_micro) if sharded else n_micro):
-                if m >= n_micro or bad:  # sharded: out of samples (or already non-finite)
-                    idle_backward(agent.model, pad)
-                    continue
+            share = hardware.share_prefix and not sharded
+
+            def surrogate(m: int, agent=agent, d=d, needed=needed, coef=coef, pad=pad, share=share) -> MicroLoss:
                 idx = needed[m * mb:(m + 1) * mb]
-                with autocast(cfg.hardware.mixed_precision, agent.device), \
-                        dropout_disabled(agent.model, cfg.loss.disable_dropout):
+                with autocast(hardware.mixed_precision, agent.device), \
+                        dropout_disabled(agent.model, loss.disable_dropout):
                     logp, mask = completion_logprobs(agent.model, [d.prompts[s] for s in idx],
                                                      [d.completions[s] for s in idx], pad,
                                                      agent.config.temperature, share)
                 mask = _sampled(mask, d.forced, idx)
-                surrogate = (coef[m * mb:m * mb + len(idx)].to(logp.device, logp.dtype) * (logp * mask).sum(1)).sum()
-                if not torch.isfinite(surrogate):
-                    bad = True
-                    if not sharded:
-                        break
-                    surrogate.backward()  # the other ranks' collectives need it; the step is dropped everywhere
-                    continue
-                backward(surrogate, team.scalers.get(id(agent.model)))
-            grad_norm = team.optimizer_step(i, bad, step)
+                c = coef[m * mb:m * mb + len(idx)].to(logp.device, logp.dtype)
+                return MicroLoss((c * (logp * mask).sum(1)).sum())
+
+            def idle(model=agent.model, pad=pad) -> None:
+                idle_backward(model, pad)
+
+            done = micro_batched_backward(-(-len(needed) // mb), surrogate, idle=idle,
+                                          lockstep=lockstep_count if sharded else None,
+                                          scaler=team.scalers.get(id(agent.model)))
+            grad_norm = team.optimizer_step(i, not done.finite, step)
             if grad_norm is not None:
                 out[f"{agent.name}/grad_norm"] = grad_norm
             out[f"{agent.name}/lr"] = team.lr(i)
@@ -163,13 +163,15 @@ def dpo_step(team, config, batch: PairBatch, step: int, loss_fn=joint_dpo_loss) 
 class PairDPO:
     """DPO on the pairs the source hands over (``madpo_iter``: a round's pool; ``madpo_offline``: a pairs file).
 
-    ``joint_loss``: the joint DPO loss (``losses.joint_dpo_loss``)."""
+    ``dpo``, ``loss``, ``hardware``: the sections ``dpo_step`` reads; ``joint_loss``: the joint DPO loss
+    (``losses.joint_dpo_loss``)."""
 
-    def __init__(self, config, joint_loss=joint_dpo_loss):
-        self.config, self.joint_loss = config, joint_loss
+    def __init__(self, dpo, loss, hardware, joint_loss=joint_dpo_loss):
+        self.dpo, self.loss, self.hardware, self.joint_loss = dpo, loss, hardware, joint_loss
 
     def step(self, team, batch: PairBatch, step: int) -> StepOutput:
-        return StepOutput(dpo_step(team, self.config, batch, step, self.joint_loss), examples=batch.examples)
+        return StepOutput(dpo_step(team, self.dpo, self.loss, self.hardware, batch, step, self.joint_loss),
+                          examples=batch.examples)
 
     def checkpoint_parts(self, team, step: int) -> tuple[dict, dict]:
         return {}, {}
@@ -190,17 +192,24 @@ def _pair_indices(rollouts, chunk_pairs, i: int) -> tuple[list[int], list[int]]:
 
 class OnlineDPO:
     """MADPO online: the step's rollout (no critic) gives every tree node's (chosen, rejected) joint pairs
-    (``train.preference.pair_selection``), appended to ``pairs_out`` when set, then ``dpo_step``.
+    (``train.preference.pairs.pair_selection``), appended to ``pairs_out`` when set, then ``dpo_step``.
 
-    ``joint_loss``: the joint DPO loss (``losses.joint_dpo_loss``)."""
+    Args:
+        preference: ``train.preference`` (pairs, DPO); rollout: ``train.rollout`` (K, discount);
+        loss, hardware: what ``dpo_step`` reads; accumulation_steps: ``train.run.gradient_accumulation_steps``;
+        seed: ``train.run.seed`` (the streams of ``pair_selection: random``); settings: the ``RolloutSettings``;
+        joint_loss: the joint DPO loss (``losses.joint_dpo_loss``).
+    """
 
-    def __init__(self, config, settings, joint_loss=joint_dpo_loss):
-        self.config, self.settings, self.joint_loss = config, settings, joint_loss
+    def __init__(self, preference, rollout, loss, hardware, accumulation_steps: int, seed: int, settings,
+                 joint_loss=joint_dpo_loss):
+        self.preference, self.rollout, self.loss, self.hardware = preference, rollout, loss, hardware
+        self.accumulation_steps, self.seed, self.settings, self.joint_loss = accumulation_steps, seed, settings, \
+            joint_loss
 
     def step(self, team, batch: PromptBatch, step: int) -> StepOutput:
-        cfg = self.config
         t0 = time.perf_counter()
-        rollouts, _, t_roll = roll_out(team, batch.env, batch.items, self.settings, cfg.run.gradient_accumulation_steps)
+        rollouts, _, t_roll = roll_out(team, batch.env, batch.items, self.settings, self.accumulation_steps)
         metrics, counts = rollout_step_metrics(rollouts, {})
         team.count("completions", sum(r.num_completions for r in rollouts))
         metrics.update(self.learn(team, rollouts, step))
@@ -208,24 +217,26 @@ class OnlineDPO:
         dt = time.perf_counter() - t0
         metrics.update({"time/step_s": dt, "time/rollout_s": t_roll, "time/update_s": dt - t_roll,
                         "tokens_per_s": trained / max(dt, 1e-9)})
-        return StepOutput(metrics, float(len(batch.items)), counts, rollouts[0].examples if rollouts else [])
+        return StepOutput(metrics, float(len(batch.items)), counts, rollouts[0].examples if rollouts else [],
+                          rollouts=rollouts)
 
     def learn(self, team, rollouts, step: int) -> dict[str, float]:
         """The pairs of ``rollouts`` (every tree node's), then ``dpo_step`` on them."""
-        cfg = self.config
-        chunk_pairs = step_pairs(rollouts, cfg, f"{cfg.run.seed}/step{step}")
+        pairs_cfg = self.preference.pairs
+        chunk_pairs = step_pairs(rollouts, self.rollout, pairs_cfg, f"{self.seed}/step{step}")
         n_pairs = sum(len(p) for p in chunk_pairs)
         out = {"pref/pairs": float(n_pairs),
                "pref/gap": sum(p.gap for ps in chunk_pairs for p in ps) / max(n_pairs, 1)}
-        if cfg.preference.pairs.pairs_out:  # every rank's pairs (collective)
-            write_pairs(cfg.preference.pairs.pairs_out, step, rollouts, chunk_pairs,
+        if pairs_cfg.pairs_out:  # every rank's pairs (collective)
+            write_pairs(pairs_cfg.pairs_out, step, rollouts, chunk_pairs,
                         [tokenizer_fingerprint(a.tokenizer) for a in team.agents])
         agents = []
         for i in range(len(team.agents)):
             chosen, rejected = _pair_indices(rollouts, chunk_pairs, i)
             prompts, comps, forced = joined_samples([r.agents[i] for r in rollouts])
             agents.append(AgentPairs(prompts, comps, chosen, rejected, forced))
-        out.update(dpo_step(team, cfg, PairBatch(agents, torch.ones(n_pairs)), step, self.joint_loss))
+        out.update(dpo_step(team, self.preference.dpo, self.loss, self.hardware, PairBatch(agents, torch.ones(n_pairs)),
+                            step, self.joint_loss))
         return out
 
     def checkpoint_parts(self, team, step: int) -> tuple[dict, dict]:

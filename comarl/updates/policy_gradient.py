@@ -1,10 +1,13 @@
 """The policy-gradient update, written once for every on-policy algorithm: advantages from an estimator or a critic.
 
 One step: roll out this rank's items (``rollout_step.roll_out``, ``gradient_accumulation_steps`` chunks),
-turn credited returns into advantages with the algorithm's ``advantage(samples, config)`` (a critic, when
-the algorithm has one, prepares GAE advantages first and the estimator reads them), then for each agent:
-token log-probs -> clipped policy loss with globally normalised token weights -> backward over
-micro-batches -> ``Team.optimizer_step`` (all-reduce, clip, optimizer and scheduler step).
+turn credited returns into advantages with the algorithm's ``advantage(view, loss)`` (a critic, when the
+algorithm has one, prepares GAE advantages first and the estimator reads them from the view), then for each
+agent: per-token advantages ``[S, T]`` (a per-sequence estimate broadcast over each sample's tokens) -> token
+log-probs -> clipped policy loss with globally normalised token weights -> backward over micro-batches
+(``compute.stepping.micro_batched_backward``) -> ``Team.optimizer_step`` (all-reduce, clip, optimizer and
+scheduler step). The rollout's samples are read, never written: the KL-in-reward adjusts a copy of the
+returns, and the advantages go out in ``StepOutput.advantages``.
 """
 from __future__ import annotations
 
@@ -16,16 +19,18 @@ from typing import Callable
 import torch
 
 from .. import checkpoint as ckpt
+from ..advantages import token_advantages
 from ..compute import distributed as dist
 from ..compute.dropout import dropout_disabled
 from ..compute.micro_batches import micro_batch_spans
-from ..compute.precision import autocast, backward
+from ..compute.precision import autocast
 from ..compute.sharding import idle_backward, lockstep_count
+from ..compute.stepping import MicroLoss, micro_batched_backward
 from ..engine_mismatch import GapTotals, logprob_gap, padded, truncated_is_weights
 from ..logprobs import completion_logprobs, forced_mask
 from ..losses import clipped_policy_loss, entropy_bonus, kl_estimate, kl_penalty, sequence_kl, token_weights
 from ..steps import PromptBatch, StepOutput
-from ..types import joined_engine_logprobs, joined_samples
+from ..types import AgentView, joined_engine_logprobs, joined_samples
 from .rollout_step import roll_out, rollout_step_metrics
 
 
@@ -66,41 +71,63 @@ class PolicyGradient:
     """Advantages -> clipped policy loss for every agent.
 
     Args:
-        config: the run's ``TrainConfig`` (loss, rollout and KL settings).
-        advantage: ``(AgentSamples, config) -> [G, K]`` advantages (the algorithm's estimator).
+        loss: ``train.loss`` (clipping, normalisation, KL, iterations, the entropy bonus).
+        hardware: ``train.hardware`` (micro-batches, shared prefixes, mixed precision).
+        accumulation_steps: ``train.run.gradient_accumulation_steps``: rollout chunks per step.
+        advantage: ``(AgentView, loss) -> [G, K] or [S, T]`` advantages (the algorithm's estimator).
         settings: the ``RolloutSettings`` of the step's rollout.
         critic: a ``comarl.critics.Critic`` (IAC, MAAC), or None: it prepares values and GAE advantages
             after the rollout and takes its own optimizer step before each of an agent's passes.
-        loss: ``(logp, old_logp, adv, weights, clip_low, clip_high, ratio_level) -> (loss, stats)``, the
-            per-micro-batch policy loss (``losses.clipped_policy_loss``).
+        loss_fn: ``(logp, old_logp, adv [S, T], weights, clip_low, clip_high, ratio_level) -> (loss, stats)``,
+            the per-micro-batch policy loss (``losses.clipped_policy_loss``).
         weights: the token weights of the loss normalisation (``losses.token_weights``).
+        entropy_coef: the actor-critic entropy bonus's coefficient (with a critic only).
+        algorithm: the algorithm's name, for error messages.
     """
 
-    def __init__(self, config, advantage: Callable, settings, critic=None, loss: Callable = clipped_policy_loss,
-                 weights: Callable = token_weights):
-        self.config, self.advantage, self.settings, self.critic = config, advantage, settings, critic
-        self.loss, self.weights = loss, weights
+    def __init__(self, loss, hardware, accumulation_steps: int, advantage: Callable, settings, critic=None,
+                 loss_fn: Callable = clipped_policy_loss, weights: Callable = token_weights,
+                 entropy_coef: float = 0.0, algorithm: str = ""):
+        self.loss, self.hardware, self.accumulation_steps = loss, hardware, accumulation_steps
+        self.advantage, self.settings, self.critic = advantage, settings, critic
+        self.loss_fn, self.weights, self.entropy_coef, self.algorithm = loss_fn, weights, entropy_coef, algorithm
 
     # ----------------------------------------------------------------- step
     def step(self, team, batch: PromptBatch, step: int) -> StepOutput:
-        cfg = self.config
         t0 = time.perf_counter()
-        rollouts, values, t_roll = roll_out(team, batch.env, batch.items, self.settings,
-                                            cfg.run.gradient_accumulation_steps, self.critic)
-        metrics, counts = rollout_step_metrics(rollouts, values)
+        rollouts, prepared, t_roll = roll_out(team, batch.env, batch.items, self.settings, self.accumulation_steps,
+                                              self.critic)
+        metrics, counts = rollout_step_metrics(rollouts, prepared.metrics if prepared is not None else {})
         team.count("completions", sum(r.num_completions for r in rollouts))
         trained_tokens, gaps = 0, GapTotals()
+        advantages = []
         for i in range(len(team.agents)):
             samples = [r.agents[i] for r in rollouts]
             trained_tokens += sum(len(c) for s in samples for c in s.completion_ids)
-            metrics.update(self.update_agent(team, i, samples, step, gaps))
+            critic_adv = prepared.advantages[i] if prepared is not None else None
+            out, adv = self.update_agent(team, i, samples, step, gaps, critic_adv)
+            metrics.update(out)
+            advantages.append(adv)
         metrics.update(gaps.metrics())  # the engine's log-probs against the trainer's (generator vllm)
         dt = time.perf_counter() - t0
         metrics.update({"time/step_s": dt, "time/rollout_s": t_roll, "time/update_s": dt - t_roll,
                         "tokens_per_s": trained_tokens / max(dt, 1e-9)})
-        return StepOutput(metrics, float(len(batch.items)), counts, rollouts[0].examples if rollouts else [])
+        return StepOutput(metrics, float(len(batch.items)), counts, rollouts[0].examples if rollouts else [],
+                          rollouts=rollouts, advantages=advantages)
 
-    def update_agent(self, team, i: int, samples: list, step: int, gaps: GapTotals | None = None) -> dict[str, float]:
+    def views(self, samples: list, lengths: torch.Tensor, returns: list[torch.Tensor],
+              critic_adv: list[torch.Tensor] | None) -> list[AgentView]:
+        """One read-only :class:`AgentView` per rollout chunk of one agent (``lengths``: [S] over every chunk)."""
+        out, start = [], 0
+        for c, s in enumerate(samples):
+            n = s.num_samples
+            out.append(AgentView(returns=returns[c], turns=s.turns, lengths=lengths[start:start + n],
+                                 baseline=s.baseline, critic_advantages=critic_adv[c] if critic_adv else None))
+            start += n
+        return out
+
+    def update_agent(self, team, i: int, samples: list, step: int, gaps: GapTotals | None = None,
+                     critic_adv: list[torch.Tensor] | None = None) -> tuple[dict[str, float], list[torch.Tensor]]:
         """Advantages, then ``num_iterations`` optimizer steps for agent ``i`` on its samples of every rollout chunk.
 
         Old log-probs (the sampling policy's) are computed once, before the
@@ -111,57 +138,62 @@ class PolicyGradient:
         batch with no token in the loss (every completion truncated under
         ``mask_truncated``) skips the update (``count/empty_batch_skips``). Samples from an engine (vLLM)
         add their log-prob gap to ``gaps`` and, with ``train.tis_cap``, weigh the loss (``engine_mismatch``).
+        ``critic_adv``: per rollout chunk, the critic's advantages (``Critic.prepare``), or None.
+
+        Returns (metrics, per rollout chunk the estimator's advantages: [G, K], or [S, T] for a per-token one).
         """
-        cfg, agent = self.config, team.agents[i]
+        loss_cfg, hw, agent = self.loss, self.hardware, team.agents[i]
         model = agent.model
         prompts, comps, forced = joined_samples(samples)
         # tokens in the loss per sequence: all of it, or (structured generation) the sampled ones only
         lengths = torch.tensor([len(c) for c in comps] if forced is None else
                                [len(c) - sum(f) for c, f in zip(comps, forced)], dtype=torch.long)
-        if cfg.loss.mask_truncated and samples:  # truncated completions leave the loss and its normalisation
+        if loss_cfg.mask_truncated and samples:  # truncated completions leave the loss and its normalisation
             lengths = lengths * (~torch.cat([s.truncated for s in samples])).long()
-        spans = micro_batch_spans(group_sizes(samples, len(comps)), cfg.hardware.micro_batch_size,
-                                  cfg.hardware.share_prefix)
+        spans = micro_batch_spans(group_sizes(samples, len(comps)), hw.micro_batch_size, hw.share_prefix)
         batch = LossBatch(prompts, comps, lengths, spans,
                           n_seq=dist.all_reduce_sum(int((lengths > 0).sum())),
                           n_tok=dist.all_reduce_sum(int(lengths.sum())), n_all=dist.all_reduce_sum(len(comps)),
                           forced=forced, engine=joined_engine_logprobs(samples))
         if batch.n_seq == 0 or batch.n_tok == 0:  # the counts are global: every rank skips together
-            return self._skip_empty_batch(team, i, batch, step)
+            return self._skip_empty_batch(team, i, batch, step), []
         ref = team.references[i]
-        kl_in_reward = ref is not None and cfg.loss.kl_mode == "reward"
+        kl_in_reward = ref is not None and loss_cfg.kl_mode == "reward"
         old = None
         with team.gathered([model] + ([ref.model] if getattr(ref, "model", None) is not None else [])):
-            with autocast(cfg.hardware.mixed_precision, agent.device):
+            with autocast(hw.mixed_precision, agent.device):
                 ref_out = [ref.logprobs(prompts[a:b], comps[a:b]) for a, b in batch.spans] if ref is not None else []
             if forced is not None:  # the KL counts sampled tokens only, like the loss
                 ref_out = [(r, m * (1 - forced_mask(forced[a:b], m.shape[1])).to(m))
                            for (r, m), (a, b) in zip(ref_out, batch.spans)]
-            if cfg.loss.num_iterations > 1 or kl_in_reward:
+            if loss_cfg.num_iterations > 1 or kl_in_reward:
                 model.eval()  # the sampling policy: no dropout (as in generate and the reference)
-                with torch.no_grad(), autocast(cfg.hardware.mixed_precision, agent.device):
+                with torch.no_grad(), autocast(hw.mixed_precision, agent.device):
                     old = [completion_logprobs(model, prompts[a:b], comps[a:b], agent.tokenizer.pad_token_id,
-                                               agent.config.temperature, cfg.hardware.share_prefix)[0]
+                                               agent.config.temperature, hw.share_prefix)[0]
                            for a, b in batch.spans]
         model.train()
-        if kl_in_reward:  # R <- R - beta * sum_t kl_t, before the advantages
+        returns = [s.returns for s in samples]
+        if kl_in_reward:  # R - beta * sum_t kl_t, before the advantages (a copy: the samples stay as rolled out)
             assert old is not None  # computed above whenever kl_in_reward
-            seq_kl = torch.cat([sequence_kl(o, r, mask.to(o.dtype), cfg.loss.kl_estimator).cpu()
+            seq_kl = torch.cat([sequence_kl(o, r, mask.to(o.dtype), loss_cfg.kl_estimator).cpu()
                                 for o, (r, mask) in zip(old, ref_out)])
-            start = 0
+            returns, start = [], 0
             for s in samples:
                 part = seq_kl[start:start + s.num_samples].reshape(s.returns.shape)
-                s.returns = s.returns - cfg.loss.kl_beta * part.to(s.returns.dtype)
+                returns.append(s.returns - loss_cfg.kl_beta * part.to(s.returns.dtype))
                 start += s.num_samples
-        for s in samples:
-            s.advantages = self.advantage(s, cfg)
-        adv = torch.cat([s.advantages.reshape(-1) for s in samples]) if samples else torch.zeros(0)
+        views = self.views(samples, lengths, returns, critic_adv)
+        estimates = [self.advantage(v, loss_cfg) for v in views]
+        width = max((len(c) for c in comps), default=0)
+        adv = torch.cat([token_advantages(e, v.lengths, width, e.shape == v.returns.shape)
+                         for e, v in zip(estimates, views)]) if views else torch.zeros(0, width)
         out: dict[str, float] = {}
         name = agent.name
         ref_lp = [lp for lp, _ in ref_out]
         clip_passes: list[dict[str, float]] = []
-        for it in range(cfg.loss.num_iterations):
-            with dropout_disabled(model, cfg.loss.disable_dropout):
+        for it in range(loss_cfg.num_iterations):
+            with dropout_disabled(model, loss_cfg.disable_dropout):
                 if self.critic is not None:  # first, so a value head's backbone gradients join this agent's step
                     out.update(self.critic.update(i, it))
                     if self.critic.last_skipped:
@@ -180,71 +212,68 @@ class PolicyGradient:
             if clip_passes:
                 out[f"{name}/clip_ratio/{key}_mean"] = sum(c[key] for c in clip_passes) / len(clip_passes)
         out[f"{name}/lr"] = team.lr(i)
-        out[f"{name}/advantage_abs"] = float(adv.abs().mean()) if len(adv) else 0.0
-        return out
+        out[f"{name}/advantage_abs"] = advantage_abs(estimates, views)
+        return out, estimates
 
     def backward_pass(self, team, i: int, batch: LossBatch, adv: torch.Tensor, old, ref_lp, first: bool,
                       gaps: GapTotals | None = None):
-        """Loss and backward over the micro-batches of agent ``i``; on the first pass, the engine's log-prob gap
-        (``batch.engine``) goes to ``gaps``.
+        """Loss and backward over the micro-batches of agent ``i`` (``compute.stepping.micro_batched_backward``);
+        ``adv`` [S, T] per-token advantages; on the first pass, the engine's log-prob gap (``batch.engine``)
+        goes to ``gaps``.
 
         Returns (summed loss, fractions of this rank's real tokens clipped ``{low, high, region}``,
         mean KL to the reference over real tokens (first pass), whether a loss was non-finite).
         """
-        cfg, agent = self.config, team.agents[i]
+        lc, hw, agent = self.loss, self.hardware, team.agents[i]
         model, pad, temp = agent.model, agent.tokenizer.pad_token_id, agent.config.temperature
-        total, kl_sum, kl_tokens = 0.0, 0.0, 0
+        kl_sum, kl_tokens = 0.0, 0
         clip_sums, clip_tokens = {"low": 0.0, "high": 0.0, "region": 0.0}, 0.0
-        n_norm = batch.n_all if cfg.loss.loss_normalization == "constant" else batch.n_seq  # docs/algorithms.md
-        bad = False
+        n_norm = batch.n_all if lc.loss_normalization == "constant" else batch.n_seq  # docs/algorithms.md
         sharded = team.sharding is not None
         # sharded: every rank must run the same forwards (FSDP collectives), and whether a micro-batch shares its
         # prompts depends on that rank's items, so the sharded update encodes every copy (docs/shared_prefix.md)
-        share = cfg.hardware.share_prefix and not sharded
-        for m in range(lockstep_count(len(batch.spans)) if sharded else len(batch.spans)):
-            if m >= len(batch.spans) or bad:  # sharded: this rank is out of items (or already non-finite)
-                idle_backward(model, pad)
-                continue
+        share = hw.share_prefix and not sharded
+
+        def loss_of(m: int) -> MicroLoss:
+            nonlocal kl_sum, kl_tokens, clip_tokens
             a, b = batch.spans[m]
             forced = {"forced": batch.forced[a:b]} if batch.forced is not None else {}  # structured generation
-            with autocast(cfg.hardware.mixed_precision, agent.device):  # train.mixed_precision (precision.py)
+            with autocast(hw.mixed_precision, agent.device):  # train.mixed_precision (precision.py)
                 logp, cmask = completion_logprobs(model, batch.prompts[a:b], batch.comps[a:b], pad, temp,
                                                   share, **forced)
             in_loss = {"mask": cmask.cpu() * (batch.lengths[a:b] > 0).unsqueeze(1)} if forced else {}
-            w = self.weights(batch.lengths[a:b], logp.shape[1], cfg.loss.loss_normalization, n_norm, batch.n_tok,
-                              agent.config.max_new_tokens, **in_loss).to(logp.device)
+            w = self.weights(batch.lengths[a:b], logp.shape[1], lc.loss_normalization, n_norm, batch.n_tok,
+                             agent.config.max_new_tokens, **in_loss).to(logp.device)
             old_lp = old[m] if old is not None else logp.detach()
             if batch.engine is not None:  # sampled by an engine (vLLM): its log-probs against the trainer's
                 engine_lp, seen = padded(batch.engine[a:b], logp.shape[1]).to(logp.device), cmask.to(logp.device)
-                tis = truncated_is_weights(old_lp, engine_lp, cfg.loss.tis_cap, seen) if cfg.loss.tis_cap else None
+                tis = truncated_is_weights(old_lp, engine_lp, lc.tis_cap, seen) if lc.tis_cap else None
                 if tis is not None:
                     w = w * tis
                 if first and gaps is not None:  # the weights that sampled: this pass's log-probs are the old ones
                     gaps.add(logprob_gap(logp, engine_lp, seen), tis, seen)
-            loss, st = self.loss(logp, old_lp, adv[a:b].to(logp.device, logp.dtype), w,
-                                           cfg.loss.clip_low, cfg.loss.clip_high, cfg.loss.ratio_level)
+            loss, st = self.loss_fn(logp, old_lp, adv[a:b, :logp.shape[1]].to(logp.device, logp.dtype), w,
+                                    lc.clip_low, lc.clip_high, lc.ratio_level)
             if ref_lp:
                 if first:  # metric: KL of the policy that sampled, over real tokens
-                    kl_sum += float((kl_estimate(logp.detach(), ref_lp[m], cfg.loss.kl_estimator) * cmask).sum())
+                    kl_sum += float((kl_estimate(logp.detach(), ref_lp[m], lc.kl_estimator) * cmask).sum())
                     kl_tokens += int(cmask.sum())
-                if cfg.loss.kl_mode == "loss":
-                    loss = loss + kl_penalty(logp, ref_lp[m], w, cfg.loss.kl_beta, cfg.loss.kl_estimator)
-            if self.critic is not None and cfg.critic.entropy_coef > 0:  # actor-critic entropy bonus
-                loss = loss + entropy_bonus(logp, w, cfg.critic.entropy_coef)
-            if not torch.isfinite(loss):
-                if not sharded:
-                    return total, {}, kl_sum / max(kl_tokens, 1), True
-                bad = True  # sharded: the other ranks' collectives still need this forward's backward
-                loss.backward()  # non-finite gradients, dropped with the step on every rank
-                continue
-            backward(loss, team.scalers.get(id(model)))  # loss.backward(), fp16: loss-scaled
-            total += loss.item()
-            n = float(st["tokens"])
-            for key in clip_sums:
-                clip_sums[key] += float(st[f"clip_{key}"]) * n
-            clip_tokens += n
+                if lc.kl_mode == "loss":
+                    loss = loss + kl_penalty(logp, ref_lp[m], w, lc.kl_beta, lc.kl_estimator)
+            if self.critic is not None and self.entropy_coef > 0:  # actor-critic entropy bonus
+                loss = loss + entropy_bonus(logp, w, self.entropy_coef)
+            if torch.isfinite(loss):
+                n = float(st["tokens"])
+                for key in clip_sums:
+                    clip_sums[key] += float(st[f"clip_{key}"]) * n
+                clip_tokens += n
+            return MicroLoss(loss)
+
+        done = micro_batched_backward(len(batch.spans), loss_of, idle=lambda: idle_backward(model, pad),
+                                      lockstep=lockstep_count if sharded else None,
+                                      scaler=team.scalers.get(id(model)))
         clip = {k: v / max(clip_tokens, 1.0) for k, v in clip_sums.items()}
-        return total, ({} if bad else clip), kl_sum / max(kl_tokens, 1), bad
+        return done.total, (clip if done.finite else {}), kl_sum / max(kl_tokens, 1), not done.finite
 
     @staticmethod
     def _skip_empty_batch(team, i: int, batch: LossBatch, step: int) -> dict[str, float]:
@@ -291,4 +320,17 @@ class PolicyGradient:
             ckpt.load_sharded_module(path / name, module, optimizer)
 
 
-__all__ = ["LossBatch", "PolicyGradient", "group_sizes"]
+def advantage_abs(estimates: list[torch.Tensor], views: list[AgentView]) -> float:
+    """Mean |A| over samples (a per-token estimate: over each sample's tokens in the loss first)."""
+    per_sample = []
+    for e, v in zip(estimates, views):
+        if e.shape == v.returns.shape:
+            per_sample.append(e.reshape(-1).abs().to(torch.float64))
+        else:
+            alive = (torch.arange(e.shape[1]).unsqueeze(0) < v.lengths.unsqueeze(1)).to(torch.float64)
+            per_sample.append((e.abs().to(torch.float64) * alive).sum(1) / alive.sum(1).clamp(min=1))
+    flat = torch.cat(per_sample) if per_sample else torch.zeros(0)
+    return float(flat.mean()) if len(flat) else 0.0
+
+
+__all__ = ["LossBatch", "PolicyGradient", "advantage_abs", "group_sizes"]

@@ -22,7 +22,8 @@ def chunks_of(items: list, n_chunks: int) -> list[list]:
 
 
 def roll_out(team, env, items: list[dict], settings, n_chunks: int, critic=None):
-    """-> (rollouts [one per chunk], the critic's metrics, rollout seconds)."""
+    """-> (rollouts [one per chunk], what the critic prepared (``critics.Prepared``: metrics and advantages) or
+    None without a critic, rollout seconds)."""
     t0 = time.perf_counter()
     chunks = chunks_of(items, n_chunks)
     lockstep = settings.lockstep  # one agent gathered at a time: ranks with fewer chunks join the rest
@@ -33,10 +34,10 @@ def roll_out(team, env, items: list[dict], settings, n_chunks: int, critic=None)
         for _ in range(n_rollouts - len(chunks)):
             join_rollout(team.agents, settings, env)
         t_roll = time.perf_counter() - t0
-        values = critic.prepare(rollouts) if heads_now else {}  # values, GAE (critics/)
+        prepared = critic.prepare(rollouts) if heads_now else None  # values, GAE (critics/)
     if critic is not None and not heads_now:  # one value model gathered at a time (a head: with its agent)
-        values = critic.prepare(rollouts, scope=lambda c: team.gathered(critic.column_modules(c)))
-    return rollouts, values, t_roll
+        prepared = critic.prepare(rollouts, scope=lambda c: team.gathered(critic.column_modules(c)))
+    return rollouts, prepared, t_roll
 
 
 def rollout_step_metrics(rollouts, values: dict) -> tuple[dict[str, float], dict[str, float]]:

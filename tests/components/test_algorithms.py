@@ -172,13 +172,13 @@ def test_each_algorithm_trains_two_steps(algorithm):
 def test_num_iterations_uses_old_logprobs_from_before_the_first_update():
     seen = []
     t = _tiny_trainer("marloo", n_agents=1, num_iterations=3, max_steps=1, clip_low=0.5, clip_high=0.5)
-    real = t.update.loss
+    real = t.update.loss_fn
 
     def spy(logp, old_logp, *a, **k):  # the update's policy loss, watched
         seen.append((logp.detach().clone(), old_logp.detach().clone()))
         return real(logp, old_logp, *a, **k)
 
-    t.update.loss = spy
+    t.update.loss_fn = spy
     t.train()
     assert len(seen) == 3  # one micro-batch, three passes
     old0 = seen[0][1]

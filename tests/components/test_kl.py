@@ -125,17 +125,21 @@ def test_lora_reference_is_the_base_with_the_adapter_off():
 
 
 def test_kl_in_reward_lowers_the_returns_the_estimator_sees():
+    """The estimator's view holds the returns minus beta * KL; the rollout's own samples keep the env's reward."""
     t = _kl_trainer(0.5, mode="reward", steps=2)
-    t.config.kl_estimator = "k3"  # >= 0 per token, so the penalty can only lower a return
-    seen = []
-    real = t.update.advantage
+    t.config.loss.kl_estimator = "k3"  # >= 0 per token, so the penalty can only lower a return
+    seen, untouched = [], []
+    real = t.update.views
 
-    def spy(samples, cfg):  # the update's estimator, watched
-        raw = torch.tensor([len(x) / 10.0 for x in samples.texts]).reshape(samples.returns.shape)
-        seen.append(raw - samples.returns)  # = beta * sequence KL
-        return real(samples, cfg)
+    def views(samples, lengths, returns, critic_adv):  # the update's views, watched
+        raw = torch.cat([torch.tensor([len(x) / 10.0 for x in s.texts]) for s in samples])
+        untouched.append(torch.allclose(raw, torch.cat([s.returns.reshape(-1) for s in samples]).float()))
+        out = real(samples, lengths, returns, critic_adv)
+        seen.append(raw - torch.cat([v.returns.reshape(-1) for v in out]))  # = beta * sequence KL
+        return out
 
-    t.update.advantage = spy
+    t.update.views = views
     t.train()
     assert torch.allclose(seen[0], torch.zeros_like(seen[0]), atol=1e-5)  # step 1: policy == reference
     assert (seen[1] > 0).all()  # step 2: every sample pays beta * KL > 0
+    assert untouched == [True, True]  # the samples themselves still hold the environment's reward

@@ -69,7 +69,7 @@ def test_clip_metrics_are_token_means_averaged_over_passes():
     micro-batch 1 low and every token of micro-batch 2 high. Per pass: token means; then the mean of passes:
     low = n1 / (n1 + n2) / 2, high = n2 / (n1 + n2) / 2, region = (0 + 1) / 2."""
     t = _trainer(num_iterations=2, micro_batch_size=2)
-    real = t.update.loss
+    real = t.update.loss_fn
     calls = []
 
     def fake(*a, **k):  # the update's policy loss, with scripted clip fractions
@@ -82,7 +82,7 @@ def test_clip_metrics_are_token_means_averaged_over_passes():
         return loss, {**st, "clip_low": torch.tensor(low), "clip_high": torch.tensor(high),
                       "clip_region": torch.tensor(low + high)}
 
-    t.update.loss = fake
+    t.update.loss_fn = fake
     m = t.train()[0]
     n1, n2 = calls[0], calls[1]
     assert len(calls) == 4 and calls[2:] == [n1, n2]
@@ -102,13 +102,13 @@ def test_pass_one_ratio_is_one_with_lora_dropout(disable):
     seen = []
     torch.manual_seed(0)
     t = _trainer(lora=LoraSettings(r=4, dropout=0.3), num_iterations=2, disable_dropout=disable)
-    real = t.update.loss
+    real = t.update.loss_fn
 
     def spy(logp, old_logp, *a, **k):  # the update's policy loss, watched
         seen.append((logp.detach().clone(), old_logp.detach().clone()))
         return real(logp, old_logp, *a, **k)
 
-    t.update.loss = spy
+    t.update.loss_fn = spy
     with torch.no_grad():
         for n, p in t.agents[0].model.named_parameters():
             if "lora_B" in n:

@@ -49,7 +49,7 @@ def joint_margins(t, rollouts, pairs):
 def test_dpo_steps_raise_the_chosen_vs_rejected_margin():
     t = trainer(k=3, joint_mode="cross")
     rollouts = [collect_rollout(t.agents, t.env, ITEMS[:4], t.settings)]
-    pairs = step_pairs(rollouts, t.config, "0")
+    pairs = step_pairs(rollouts, t.config.rollout, t.config.preference.pairs, "0")
     assert sum(len(p) for p in pairs) >= 4  # random tiny agents: some joint actions match, some do not
     before = joint_margins(t, rollouts, pairs)
     m = {}

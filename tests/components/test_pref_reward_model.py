@@ -75,3 +75,19 @@ def test_rl_on_the_reward_models_score_logs_the_envs_own_reward():
                        wrapped, [{"n": i} for i in range(2)], cfg)
     hist = t.train()
     assert hist[0]["env/env_reward"] == 0.25 and hist[0]["reward/mean"] != 0.25
+
+
+def test_a_non_finite_batch_is_skipped_counted_and_said():
+    """The reward model steps through the same optimiser step as agents and critics (compute/stepping.py,
+    whose clipping tests/unit/test_stepping.py checks): a batch whose loss is non-finite leaves the weights as
+    they were, counts one skip and says so."""
+    model, tok = classifier()
+    rm = JointRewardModel(model, tok)
+    with torch.no_grad():
+        model.score.weight.fill_(float("nan"))
+    before = [p.detach().clone() for p in rm.parameters()]
+    with pytest.warns(RuntimeWarning, match=r"reward model: non-finite loss or gradient in a batch; step skipped "
+                                            r"\(skips so far: 2\)"):
+        losses = rm.fit(toy_pairs(8, 0), epochs=1, batch_size=4, lr=1e-3, max_grad_norm=1.0)
+    assert losses == [] and rm.nonfinite_skips == 2
+    assert all(torch.equal(a, b) or (a.isnan().all() and b.isnan().all()) for a, b in zip(before, rm.parameters()))

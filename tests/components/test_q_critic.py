@@ -69,10 +69,10 @@ def at_target_advantages(critic: Critic, rollout) -> list[torch.Tensor]:
     critic.prepare([rollout])
     for vm, targets in zip(critic.models, critic._targets):
         vm.fit(targets)
-    critic.prepare([rollout])
+    prepared = critic.prepare([rollout])
     for targets in critic._targets:  # a fixed point: the values it read are its new targets
         assert torch.allclose(targets.old, targets.targets)
-    return [s.critic_advantages.clone() for s in rollout.agents]
+    return [chunks[0].clone() for chunks in prepared.advantages]
 
 
 def joint_words(prompts, responses):

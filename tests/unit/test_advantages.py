@@ -71,3 +71,41 @@ def test_std_scaled_advantages_are_bounded_for_any_group():
             out = scale_by_group_std(adv, returns)
             bound = torch.clamp(adv.abs().amax(dim=1, keepdim=True), min=MAX_SCALED)
             assert (out.abs() <= bound * (1 + 1e-9)).all(), scale
+
+
+def test_token_advantages_broadcast_a_sequence_estimate_over_each_samples_tokens():
+    from comarl.advantages import token_advantages
+
+    adv = torch.tensor([[1.0, -1.0], [2.0, 0.5]])  # G=2, K=2: samples 0..3
+    lengths = torch.tensor([2, 1, 3, 0])
+    expected = torch.tensor([[1.0, 1.0, 0.0],
+                             [-1.0, 0.0, 0.0],
+                             [2.0, 2.0, 2.0],
+                             [0.0, 0.0, 0.0]])
+    assert torch.equal(token_advantages(adv, lengths, 3, per_sequence=True), expected)
+    # a per-token estimate is kept, cut to the width and zeroed past each length
+    per_token = torch.arange(8, dtype=torch.float32).reshape(4, 2)
+    assert torch.equal(token_advantages(per_token, lengths, 3, per_sequence=False),
+                       torch.tensor([[0.0, 1.0, 0.0], [2.0, 0.0, 0.0], [4.0, 5.0, 0.0], [0.0, 0.0, 0.0]]))
+
+
+def test_token_group_baseline_by_hand():
+    from comarl.advantages import token_group_baseline
+
+    # one group, returns 1, 2, 6, lengths 1, 2, 3:
+    # t=0: all three write, baseline 3 -> -2, -1, 3; t=1: samples 1 and 2, baseline 4 -> -2, 2; t=2: sample 2 alone -> 0
+    out = token_group_baseline(torch.tensor([[1.0, 2.0, 6.0]]), torch.tensor([1, 2, 3]))
+    assert torch.equal(out, torch.tensor([[-2.0, 0.0, 0.0], [-1.0, -2.0, 0.0], [3.0, 2.0, 0.0]]))
+    # equal lengths: every token gets MAGRPO's R - mean R
+    same = token_group_baseline(R, torch.full((8,), 2))
+    assert torch.equal(same, group_relative(R).reshape(8, 1).expand(8, 2))
+
+
+def test_std_scaling_of_a_per_token_estimate_uses_its_groups_returns():
+    from comarl.advantages import scale_by_group_std_any, token_group_baseline
+
+    lengths = torch.full((8,), 3)
+    scaled = scale_by_group_std_any(token_group_baseline(R, lengths), R)
+    s0, s1 = (14 / 3) ** 0.5, (16 / 3) ** 0.5
+    assert torch.allclose(scaled[:4, 0], group_relative(R)[0] / s0, atol=1e-5)
+    assert torch.allclose(scaled[4:, 2], group_relative(R)[1] / s1, atol=1e-5)

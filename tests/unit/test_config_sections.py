@@ -35,6 +35,9 @@ def test_every_config_resolves_as_before(path, monkeypatch):
     now["train"] = flat(now["train"])
     for (section, key), default in ADDED.items():
         assert now[section].pop(key) == default, (section, key)
+    for rm in (now["train"]["preference"].get("reward_model"), now["env"].get("reward_model")):
+        if isinstance(rm, dict):  # added after the recording, default 0.0 (no clipping, as before)
+            assert rm.pop("max_grad_norm") == 0.0
     assert {k: v for k, v in now.items() if k != "train"} == {k: v for k, v in before.items() if k != "train"}
     assert now["train"] == before["train"]
 
