@@ -50,9 +50,11 @@ class Case:
         return "-".join([self.env, str(self.agents)] + [f"{k}={v}" for k, v in self.args.items() if k != "sandbox"])
 
 
-TEXT_ONLY = {"demo_writing", "tldr", "arxiv", "tldr_editor", "travelplanner", "bfcl_parallel", "bfcl_multiturn_flat"}
+TEXT_ONLY = {"demo_writing", "tldr", "arxiv", "tldr_editor", "travelplanner", "bfcl_parallel", "bfcl_multiturn_flat",
+             "str_build", "house_build"}
 TLDR, ARXIV = str(WRITING / "tldr_sample.jsonl"), str(WRITING / "arxiv_sample.jsonl")
 HE, MBPP, CHE = str(DATA / "humaneval.json"), str(DATA / "mbpp.json"), str(DATA / "coophumaneval.json")
+SPIDERS = {"num": 3, "atk_low": 1, "atk_high": 3, "seed": 0}  # configs/minecraft/house_build_magrpo.yaml's
 
 
 def _coding(env, agents, source, **args):
@@ -79,6 +81,13 @@ CASES = [
     _coding("coophumaneval", 2, CHE, preset="paper", max_turns=2, feedback="level_passed"),
     _coding("classeval", 2, str(DATA / "classeval.json"), max_turns=2),
     _coding("classeval", 2, str(DATA / "classeval.json"), preset="paper", max_turns=2, feedback="plain"),
+    *(Case("str_build", n, {"preset": p, "max_turns": 2, "mode": m})
+      for n, p, m in ((2, "default", "perfect_feedback"), (2, "paper", "position_feedback"),
+                      (1, "default", "score_feedback"))),
+    *(Case("house_build", n, {"preset": p, "max_turns": 2, "mode": m, **extra})
+      for n, p, m, extra in ((2, "default", "rect_modification", {}),
+                             (2, "paper", "resource_schedule", {"limited_resource": True, "spiders": SPIDERS}),
+                             (2, "paper", "position_modification", {}), (1, "default", "perfect_feedback", {}))),
     _coding("humaneval_planner", 2, HE, max_turns=2), _coding("coophumaneval_planner", 2, CHE, preset="paper"),
     _coding("mbpp_planner", 2, MBPP), _coding("mbpp_chain", 3, MBPP), _coding("humaneval_chain", 3, HE, preset="paper"),
 ]
@@ -93,6 +102,8 @@ def test_the_cases_cover_every_registered_environment_and_preset():
     function_envs = {"humaneval", "mbpp", "coophumaneval"}
     assert {c.args.get("preset", "default") for c in CASES if c.env in function_envs} == set(FUNCTION_PRESETS)
     assert {c.args.get("preset", "default") for c in CASES if c.env == "classeval"} == set(CLASS_PRESETS)
+    for env in ("str_build", "house_build"):
+        assert {c.args["preset"] for c in CASES if c.env == env} == {"default", "paper"}
 
 
 class Built:
