@@ -54,7 +54,7 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
@@ -63,6 +63,9 @@ from .generation.team import generate_for_agents
 from .schema import schema_of
 from .stages import Stage, StageGraph, leaves_and_completions, stage_graph, stage_prompt
 from .types import AgentSamples, Rollout, RolloutTree
+
+if TYPE_CHECKING:
+    from .seams import Lockstep, TeamGenerator
 
 
 def joint_actions(mode: str, k: int, n: int) -> torch.Tensor:
@@ -185,20 +188,20 @@ class RolloutSettings:
     keep_records: bool = False
     batch_adapters: bool = True
     share_prefix: bool = True
-    generator: Any = None
-    """The team generator (``generation/team.py`` contract); None: Hugging Face ``generate``
+    generator: "TeamGenerator | None" = None
+    """The team generator (``seams.TeamGenerator``, ``generation/team.py``); None: Hugging Face ``generate``
     (``generate_for_agents``)."""
     successor_generations: int | None = None
     """Samples per node of a team graph's later branch stages (None: ``num_generations``); evaluation uses 1,
     so an item has ``num_generations`` leaves per turn as in aligned mode."""
-    lockstep: Any = None
-    """Sharded models gathered one agent at a time (``train.fsdp_gather: agent``): an object with
+    lockstep: "Lockstep | None" = None
+    """Sharded models gathered one agent at a time (``train.fsdp_gather: agent``): a ``seams.Lockstep`` with
     ``scope(agents)`` (a context in which those agents' models are whole; every rank must enter the same
     scopes in the same order), ``any(flag)`` (whether ``flag`` is set on some rank) and ``max(n)``. None:
     the models are whole already (not sharded, or the whole team gathered around the rollout)."""
 
     @property
-    def team_generator(self):
+    def team_generator(self) -> "TeamGenerator":
         return self.generator if self.generator is not None else generate_for_agents
 
     @classmethod
@@ -430,9 +433,12 @@ def join_rollout(agents: Sequence, s: RolloutSettings, env: Environment | None =
     the same checks and per-agent gathers for every stage of every turn, generating nothing. ``env``: the
     environment whose team graph the others follow (None: one stage)."""
     graph = stage_graph(env, len(agents)) if env is not None else StageGraph.single(len(agents))
+    lockstep = s.lockstep
+    if lockstep is None:
+        raise ValueError("join_rollout: only a sharded rank in lockstep (RolloutSettings.lockstep) joins a rollout")
     for _ in range(s.num_turns):
         for _stage in graph.stages:
-            if not s.lockstep.any(False):
+            if not lockstep.any(False):
                 return
             if s.greedy_baseline:
                 _join_generation(agents, 1, s, greedy=True)

@@ -21,13 +21,16 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .compute import distributed as dist
 from .config_io import ConfigError
 from .steps import PairBatch, PromptBatch
+
+if TYPE_CHECKING:
+    from .seams import TeamView
 
 
 class EpochCursor:
@@ -86,10 +89,10 @@ class _Plain:
 
     epoch_based = True
 
-    def checkpoint_parts(self, team, step: int) -> tuple[dict, dict]:
+    def checkpoint_parts(self, team: "TeamView", step: int) -> tuple[dict, dict]:
         return {}, {}
 
-    def restore(self, path: Path, team) -> None:
+    def restore(self, path: Path, team: "TeamView") -> None:
         pass
 
     def ends_round(self, step: int) -> bool:
@@ -112,7 +115,7 @@ class PromptBatches(_Plain):
         """This rank's items of the next global batch (advances the position)."""
         return [self.items[i] for i in dist.shard(self.cursor.next_indices())]
 
-    def next(self, step: int, team) -> PromptBatch:
+    def next(self, step: int, team: "TeamView") -> PromptBatch:
         return PromptBatch(self.next_items(), self.env)
 
 
@@ -152,7 +155,7 @@ class PairsFile(_Plain):
         self.to_ids = text_pairs_to_ids  # (agents, pairs) -> [AgentPairs]; a test may watch it
         self.total_steps = max_steps or self.cursor.steps_per_epoch * epochs
 
-    def next(self, step: int, team) -> PairBatch:
+    def next(self, step: int, team: "TeamView") -> PairBatch:
         from .preference.rollout_pairs import check_text_pairs
 
         batch = [self.pairs[i] for i in self.cursor.next_indices()]

@@ -27,12 +27,16 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
 from ..advantages import scale_by_group_std_any
 from ..config_io import ConfigError
+
+if TYPE_CHECKING:
+    from ..config import TrainConfig
+    from ..seams import StepSource, TeamGenerator, TeamView, Update
 
 
 @dataclass
@@ -50,13 +54,13 @@ class Parts:
         generator: the team generator the rollouts use (``generation/team.py``); None: Hugging Face's.
     """
 
-    config: Any
-    team: Any
+    config: "TrainConfig"
+    team: "TeamView"
     env: Any
     items: list[dict]
     algorithm: "Algorithm"
     critic: Any = None
-    generator: Any = None
+    generator: "TeamGenerator | None" = None
 
     def rollout_settings(self, **changes):
         """The rollout settings of the steps (the team's lockstep; the algorithm's greedy baseline)."""
@@ -76,7 +80,7 @@ class Parts:
                              cfg.run.shuffle, cfg.run.epochs, cfg.run.max_steps)
 
 
-def policy_gradient(parts: Parts):
+def policy_gradient(parts: Parts) -> "Update":
     """The policy-gradient update with the algorithm's estimator (and critic, when it has one)."""
     from ..updates import PolicyGradient
 
@@ -89,7 +93,7 @@ def policy_gradient(parts: Parts):
                           algorithm=parts.algorithm.name)
 
 
-def prompt_batches(parts: Parts):
+def prompt_batches(parts: Parts) -> "StepSource":
     return parts.prompt_batches()
 
 
@@ -110,8 +114,8 @@ class Algorithm:
     greedy_baseline: bool = False
     summary: str = ""
     critic: str | None = None
-    update: Callable[[Parts], Any] = policy_gradient
-    source: Callable[[Parts], Any] = prompt_batches
+    update: Callable[[Parts], "Update"] = policy_gradient
+    source: Callable[[Parts], "StepSource"] = prompt_batches
     steps_with: Callable[[Any], "Algorithm"] | None = None
     check: Callable[[Any, list], None] = field(default=no_check)
     reference: Callable[[Any], bool] = field(default=no_reference)

@@ -112,8 +112,9 @@ def pairs_file(parts: Parts):
     from ..sources import PairsFile, load_pairs_file
 
     cfg = parts.config
-    pairs = load_pairs_file(cfg.preference.pairs.pairs_in)
-    return PairsFile(pairs, cfg.preference.pairs.pairs_in, parts.env, cfg.run.batch_size * dist.world_size(),
+    path = cfg.preference.pairs.pairs_in
+    pairs = load_pairs_file(path)  # raises unless the path names a file of pairs
+    return PairsFile(pairs, path or "", parts.env, cfg.run.batch_size * dist.world_size(),
                      cfg.run.seed, cfg.run.shuffle, cfg.run.epochs, cfg.run.max_steps)
 
 

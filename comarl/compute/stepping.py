@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import torch
 
 from . import distributed as dist
 from .precision import backward
+
+if TYPE_CHECKING:
+    from .precision import LossScaler
 
 
 @dataclass
@@ -49,7 +52,8 @@ class BackwardResult:
 
 
 def micro_batched_backward(n_micro: int, loss_of: Callable[[int], MicroLoss], *, idle: Callable[[], None],
-                           lockstep: Callable[[int], int] | None = None, scaler=None) -> BackwardResult:
+                           lockstep: Callable[[int], int] | None = None,
+                           scaler: "LossScaler | None" = None) -> BackwardResult:
     """Backpropagate ``loss_of(m)`` for m in ``range(n_micro)`` (module docstring).
 
     ``lockstep``: None without sharding; else ``n -> max over ranks of n`` (``sharding.lockstep_count``);
@@ -66,7 +70,8 @@ def micro_batched_backward(n_micro: int, loss_of: Callable[[int], MicroLoss], *,
         if not torch.isfinite(part.loss):
             finite = False
             if lockstep is not None:  # this forward's collectives need a backward
-                (part.zero if part.zero is not None else part.loss).backward()
+                stand_in = part.zero if part.zero is not None else part.loss
+                stand_in.backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward has no annotations
             continue
         backward(part.loss, scaler)
         total += float(part.loss.detach())
@@ -74,7 +79,8 @@ def micro_batched_backward(n_micro: int, loss_of: Callable[[int], MicroLoss], *,
 
 
 def optimizer_step(params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer, *, bad: bool = False,
-                   scheduler=None, max_grad_norm: float = 0.0, scaler=None,
+                   scheduler: torch.optim.lr_scheduler.LRScheduler | None = None, max_grad_norm: float = 0.0,
+                   scaler: "LossScaler | None" = None,
                    reduce_grads: Callable[[], None] | None = None, on_skip: Callable[[], None] | None = None,
                    all_reduce_sum: Callable[[float], float] = dist.all_reduce_sum) -> float | None:
     """One optimiser step over ``params``; the gradient norm (before clipping), or None when skipped.
@@ -119,7 +125,7 @@ def trainable(modules: Iterable[torch.nn.Module]) -> list[torch.nn.Parameter]:
     return list(seen.values())
 
 
-def _as_float(t) -> float:
+def _as_float(t: torch.Tensor) -> float:
     """A scalar tensor (a DTensor total norm included) -> float."""
     from torch.distributed.tensor import DTensor
 

@@ -48,6 +48,7 @@ from .pair_tokens import tokenizer_fingerprint
 from .parallel_fit import ParallelFit
 
 if TYPE_CHECKING:
+    from ..seams import TeamView
     from .reward_model import JointRewardModel
 from .replay import replay_pool
 from .rollout_pairs import (all_ranks_pairs, comparison_pairs_of, node_items, node_rngs, step_pairs, text_pairs,
@@ -115,7 +116,7 @@ class RoundSampler:
             (self.out / "rounds.json").write_text(json.dumps({"rounds_done": done, "checkpoint": str(checkpoint)}))
 
     # ----------------------------------------------------------- a round's pairs
-    def sample(self, team, r: int, step: int) -> tuple[list[dict], dict[str, float], list[dict]]:
+    def sample(self, team: "TeamView", r: int, step: int) -> tuple[list[dict], dict[str, float], list[dict]]:
         """Round r's pairs (every rank's, written to its file), its metrics, and a few sampled rows."""
         cfg, pref = self.config, self.config.preference
         comparator = self.comparator_agents(team, r)
@@ -186,7 +187,7 @@ class RoundSampler:
         return ckpt.load_extra(self.resumed_from, name)
 
     # ----------------------------------------------------------- comparators
-    def comparator_agents(self, team, r: int):
+    def comparator_agents(self, team: "TeamView", r: int):
         """Who writes the other side of round r's pairs (None: the policy's own candidates are paired)."""
         pref = self.config.preference
         kind = pref.iterative.comparator
@@ -230,13 +231,13 @@ class RoundSampler:
                                                    "train.preference.comparator"))
 
     @staticmethod
-    def _build(team, build, configs: list) -> list:
+    def _build(team: "TeamView", build, configs: list) -> list:
         """A comparator built as the agents are: under sharding rank 0 reads it and the others build it on
         meta (``sharding.built_on_rank0``; ``_shard`` then sends rank 0's weights)."""
         return built_on_rank0(build, configs) if team.sharding is not None else build(configs, meta=False)
 
     @staticmethod
-    def _shard(team, agents):
+    def _shard(team: "TeamView", agents):
         """Under ``sharding: fsdp`` a comparator's models are sharded like the agents (gathered for the round's
         sampling only), so a fixed comparator does not stay whole on every rank for the whole run."""
         if team.sharding is not None:
@@ -244,7 +245,7 @@ class RoundSampler:
                 team.sharding.add(m, "the comparator")
         return agents
 
-    def _load_folder(self, team, folder: Path, key: str):
+    def _load_folder(self, team: "TeamView", folder: Path, key: str):
         """The comparator of a checkpoint folder (built as :meth:`_build` says)."""
         with torch.random.fork_rng(devices=[]):
             try:
@@ -282,7 +283,7 @@ class DPORounds:
         pref = self.sampler.config.preference
         return pref.iterative.reference == "current" and not pref.dpo.reference_free
 
-    def next(self, step: int, team) -> PairBatch | SkipStep:
+    def next(self, step: int, team: "TeamView") -> PairBatch | SkipStep:
         r, offset = divmod(step, self.sampler.steps_per_round)
         if self.round != r:
             self._start(team, r, step) if offset == 0 else self._resume_inside(team, r, step)
@@ -292,7 +293,7 @@ class DPORounds:
         examples, self.examples = self.examples, []  # the round's samples go with its first step
         return PairBatch(self.data, self.data_weights, dict(self.metrics), examples)
 
-    def _start(self, team, r: int, step: int) -> None:
+    def _start(self, team: "TeamView", r: int, step: int) -> None:
         if self.refreshes_reference:
             if team.sharding is not None:  # the sharded copy made at the start takes the policy's shards
                 for i, ref in team.distinct_references():
@@ -304,7 +305,7 @@ class DPORounds:
         self.metrics["reward/mean"] = self.metrics["pref/env_reward"]  # the policy's round samples
         self._build_pool(team, r, pairs)
 
-    def _resume_inside(self, team, r: int, step: int) -> None:
+    def _resume_inside(self, team: "TeamView", r: int, step: int) -> None:
         """Resumed inside round r: its pairs from disk, its frozen reference (reference: current) from the
         checkpoint."""
         pairs = self.sampler.read_round(r, step)
@@ -325,7 +326,7 @@ class DPORounds:
                                   f"(a checkpoint of a sharded run)")
         team.place_references()
 
-    def _build_pool(self, team, r: int, pairs: list[dict]) -> None:
+    def _build_pool(self, team: "TeamView", r: int, pairs: list[dict]) -> None:
         self.pool, weights = self.sampler.pool(r, pairs)
         # each rank trains on its share of the pool (data parallel; the loss is normalised globally)
         mine = dist.shard(list(range(len(self.pool))))
@@ -340,10 +341,10 @@ class DPORounds:
     def saved(self, path: Path | None, step: int) -> None:
         self.sampler.saved(path, step)
 
-    def restore(self, path: Path, team) -> None:
+    def restore(self, path: Path, team: "TeamView") -> None:
         self.sampler.resumed_from = Path(path)
 
-    def checkpoint_parts(self, team, step: int) -> tuple[dict, dict]:
+    def checkpoint_parts(self, team: "TeamView", step: int) -> tuple[dict, dict]:
         """Inside a round with ``reference: current``: the frozen reference copies (``reference<i>``), which
         nothing else can rebuild."""
         if not self.refreshes_reference or self.sampler.ends_round(step):
@@ -372,7 +373,7 @@ class RewardModelRounds:
         self.pool: list[dict] = []
         self.weights = torch.zeros(0)
 
-    def next(self, step: int, team) -> PromptBatch | SkipStep:
+    def next(self, step: int, team: "TeamView") -> PromptBatch | SkipStep:
         r, offset = divmod(step, self.sampler.steps_per_round)
         if self.round != r:
             self._start(team, r, step) if offset == 0 else self._resume_inside(team, r, step)
@@ -381,7 +382,7 @@ class RewardModelRounds:
             return SkipStep({**self.metrics, "rm/skipped_step": 1.0})
         return PromptBatch(self.sampler.prompts.next_items(), self.env, dict(self.metrics))
 
-    def _start(self, team, r: int, step: int) -> None:
+    def _start(self, team: "TeamView", r: int, step: int) -> None:
         if self.reward_model is None and self._has_reward_model():
             # resumed at a round boundary: last round's model, to continue or to keep when this round has no pair
             self.reward_model = self._load_reward_model(team)
@@ -391,7 +392,7 @@ class RewardModelRounds:
         self.metrics["pref/pool"] = float(len(self.pool))
         self.fit_reward_model(team, r)
 
-    def _resume_inside(self, team, r: int, step: int) -> None:
+    def _resume_inside(self, team: "TeamView", r: int, step: int) -> None:
         """Resumed inside round r: its pairs from disk, its reward model from the checkpoint."""
         pairs = self.sampler.read_round(r, step)
         self.metrics = {"round": r, "pref/pairs": float(len(pairs))}
@@ -401,7 +402,7 @@ class RewardModelRounds:
             self.reward_model = self._load_reward_model(team)
             self.env = self._reward_env()
 
-    def fit_reward_model(self, team, r: int) -> None:
+    def fit_reward_model(self, team: "TeamView", r: int) -> None:
         """Fit (fresh, or continued with ``reward_model_refit: continue``) the joint reward model on round r's
         pool; its score becomes the reward of the round's steps."""
         from ..critics.joint_input import resolve_joint_input
@@ -438,11 +439,11 @@ class RewardModelRounds:
         return RewardModelEnv(self.sampler.base_env, self.reward_model)
 
     @staticmethod
-    def _data_parallel(team, rm):
+    def _data_parallel(team: "TeamView", rm):
         """Under torchrun: ``rm`` trains over all ranks, sharded on the team's mesh when the agents are."""
         return rm.data_parallel(ParallelFit(team.sharding)) if dist.is_distributed() else rm
 
-    def _load_reward_model(self, team):
+    def _load_reward_model(self, team: "TeamView"):
         """The checkpoint's reward model: ``reward_model.pt`` (an unsharded run's, loaded before sharding) or
         ``reward_model/dcp`` (a sharded run's, resharded onto this run's ranks or loaded whole)."""
         from ..critics.joint_input import resolve_joint_input
@@ -475,10 +476,10 @@ class RewardModelRounds:
     def saved(self, path: Path | None, step: int) -> None:
         self.sampler.saved(path, step)
 
-    def restore(self, path: Path, team) -> None:
+    def restore(self, path: Path, team: "TeamView") -> None:
         self.sampler.resumed_from = Path(path)
 
-    def checkpoint_parts(self, team, step: int) -> tuple[dict, dict]:
+    def checkpoint_parts(self, team: "TeamView", step: int) -> tuple[dict, dict]:
         """The reward model (used inside the round, continued next round, or kept by a next round without
         pairs): ``reward_model/dcp`` when sharded (no optimiser: each fit builds its own), else
         ``reward_model.pt``."""

@@ -30,6 +30,7 @@ from ..config_io import ConfigError
 from ..critics import build_critic, shard_critic
 from ..envs.base import Environment
 from ..rollout import check_tree_size
+from ..seams import StepSource, TeamGenerator, Update
 from ..stages import stage_graph
 from ..runtime import check_mixed_precision
 from .optim import build_optimizer, build_scheduler
@@ -136,10 +137,10 @@ class Run:
     """A built run: the team, the update each step runs, the source of each step's batch, the generator."""
 
     team: Team
-    update: Any
-    source: Any
+    update: Update
+    source: StepSource
     critic: Any = None
-    generator: Any = None
+    generator: TeamGenerator | None = None
 
 
 def build_run(agents: Sequence, env: Environment, items: list[dict], cfg, algorithm: Algorithm,

@@ -134,7 +134,12 @@ class Trainer:
         return self.source.cursor.order(epoch)
 
     def next_batch(self) -> list[dict]:
-        """This rank's items of the next global batch (advances the data position)."""
+        """This rank's items of the next global batch (advances the data position); prompt batches only."""
+        from ..sources import PromptBatches
+
+        if not isinstance(self.source, PromptBatches):
+            raise TypeError(f"Trainer.next_batch: {self.config.algorithm} takes its batches from "
+                            f"{type(self.source).__name__}, not from prompt batches")
         return self.source.next_items()
 
     def training_step(self, items: list[dict]) -> dict[str, float]:

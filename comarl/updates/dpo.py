@@ -26,6 +26,7 @@ them skip the step.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -41,6 +42,9 @@ from ..preference.rollout_pairs import step_pairs, write_pairs
 from ..steps import AgentPairs, PairBatch, PromptBatch, StepOutput
 from ..types import joined_samples
 from .rollout_step import roll_out, rollout_step_metrics
+
+if TYPE_CHECKING:
+    from ..seams import TeamView
 
 
 def _sampled(mask: torch.Tensor, forced, idx: list[int]) -> torch.Tensor:
@@ -68,7 +72,8 @@ def _at(seq: torch.Tensor, positions: list[int]) -> torch.Tensor:
     return torch.where(idx >= 0, seq[idx.clamp(min=0)] if len(seq) else torch.zeros(len(idx)), torch.zeros(()))
 
 
-def dpo_step(team, dpo, loss, hardware, batch: PairBatch, step: int, loss_fn=joint_dpo_loss) -> dict[str, float]:
+def dpo_step(team: "TeamView", dpo, loss, hardware, batch: PairBatch, step: int,
+             loss_fn=joint_dpo_loss) -> dict[str, float]:
     """``loss.num_iterations`` optimizer steps per agent on the weighted joint DPO loss
     ``sum_p w_p * loss_p / sum(w)`` (sums over every rank). Collective: every rank calls it, with its own
     share of the pairs (possibly none). ``dpo``: ``train.preference.dpo`` (beta, reference-free);
@@ -169,14 +174,14 @@ class PairDPO:
     def __init__(self, dpo, loss, hardware, joint_loss=joint_dpo_loss):
         self.dpo, self.loss, self.hardware, self.joint_loss = dpo, loss, hardware, joint_loss
 
-    def step(self, team, batch: PairBatch, step: int) -> StepOutput:
+    def step(self, team: "TeamView", batch: PairBatch, step: int) -> StepOutput:
         return StepOutput(dpo_step(team, self.dpo, self.loss, self.hardware, batch, step, self.joint_loss),
                           examples=batch.examples)
 
-    def checkpoint_parts(self, team, step: int) -> tuple[dict, dict]:
+    def checkpoint_parts(self, team: "TeamView", step: int) -> tuple[dict, dict]:
         return {}, {}
 
-    def restore(self, path, team) -> None:
+    def restore(self, path, team: "TeamView") -> None:
         pass
 
 
@@ -207,7 +212,7 @@ class OnlineDPO:
         self.accumulation_steps, self.seed, self.settings, self.joint_loss = accumulation_steps, seed, settings, \
             joint_loss
 
-    def step(self, team, batch: PromptBatch, step: int) -> StepOutput:
+    def step(self, team: "TeamView", batch: PromptBatch, step: int) -> StepOutput:
         t0 = time.perf_counter()
         rollouts, _, t_roll = roll_out(team, batch.env, batch.items, self.settings, self.accumulation_steps)
         metrics, counts = rollout_step_metrics(rollouts, {})
@@ -220,7 +225,7 @@ class OnlineDPO:
         return StepOutput(metrics, float(len(batch.items)), counts, rollouts[0].examples if rollouts else [],
                           rollouts=rollouts)
 
-    def learn(self, team, rollouts, step: int) -> dict[str, float]:
+    def learn(self, team: "TeamView", rollouts, step: int) -> dict[str, float]:
         """The pairs of ``rollouts`` (every tree node's), then ``dpo_step`` on them."""
         pairs_cfg = self.preference.pairs
         chunk_pairs = step_pairs(rollouts, self.rollout, pairs_cfg, f"{self.seed}/step{step}")
@@ -239,10 +244,10 @@ class OnlineDPO:
                             step, self.joint_loss))
         return out
 
-    def checkpoint_parts(self, team, step: int) -> tuple[dict, dict]:
+    def checkpoint_parts(self, team: "TeamView", step: int) -> tuple[dict, dict]:
         return {}, {}
 
-    def restore(self, path, team) -> None:
+    def restore(self, path, team: "TeamView") -> None:
         pass
 
 

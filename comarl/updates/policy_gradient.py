@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
@@ -32,6 +32,9 @@ from ..losses import clipped_policy_loss, entropy_bonus, kl_estimate, kl_penalty
 from ..steps import PromptBatch, StepOutput
 from ..types import AgentView, joined_engine_logprobs, joined_samples
 from .rollout_step import roll_out, rollout_step_metrics
+
+if TYPE_CHECKING:
+    from ..seams import TeamView
 
 
 @dataclass
@@ -93,7 +96,7 @@ class PolicyGradient:
         self.loss_fn, self.weights, self.entropy_coef, self.algorithm = loss_fn, weights, entropy_coef, algorithm
 
     # ----------------------------------------------------------------- step
-    def step(self, team, batch: PromptBatch, step: int) -> StepOutput:
+    def step(self, team: "TeamView", batch: PromptBatch, step: int) -> StepOutput:
         t0 = time.perf_counter()
         rollouts, prepared, t_roll = roll_out(team, batch.env, batch.items, self.settings, self.accumulation_steps,
                                               self.critic)
@@ -126,7 +129,7 @@ class PolicyGradient:
             start += n
         return out
 
-    def update_agent(self, team, i: int, samples: list, step: int, gaps: GapTotals | None = None,
+    def update_agent(self, team: "TeamView", i: int, samples: list, step: int, gaps: GapTotals | None = None,
                      critic_adv: list[torch.Tensor] | None = None) -> tuple[dict[str, float], list[torch.Tensor]]:
         """Advantages, then ``num_iterations`` optimizer steps for agent ``i`` on its samples of every rollout chunk.
 
@@ -215,7 +218,7 @@ class PolicyGradient:
         out[f"{name}/advantage_abs"] = advantage_abs(estimates, views)
         return out, estimates
 
-    def backward_pass(self, team, i: int, batch: LossBatch, adv: torch.Tensor, old, ref_lp, first: bool,
+    def backward_pass(self, team: "TeamView", i: int, batch: LossBatch, adv: torch.Tensor, old, ref_lp, first: bool,
                       gaps: GapTotals | None = None):
         """Loss and backward over the micro-batches of agent ``i`` (``compute.stepping.micro_batched_backward``);
         ``adv`` [S, T] per-token advantages; on the first pass, the engine's log-prob gap (``batch.engine``)
@@ -276,7 +279,7 @@ class PolicyGradient:
         return done.total, (clip if done.finite else {}), kl_sum / max(kl_tokens, 1), not done.finite
 
     @staticmethod
-    def _skip_empty_batch(team, i: int, batch: LossBatch, step: int) -> dict[str, float]:
+    def _skip_empty_batch(team: "TeamView", i: int, batch: LossBatch, step: int) -> dict[str, float]:
         """No token of agent ``i`` is in the loss on any rank: no update, its own counter, one line. An agent that
         wrote nothing at all (a team graph's router chose others everywhere) is skipped without either."""
         if batch.n_all == 0:
@@ -288,14 +291,14 @@ class PolicyGradient:
         return {f"{team.agents[i].name}/lr": team.lr(i)}
 
     @staticmethod
-    def _count_critic_skip(team, i: int, step: int) -> None:
+    def _count_critic_skip(team: "TeamView", i: int, step: int) -> None:
         """The critic's step (agent ``i``'s column) was skipped on every rank: its own counter, one line."""
         n = team.count("critic_nonfinite_skips")
         warnings.warn(f"step {step}: non-finite value loss for {team.agents[i].name}'s critic; critic "
                       f"update skipped (critic skips so far: {n})", RuntimeWarning, stacklevel=2)
 
     # ----------------------------------------------------------------- checkpoints
-    def checkpoint_parts(self, team, step: int) -> tuple[dict, dict]:
+    def checkpoint_parts(self, team: "TeamView", step: int) -> tuple[dict, dict]:
         """The critic: per column ``critic<c>/dcp`` (backbone, head, optimiser) when sharded, else ``critic.pt``."""
         if self.critic is None:
             return {}, {}
@@ -303,7 +306,7 @@ class PolicyGradient:
             return self.critic.checkpoint_modules(), {}
         return {}, {"critic.pt": self.critic.state_dict()}
 
-    def restore(self, path, team) -> None:
+    def restore(self, path, team: "TeamView") -> None:
         """The critic of a checkpoint: ``critic<c>/dcp`` per column (written sharded; DCP reshards it to this
         run, sharded or whole) or ``critic.pt``."""
         if self.critic is None:

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import math
 import time
+from typing import TYPE_CHECKING
 
 from ..rollout import collect_rollout, join_rollout, rollout_metrics
+
+if TYPE_CHECKING:
+    from ..seams import TeamView
 
 
 def chunks_of(items: list, n_chunks: int) -> list[list]:
@@ -21,7 +25,7 @@ def chunks_of(items: list, n_chunks: int) -> list[list]:
     return [items[i:i + size] for i in range(0, len(items), size)] if size else []
 
 
-def roll_out(team, env, items: list[dict], settings, n_chunks: int, critic=None):
+def roll_out(team: "TeamView", env, items: list[dict], settings, n_chunks: int, critic=None):
     """-> (rollouts [one per chunk], what the critic prepared (``critics.Prepared``: metrics and advantages) or
     None without a critic, rollout seconds)."""
     t0 = time.perf_counter()
