@@ -36,7 +36,7 @@ from ..config_io import ConfigError
 
 if TYPE_CHECKING:
     from ..config import TrainConfig
-    from ..seams import StepSource, TeamGenerator, TeamView, Update
+    from ..seams import Lockstep, StepSource, TeamGenerator, Update
 
 
 @dataclass
@@ -45,7 +45,8 @@ class Parts:
 
     Attributes:
         config: the run's ``TrainConfig``.
-        team: the Team (``training/team.py``): agents, references, optimisers, sharding.
+        lockstep: the ranks' lockstep while sharded agents are gathered one at a time (``train.fsdp_gather:
+            agent``), else None.
         env: the environment.
         items: the training items.
         algorithm: the record whose estimator, critic and greedy baseline the steps use (for ``marlhf_iter``
@@ -55,7 +56,7 @@ class Parts:
     """
 
     config: "TrainConfig"
-    team: "TeamView"
+    lockstep: "Lockstep | None"
     env: Any
     items: list[dict]
     algorithm: "Algorithm"
@@ -67,7 +68,7 @@ class Parts:
         from ..rollout import RolloutSettings
 
         return RolloutSettings.from_train_config(self.config, **{
-            "greedy_baseline": self.algorithm.greedy_baseline, "lockstep": self.team.lockstep,
+            "greedy_baseline": self.algorithm.greedy_baseline, "lockstep": self.lockstep,
             "generator": self.generator, **changes})
 
     def prompt_batches(self):

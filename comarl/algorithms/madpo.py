@@ -104,7 +104,7 @@ def pair_update(parts: Parts):
 def dpo_rounds(parts: Parts):
     from ..preference.rounds import DPORounds, RoundSampler
 
-    return DPORounds(RoundSampler(parts.config, parts.prompt_batches(), parts.team.lockstep, parts.generator))
+    return DPORounds(RoundSampler(parts.config, parts.prompt_batches(), parts.lockstep, parts.generator))
 
 
 def pairs_file(parts: Parts):

@@ -52,7 +52,7 @@ def check_marlhf(config, agents) -> None:
 def reward_model_rounds(parts: Parts):
     from ..preference.rounds import RewardModelRounds, RoundSampler
 
-    return RewardModelRounds(RoundSampler(parts.config, parts.prompt_batches(), parts.team.lockstep, parts.generator))
+    return RewardModelRounds(RoundSampler(parts.config, parts.prompt_batches(), parts.lockstep, parts.generator))
 
 
 def inner_update(parts: Parts):

@@ -6,8 +6,9 @@ minutes a 7B model takes to load and shard); ``build_run`` then builds, for the 
 
     agents (rank 0 reads them under sharding, the others build on meta) -> the critic the record names
     -> fp16 scalers, memory savers -> references (the KL term, or an update that learns against one)
-    -> FSDP2 sharding of agents, references and critic -> optimisers -> the source (the run's length)
-    -> schedulers -> the generator (``train.generator: vllm``: engines built from the final weights) -> the update
+    -> FSDP2 sharding of agents, references and critic -> optimisers -> the generator (``train.generator:
+    vllm``: engines built from the final weights) -> the source (the run's length) -> schedulers -> the Team,
+    in one constructor call with every part -> the update
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from ..algorithms.base import Algorithm, Parts
 from ..compute import distributed as dist
 from ..compute.placement import agent_device_names, check_shared_devices
 from ..compute.precision import setup_memory_savers
-from ..compute.sharding import built_on_rank0, shard_agents
+from ..compute.placement import place_references
+from ..compute.sharding import AgentAtATime, built_on_rank0, shard_agents
 from ..config_io import ConfigError
 from ..critics import build_critic, shard_critic
 from ..envs.base import Environment
@@ -34,7 +36,7 @@ from ..seams import StepSource, TeamGenerator, Update
 from ..stages import stage_graph
 from ..runtime import check_mixed_precision
 from .optim import build_optimizer, build_scheduler
-from .team import Team
+from .team import Team, new_references
 
 
 def seed_everything(seed: int) -> None:
@@ -166,22 +168,22 @@ def build_run(agents: Sequence, env: Environment, items: list[dict], cfg, algori
     scalers = setup_memory_savers(built, cfg)
     if dist.world_size() > 1:  # ... but a different sampling stream per rank
         seed_everything(dist.sampling_seed(cfg.run.seed, dist.rank()))
-    team = Team(built, [None] * len(built), [], [], scalers, None, cfg.loss.max_grad_norm, cfg.hardware.fsdp_gather,
-                cfg.hardware.share_prefix, cfg.hardware.reference_device)
-    if algorithm.needs_reference(cfg):
-        team.references = team.new_references()
-    team.place_references()
+    hw = cfg.hardware
+    references = (place_references(new_references(built, hw.share_prefix), hw.reference_device, built)
+                  if algorithm.needs_reference(cfg) else [None] * len(built))
     # FSDP2: references are copied whole first, then agents and references sharded, then optimisers built
-    team.sharding = shard_agents(team.agents, team.references, cfg)
-    if team.sharding is not None and critic is not None:  # on the same mesh; its optimisers rebuilt
-        shard_critic(critic, team.sharding)
-    team.optimizers = [build_optimizer(a.model, a.config, f"agents.{i}") for i, a in enumerate(team.agents)]
-    team.generator = generator = build_generator(team.agents, cfg, generator)  # synced after each optimiser step
-    parts = Parts(cfg, team, env, items, step_alg, critic, generator)
+    sharding = shard_agents(built, references, cfg)
+    if sharding is not None and critic is not None:  # on the same mesh; its optimisers rebuilt
+        shard_critic(critic, sharding)
+    optimizers = [build_optimizer(a.model, a.config, f"agents.{i}") for i, a in enumerate(built)]
+    generator = build_generator(built, cfg, generator)  # synced after each optimiser step
+    lockstep = AgentAtATime(sharding) if sharding is not None and hw.fsdp_gather == "agent" else None
+    parts = Parts(cfg, lockstep, env, items, step_alg, critic, generator)
     source = algorithm.source(parts)
     total_opt = source.total_steps * cfg.loss.num_iterations
-    team.schedulers = [build_scheduler(o, cfg.run.lr_scheduler, cfg.run.warmup_steps, total_opt)
-                       for o in team.optimizers]
+    schedulers = [build_scheduler(o, cfg.run.lr_scheduler, cfg.run.warmup_steps, total_opt) for o in optimizers]
+    team = Team(built, references, optimizers, schedulers, scalers, sharding, cfg.loss.max_grad_norm,
+                hw.fsdp_gather, hw.share_prefix, hw.reference_device, generator=generator)
     return Run(team, algorithm.update(parts), source, critic, generator)
 
 

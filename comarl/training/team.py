@@ -24,6 +24,16 @@ from ..envs.base import rollout_modules
 from ..reference import build_reference
 
 
+def new_references(agents: list, share_prefix: bool) -> list:
+    """Frozen copies of ``agents``' current policies, one per distinct model object (LoRA agents: their base with
+    the adapter off), in agent order."""
+    by_model: dict[int, Any] = {}
+    for a in agents:
+        if id(a.model) not in by_model:
+            by_model[id(a.model)] = build_reference(a, share_prefix)
+    return [by_model[id(a.model)] for a in agents]
+
+
 def new_counters() -> dict[str, int]:
     """The run's counters (``count/*`` in the metrics; saved in checkpoints)."""
     return {"nonfinite_skips": 0, "empty_batch_skips": 0, "completions": 0, "optimizer_steps": 0}
@@ -89,12 +99,8 @@ class Team:
     # ------------------------------------------------------------- references
     def new_references(self) -> list:
         """Frozen copies of the current policy, one per distinct model object (LoRA agents: their base with
-        the adapter off), placed on ``reference_device``."""
-        by_model: dict[int, Any] = {}
-        for a in self.agents:
-            if id(a.model) not in by_model:
-                by_model[id(a.model)] = build_reference(a, self.share_prefix)
-        return [by_model[id(a.model)] for a in self.agents]
+        the adapter off); :meth:`place_references` puts them on ``reference_device``."""
+        return new_references(self.agents, self.share_prefix)
 
     def place_references(self) -> None:
         """Put the references on ``reference_device`` (a no-op where they are there already)."""
@@ -157,4 +163,4 @@ class Team:
         return {f"memory/peak_gb_{d.type}{d.index}": torch.cuda.max_memory_allocated(d) / 2 ** 30 for d in devs}
 
 
-__all__ = ["Team", "new_counters"]
+__all__ = ["Team", "new_counters", "new_references"]
