@@ -94,6 +94,9 @@ class PolicyGradient:
         self.loss, self.hardware, self.accumulation_steps = loss, hardware, accumulation_steps
         self.advantage, self.settings, self.critic = advantage, settings, critic
         self.loss_fn, self.weights, self.entropy_coef, self.algorithm = loss_fn, weights, entropy_coef, algorithm
+        # the other terms of the loss, on the plain token weights (the truncated IS ratio weighs the policy term
+        # only, as TRL's does: the KL and the entropy are of the current policy, not importance-corrected)
+        self.kl_penalty, self.entropy_bonus = kl_penalty, entropy_bonus
 
     # ----------------------------------------------------------------- step
     def step(self, team: "TeamView", batch: PromptBatch, step: int) -> StepOutput:
@@ -103,12 +106,17 @@ class PolicyGradient:
         metrics, counts = rollout_step_metrics(rollouts, prepared.metrics if prepared is not None else {})
         team.count("completions", sum(r.num_completions for r in rollouts))
         trained_tokens, gaps = 0, GapTotals()
+        samples = [[r.agents[i] for r in rollouts] for i in range(len(team.agents))]
+        batches = [self.loss_batch(s) for s in samples]  # (global counts: a collective per agent)
+        # agents that train one model object (share_weights_with): the sampling policy's log-probs of each, before
+        # the first of them steps, or a later one's ratio and clip range would centre on weights that did not sample
+        behaviour = {i: self.behaviour_logprobs(team, i, batches[i]) for i in shared_weights(team.agents)
+                     if batches[i].n_seq and batches[i].n_tok}
         advantages = []
         for i in range(len(team.agents)):
-            samples = [r.agents[i] for r in rollouts]
-            trained_tokens += sum(len(c) for s in samples for c in s.completion_ids)
+            trained_tokens += sum(len(c) for s in samples[i] for c in s.completion_ids)
             critic_adv = prepared.advantages[i] if prepared is not None else None
-            out, adv = self.update_agent(team, i, samples, step, gaps, critic_adv)
+            out, adv = self.update_agent(team, i, samples[i], step, gaps, critic_adv, batches[i], behaviour.get(i))
             metrics.update(out)
             advantages.append(adv)
         metrics.update(gaps.metrics())  # the engine's log-probs against the trainer's (generator vllm)
@@ -129,8 +137,37 @@ class PolicyGradient:
             start += n
         return out
 
+    def loss_batch(self, samples: list) -> LossBatch:
+        """One agent's samples of every rollout chunk as the loss reads them, with global counts (a collective)."""
+        loss_cfg, hw = self.loss, self.hardware
+        prompts, comps, forced = joined_samples(samples)
+        # tokens in the loss per sequence: all of it, or (structured generation) the sampled ones only
+        lengths = torch.tensor([len(c) for c in comps] if forced is None else
+                               [len(c) - sum(f) for c, f in zip(comps, forced)], dtype=torch.long)
+        if loss_cfg.mask_truncated and samples:  # truncated completions leave the loss and its normalisation
+            lengths = lengths * (~torch.cat([s.truncated for s in samples])).long()
+        spans = micro_batch_spans(group_sizes(samples, len(comps)), hw.micro_batch_size, hw.share_prefix)
+        return LossBatch(prompts, comps, lengths, spans,
+                         n_seq=dist.all_reduce_sum(int((lengths > 0).sum())),
+                         n_tok=dist.all_reduce_sum(int(lengths.sum())), n_all=dist.all_reduce_sum(len(comps)),
+                         forced=forced, engine=joined_engine_logprobs(samples))
+
+    def behaviour_logprobs(self, team: "TeamView", i: int, batch: LossBatch) -> list[torch.Tensor]:
+        """Agent ``i``'s token log-probs of its samples under its current weights (the sampling policy's, before
+        any optimiser step of the step), per micro-batch span; no dropout, no gradient."""
+        agent, hw = team.agents[i], self.hardware
+        model = agent.model
+        with team.gathered([model]):
+            model.eval()  # the sampling policy: no dropout (as in generate and the reference)
+            with torch.no_grad(), autocast(hw.mixed_precision, agent.device):
+                old = [completion_logprobs(model, batch.prompts[a:b], batch.comps[a:b], agent.tokenizer.pad_token_id,
+                                           agent.config.temperature, hw.share_prefix)[0] for a, b in batch.spans]
+        model.train()
+        return old
+
     def update_agent(self, team: "TeamView", i: int, samples: list, step: int, gaps: GapTotals | None = None,
-                     critic_adv: list[torch.Tensor] | None = None) -> tuple[dict[str, float], list[torch.Tensor]]:
+                     critic_adv: list[torch.Tensor] | None = None, batch: LossBatch | None = None,
+                     behaviour: list[torch.Tensor] | None = None) -> tuple[dict[str, float], list[torch.Tensor]]:
         """Advantages, then ``num_iterations`` optimizer steps for agent ``i`` on its samples of every rollout chunk.
 
         Old log-probs (the sampling policy's) are computed once, before the
@@ -141,40 +178,30 @@ class PolicyGradient:
         batch with no token in the loss (every completion truncated under
         ``mask_truncated``) skips the update (``count/empty_batch_skips``). Samples from an engine (vLLM)
         add their log-prob gap to ``gaps`` and, with ``train.tis_cap``, weigh the loss (``engine_mismatch``).
-        ``critic_adv``: per rollout chunk, the critic's advantages (``Critic.prepare``), or None.
+        ``critic_adv``: per rollout chunk, the critic's advantages (``Critic.prepare``), or None. ``batch``: the
+        samples as :meth:`loss_batch` gives them (None: built here); ``behaviour``: the sampling policy's
+        log-probs taken before any agent of the step stepped (an agent sharing its weights with another), used as
+        the old log-probs (None: taken here, when needed).
 
         Returns (metrics, per rollout chunk the estimator's advantages: [G, K], or [S, T] for a per-token one).
         """
         loss_cfg, hw, agent = self.loss, self.hardware, team.agents[i]
         model = agent.model
-        prompts, comps, forced = joined_samples(samples)
-        # tokens in the loss per sequence: all of it, or (structured generation) the sampled ones only
-        lengths = torch.tensor([len(c) for c in comps] if forced is None else
-                               [len(c) - sum(f) for c, f in zip(comps, forced)], dtype=torch.long)
-        if loss_cfg.mask_truncated and samples:  # truncated completions leave the loss and its normalisation
-            lengths = lengths * (~torch.cat([s.truncated for s in samples])).long()
-        spans = micro_batch_spans(group_sizes(samples, len(comps)), hw.micro_batch_size, hw.share_prefix)
-        batch = LossBatch(prompts, comps, lengths, spans,
-                          n_seq=dist.all_reduce_sum(int((lengths > 0).sum())),
-                          n_tok=dist.all_reduce_sum(int(lengths.sum())), n_all=dist.all_reduce_sum(len(comps)),
-                          forced=forced, engine=joined_engine_logprobs(samples))
+        batch = batch if batch is not None else self.loss_batch(samples)
+        prompts, comps, forced, lengths = batch.prompts, batch.comps, batch.forced, batch.lengths
         if batch.n_seq == 0 or batch.n_tok == 0:  # the counts are global: every rank skips together
             return self._skip_empty_batch(team, i, batch, step), []
         ref = team.references[i]
         kl_in_reward = ref is not None and loss_cfg.kl_mode == "reward"
-        old = None
+        old = behaviour
         with team.gathered([model] + ([ref.model] if getattr(ref, "model", None) is not None else [])):
             with autocast(hw.mixed_precision, agent.device):
                 ref_out = [ref.logprobs(prompts[a:b], comps[a:b]) for a, b in batch.spans] if ref is not None else []
             if forced is not None:  # the KL counts sampled tokens only, like the loss
                 ref_out = [(r, m * (1 - forced_mask(forced[a:b], m.shape[1])).to(m))
                            for (r, m), (a, b) in zip(ref_out, batch.spans)]
-            if loss_cfg.num_iterations > 1 or kl_in_reward:
-                model.eval()  # the sampling policy: no dropout (as in generate and the reference)
-                with torch.no_grad(), autocast(hw.mixed_precision, agent.device):
-                    old = [completion_logprobs(model, prompts[a:b], comps[a:b], agent.tokenizer.pad_token_id,
-                                               agent.config.temperature, hw.share_prefix)[0]
-                           for a, b in batch.spans]
+        if old is None and (loss_cfg.num_iterations > 1 or kl_in_reward):
+            old = self.behaviour_logprobs(team, i, batch)
         model.train()
         returns = [s.returns for s in samples]
         if kl_in_reward:  # R - beta * sum_t kl_t, before the advantages (a copy: the samples stay as rolled out)
@@ -248,23 +275,24 @@ class PolicyGradient:
             w = self.weights(batch.lengths[a:b], logp.shape[1], lc.loss_normalization, n_norm, batch.n_tok,
                              agent.config.max_new_tokens, **in_loss).to(logp.device)
             old_lp = old[m] if old is not None else logp.detach()
+            w_policy = w  # the policy term's weights: times the truncated IS ratio (the KL and entropy terms: not)
             if batch.engine is not None:  # sampled by an engine (vLLM): its log-probs against the trainer's
                 engine_lp, seen = padded(batch.engine[a:b], logp.shape[1]).to(logp.device), cmask.to(logp.device)
                 tis = truncated_is_weights(old_lp, engine_lp, lc.tis_cap, seen) if lc.tis_cap else None
                 if tis is not None:
-                    w = w * tis
+                    w_policy = w * tis
                 if first and gaps is not None:  # the weights that sampled: this pass's log-probs are the old ones
                     gaps.add(logprob_gap(logp, engine_lp, seen), tis, seen)
-            loss, st = self.loss_fn(logp, old_lp, adv[a:b, :logp.shape[1]].to(logp.device, logp.dtype), w,
+            loss, st = self.loss_fn(logp, old_lp, adv[a:b, :logp.shape[1]].to(logp.device, logp.dtype), w_policy,
                                     lc.clip_low, lc.clip_high, lc.ratio_level)
             if ref_lp:
                 if first:  # metric: KL of the policy that sampled, over real tokens
                     kl_sum += float((kl_estimate(logp.detach(), ref_lp[m], lc.kl_estimator) * cmask).sum())
                     kl_tokens += int(cmask.sum())
                 if lc.kl_mode == "loss":
-                    loss = loss + kl_penalty(logp, ref_lp[m], w, lc.kl_beta, lc.kl_estimator)
+                    loss = loss + self.kl_penalty(logp, ref_lp[m], w, lc.kl_beta, lc.kl_estimator)
             if self.critic is not None and self.entropy_coef > 0:  # actor-critic entropy bonus
-                loss = loss + entropy_bonus(logp, w, self.entropy_coef)
+                loss = loss + self.entropy_bonus(logp, w, self.entropy_coef)
             if torch.isfinite(loss):
                 n = float(st["tokens"])
                 for key in clip_sums:
@@ -323,6 +351,11 @@ class PolicyGradient:
             ckpt.load_sharded_module(path / name, module, optimizer)
 
 
+def shared_weights(agents: list) -> list[int]:
+    """Agents that train one model object together (``share_weights_with``); LoRA agents each have their own."""
+    return [i for i, a in enumerate(agents) if sum(b.model is a.model for b in agents) > 1]
+
+
 def advantage_abs(estimates: list[torch.Tensor], views: list[AgentView]) -> float:
     """Mean |A| over samples (a per-token estimate: over each sample's tokens in the loss first)."""
     per_sample = []
@@ -336,4 +369,4 @@ def advantage_abs(estimates: list[torch.Tensor], views: list[AgentView]) -> floa
     return float(flat.mean()) if len(flat) else 0.0
 
 
-__all__ = ["LossBatch", "PolicyGradient", "advantage_abs", "group_sizes"]
+__all__ = ["LossBatch", "PolicyGradient", "advantage_abs", "group_sizes", "shared_weights"]

@@ -138,3 +138,31 @@ def test_heldout_score_samples_with_the_trainers_generator():
     score = heldout_score(team, toy_env(), ITEMS[:2], greedy=True, generator=counting)
     assert calls == [1] and len(score.per_item) == 2
     assert heldout_score(team, toy_env(), ITEMS[:2], greedy=True).per_item == score.per_item  # the same weights
+
+
+def test_truncated_is_weighs_the_policy_term_only():
+    """With tis_cap and a KL in the loss, the policy term gets the token weights times the capped ratio, the KL
+    penalty the plain token weights (issue #41: they were multiplied into every term)."""
+    team = agents()
+    engine = CopyEngine(team, shift=-0.1)
+    config = comarl.TrainConfig(num_generations=2, batch_size=2, max_steps=2, progress_bar=False, report_to=[],
+                                seed=0, tis_cap=2.0, kl_beta=0.5)
+    trainer = comarl.Trainer(team, toy_env(), ITEMS, config, generator=engine)
+    seen = {"policy": [], "kl": []}
+    loss_fn, penalty = trainer.update.loss_fn, trainer.update.kl_penalty
+
+    def policy(logp, old, adv, w, *a, **k):
+        seen["policy"].append(w.detach().clone())
+        return loss_fn(logp, old, adv, w, *a, **k)
+
+    def kl(logp, ref, w, *a, **k):
+        seen["kl"].append(w.detach().clone())
+        return penalty(logp, ref, w, *a, **k)
+
+    trainer.update.loss_fn, trainer.update.kl_penalty = policy, kl
+    trainer.train()
+    ratio = torch.exp(torch.tensor(-0.1)).item()
+    assert len(seen["policy"]) == len(seen["kl"]) > 0
+    for w_policy, w_kl in zip(seen["policy"], seen["kl"]):
+        real = w_kl > 0
+        assert torch.allclose(w_policy[real] / w_kl[real], torch.full_like(w_kl[real], ratio), atol=1e-4)

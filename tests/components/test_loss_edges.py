@@ -139,3 +139,30 @@ def test_dropout_disabled_keeps_train_mode_and_restores():
     assert model[1].training and model[2].attention_dropout == 0.3
     with dropout_disabled(model, enabled=False):
         assert model[1].training and model[2].attention_dropout == 0.3
+
+
+def test_agents_sharing_weights_are_judged_against_the_policy_that_sampled_them():
+    """Two agents train one model (share_weights_with); agent 0 steps first. Agent 1's old log-probs must be the
+    sampling policy's, taken before that step (issue #41: they were taken after it, so agent 1's first ratio was
+    exactly 1 and its clip range centred on weights that never sampled its tokens), also with one iteration."""
+    for iterations in (2, 1):
+        kw = dict(algorithm="magrpo", num_generations=2, batch_size=2, max_steps=1, progress_bar=False, report_to=[],
+                  micro_batch_size=16, log_samples_steps=0, num_iterations=iterations)
+        agents = [comarl.AgentConfig(model="tiny", max_new_tokens=5, lr=0.5, optimizer="sgd",
+                                     model_kwargs={"hidden_size": 32, "num_layers": 1}),
+                  comarl.AgentConfig(model="tiny", max_new_tokens=5, lr=0.5, optimizer="sgd", share_weights_with=0)]
+        env = FunctionEnv([lambda it: f"say {it['q']}", lambda it: f"echo {it['q']}"],
+                          lambda resps, it: len(resps[0]) / 10.0 - len(resps[1]) / 20.0)
+        t = comarl.Trainer(agents, env, [{"q": "a"}, {"q": "b"}], comarl.TrainConfig(**kw))
+        assert t.agents[0].model is t.agents[1].model
+        real, calls = t.update.loss_fn, []
+
+        def spy(logp, old_logp, *a, **k):
+            calls.append((logp.detach().clone(), old_logp.detach().clone()))
+            return real(logp, old_logp, *a, **k)
+
+        t.update.loss_fn = spy
+        t.train()
+        agent0_first, agent1_first = calls[0], calls[iterations]
+        assert torch.allclose(agent0_first[0], agent0_first[1])  # nothing stepped before agent 0: ratio 1
+        assert not torch.allclose(agent1_first[0], agent1_first[1], atol=1e-4), iterations  # the shared model moved
