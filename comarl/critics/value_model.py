@@ -56,7 +56,6 @@ class ValueModel:
         self.backbone, self.tokenizer, self.head = backbone, tokenizer, head
         self.owns_backbone, self.max_length = owns_backbone, max_length
         self._encode_prompts = encode_prompts or (lambda texts: [list(x) for x in tokenizer(list(texts))["input_ids"]])
-        self.last_inputs: list[str] = []  # the texts of the last encode call (what the critic read)
 
     @property
     def device(self) -> torch.device:
@@ -86,7 +85,6 @@ class ValueModel:
 
     def encode(self, prompts: list[str], responses: list[str] | None = None) -> list[list[int]]:
         """Token ids of each critic input: the prompt, then (Q critic) the response's tokens."""
-        self.last_inputs = [p if responses is None else p + r for p, r in zip(prompts, responses or prompts)]
         ids = self._encode_prompts(prompts)
         if responses is not None:
             resp = self.tokenizer(list(responses), add_special_tokens=False)["input_ids"]

@@ -1,7 +1,7 @@
 """Preference pairs out of rollouts, and their files: what MADPO's steps, the rounds and ``pairs_out`` share.
 
 ``step_pairs`` picks a step's (chosen, rejected) joint pairs at every tree node (``pairs.tree_pairs``);
-``comparison_pairs`` pairs the policy's rollout with a comparator's on the same items; ``text_pairs`` and
+``comparison_pairs_of`` pairs the policy's rollout with a comparator's on the same items; ``text_pairs`` and
 ``write_pairs`` turn pairs into the JSON lines every file of pairs holds (every agent's prompt and chosen /
 rejected text, the return gap, the sampled tokens); ``text_pairs_to_ids`` turns such lines back into token
 ids. Pair selection with ``pair_selection: random`` draws from one stream per node, seeded by the batch,
@@ -166,20 +166,13 @@ def joint_side(rollout, g: int, j: int, k: int, fingerprints: list[str] | None) 
     return texts, joint_tokens(rollout.agents, idx, fingerprints) if fingerprints is not None else None
 
 
-def comparison_pairs(policy, comparator, cfg, rng: random.Random | NodeRng, step: int, r: int,
-                     fingerprints: tuple[list[str], list[str]] | None = None) -> list[dict]:
-    """Text pairs of the policy's rollouts against the comparator's on the same items: at every root node,
-    joint candidate j of one side meets candidate j of the other (``preference.comparator_pairs``);
-    ``chosen_by`` says which side won. Returns are the trees' joint returns (later turns included).
-    ``fingerprints``: (the policy's, the comparator's) tokenizers', to record each side's tokens."""
-    return [p for ro, co in zip(policy, comparator)
-            for _, p in comparison_pairs_of(ro, co, cfg, rng, step, r, fingerprints)]
-
-
 def comparison_pairs_of(ro, co, cfg, rng: random.Random | NodeRng, step: int, r: int,
                       fingerprints: tuple[list[str], list[str]] | None = None) -> list[tuple[int, dict]]:
-    """``(root node, pair)`` of one policy rollout against the comparator's (:func:`comparison_pairs`);
-    ``rng``: one stream, or one per node (``node -> Random``) for ``pair_selection: random``."""
+    """``(root node, pair)`` of one policy rollout against the comparator's on the same items: at every root node,
+    joint candidate j of one side meets candidate j of the other (``preference.comparator_pairs``); ``chosen_by``
+    says which side won, and returns are the trees' joint returns (later turns included). ``rng``: one stream, or
+    one per node (``node -> Random``) for ``pair_selection: random``; ``fingerprints``: (the policy's, the
+    comparator's) tokenizers', to record each side's tokens."""
     pref, k = cfg.preference, cfg.rollout.num_generations
     rp = joint_returns(ro.tree.rewards, ro.tree.child, cfg.rollout.discount)
     rc = joint_returns(co.tree.rewards, co.tree.child, cfg.rollout.discount)

@@ -151,13 +151,17 @@ class RoundSampler:
         # (madpo_iter: each rank then trains on its share of the pool; marlhf_iter: one reward model on all)
         pairs = all_ranks_pairs([(b, [(node_item[g], p) for g, p in batch])
                                   for b, batch, node_item in zip(sampled, batches, map(node_items, rollouts))])
-        if comparator is not None and comparator is not team.agents:
-            self._drop_comparator(comparator)
+        completions = sum(ro.num_completions for ro in rollouts + others)
+        if comparator is not None and comparator is not team.agents and comparator is not self.fixed_comparator:
+            # a snapshot loaded for this round only: drop the last reference to it so its weights are freed before
+            # the round's training, not when the next round's snapshot replaces it (its rollouts hold no model)
+            comparator = None
+            self._free_memory()
         folder = self.out / f"round-{r}"
         folder.mkdir(parents=True, exist_ok=True)
         if dist.is_main():
             (folder / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
-        team.count("completions", sum(ro.num_completions for ro in rollouts + others))
+        team.count("completions", completions)
         env_reward = _mean([ro.metrics.get("reward/turn0", 0.0) for ro in rollouts])
         metrics = {"round": r, "pref/pairs": float(len(pairs)), "pref/env_reward": env_reward}
         if others:
@@ -254,10 +258,12 @@ class RoundSampler:
             except FileNotFoundError as e:
                 raise ConfigError(str(e)) from None
 
-    def _drop_comparator(self, agents) -> None:
-        if agents is self.fixed_comparator:
-            return
-        del agents
+    @staticmethod
+    def _free_memory() -> None:
+        """Collect what the round no longer references and hand CUDA's cached blocks back."""
+        import gc
+
+        gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 

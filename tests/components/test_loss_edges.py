@@ -157,7 +157,7 @@ def test_agents_sharing_weights_are_judged_against_the_policy_that_sampled_them(
         assert t.agents[0].model is t.agents[1].model
         real, calls = t.update.loss_fn, []
 
-        def spy(logp, old_logp, *a, **k):
+        def spy(logp, old_logp, *a, calls=calls, real=real, **k):
             calls.append((logp.detach().clone(), old_logp.detach().clone()))
             return real(logp, old_logp, *a, **k)
 

@@ -110,3 +110,26 @@ def test_a_missing_comparator_checkpoint_is_named(tmp_path):
     t = trainer(tmp_path / "run", comparator="checkpoint", comparator_path=str(tmp_path / "nowhere"))
     with pytest.raises(ConfigError, match=r"TrainConfig\.preference\.comparator_path: .*nowhere/agent0 does not exist"):
         t.train()
+
+
+def test_a_rounds_comparator_snapshot_is_freed_before_the_rounds_training(tmp_path):
+    """``comparator: checkpoint`` loads a policy snapshot for each round's sampling only: by the round's first
+    update nothing holds it any more (issue #39: the old ``_drop_comparator`` deleted only its own argument)."""
+    import weakref
+
+    t = trainer(tmp_path / "run", comparator="checkpoint")
+    refs, alive_at_update = [], []
+    real_collect, real_step = t.source.sampler.collect, t.update.step
+
+    def collect(agents, env, items, settings):
+        if agents is not t.agents:
+            refs.append(weakref.ref(agents[0].model))
+        return real_collect(agents, env, items, settings)
+
+    def step(team, batch, n):
+        alive_at_update.append([r() is not None for r in refs])
+        return real_step(team, batch, n)
+
+    t.source.sampler.collect, t.update.step = collect, step
+    t.train()
+    assert refs and alive_at_update and all(not any(a) for a in alive_at_update), alive_at_update
