@@ -46,6 +46,7 @@ from repro.generators import GENERATORS  # noqa: E402
 from repro.grid import CONDITIONS, GridPlan, RunSpec, parse_list  # noqa: E402
 from repro.results import append_row, done_keys, read_rows  # noqa: E402
 from repro.run import RunOptions  # noqa: E402
+from repro.tasks import TLDR_FOLDS  # noqa: E402
 
 DEFAULT_RESULTS = ROOT / "benchmarks" / "results" / "results.jsonl"
 DEFAULT_DOC = ROOT / "docs" / "results.md"
@@ -89,11 +90,13 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 def run_grid(a) -> int:
-    from repro.render import render
-
-    plan = GridPlan(tasks=parse_list(a.tasks, GridPlan.tasks, ("tldr", "coophumaneval", "humaneval"), "task"),
+    if a.folds not in (0, TLDR_FOLDS):
+        raise SystemExit(f"--folds: 0 (the v1 grid) or {TLDR_FOLDS} (grid v2), got {a.folds}")
+    default_tasks = ("tldr",) if a.folds else GridPlan.tasks
+    plan = GridPlan(tasks=parse_list(a.tasks, default_tasks, ("tldr", "coophumaneval", "humaneval"), "task"),
                     seeds=tuple(int(s) for s in parse_list(a.seeds, GridPlan.seeds)),
-                    conditions=parse_list(a.conditions, GridPlan.conditions, tuple(CONDITIONS), "condition"))
+                    conditions=parse_list(a.conditions, GridPlan.conditions, tuple(CONDITIONS), "condition"),
+                    folds=a.folds)
     opts = _options(a)
     if opts.model_path is None:
         from repro.models import prepare_model
@@ -110,11 +113,21 @@ def run_grid(a) -> int:
         ok = _run_in_process(spec, opts, a.results) if a.in_process else _run_child(spec, opts, a)
         if not ok:
             failed.append(spec.key)
-        render(read_rows(a.results), a.doc, a.plots, results_path=a.results)
+        _render_safely(a)
     if not todo:
-        render(read_rows(a.results), a.doc, a.plots, results_path=a.results)
+        _render_safely(a)
     print(f"done; failed: {failed or 'none'}", flush=True)
     return 1 if failed else 0
+
+
+def _render_safely(a) -> None:
+    """Render the page; a failure is reported and the grid goes on (its rows are what matter)."""
+    from repro.render import render
+
+    try:
+        render(read_rows(a.results), a.doc, a.plots, results_path=a.results)
+    except Exception as e:  # noqa: BLE001 - the next run must not wait for the page
+        print(f"  render failed ({type(e).__name__}: {e}); the rows are kept, render again later", flush=True)
 
 
 def _twin(spec: RunSpec, results: str) -> dict | None:
@@ -136,7 +149,7 @@ def _run_in_process(spec: RunSpec, opts: RunOptions, results: str) -> bool:
 
 def _run_child(spec: RunSpec, opts: RunOptions, a) -> bool:
     cmd = [sys.executable, str(Path(__file__).resolve()), "one", "--results", str(a.results),
-           "--task", spec.task, "--condition", spec.condition, "--seed", str(spec.seed),
+           "--task", spec.task, "--condition", spec.condition, "--seed", str(spec.seed), "--split", spec.split,
            "--options", json.dumps(asdict(opts))]
     log = None
     if a.logs:
@@ -161,7 +174,7 @@ def run_one(a) -> int:
     from repro.run import execute
 
     opts = RunOptions(**json.loads(a.options))
-    spec = RunSpec(a.task, a.condition, a.seed)
+    spec = RunSpec(a.task, a.condition, a.seed, a.split)
     row = execute(spec, opts, _twin(spec, a.results))
     row["rss_scope"] = "run"
     append_row(a.results, row)
@@ -187,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--tasks", default=None, help="comma list: tldr,coophumaneval (default both)")
     r.add_argument("--conditions", default=None, help=f"comma list of {', '.join(CONDITIONS)}")
     r.add_argument("--seeds", default=None, help="comma list (default 0,1,2)")
+    r.add_argument("--folds", type=int, default=0,
+                   help="grid v2 (TL;DR only): every post held out once per seed over this many folds; the "
+                        "prompt-only rows scored on all posts (0: the v1 grid)")
     r.add_argument("--in-process", dest="in_process", action="store_true", help="no child process per run")
     _add_run_options(r)
     o = sub.add_parser("one", help=argparse.SUPPRESS)
@@ -194,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("--task", required=True)
     o.add_argument("--condition", required=True)
     o.add_argument("--seed", type=int, required=True)
+    o.add_argument("--split", default="")
     o.add_argument("--options", required=True)
     d = sub.add_parser("render", help="render the results file into the markdown page and plots")
     d.add_argument("--results", default=str(DEFAULT_RESULTS))
