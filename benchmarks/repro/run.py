@@ -44,6 +44,8 @@ class RunOptions:
     coding_train_limit: int | None = None
     """Use only the first N coding training problems (the test)."""
     coding_heldout: int = 16
+    sandbox_workers: int = 2
+    """Coding: sandbox processes running programs at once (2 on the shared 2-core machine; the GPU script 12)."""
     lr: float | None = None
     """Override the full fine-tuning learning rate."""
     heldout_limit: int | None = None
@@ -64,6 +66,9 @@ class RunOptions:
     """--model tiny: the random model's hidden size (vllm's CPU attention needs a head size it serves: 128 gives 32)."""
 
 
+CODING_TASKS = ("coophumaneval", "humaneval", "humaneval164")
+"""humaneval164: every HumanEval problem held out, trained on CoopHumanEval's others (the GPU coding grid)."""
+
 LR = {"smollm2": 2e-5, "tiny": 2e-3}
 """Full fine-tuning learning rate: the SmolLM2 demo's (comarl.demo.SMOLLM2_LR), the tiny demo's."""
 LORA_LR_FACTOR = 10.0
@@ -75,10 +80,11 @@ CRITIC_LR = {"smollm2": 1e-4, "tiny": 1e-3}
 def load_task(name: str, opts: RunOptions, split: str = "") -> Task:
     if name == "tldr":
         task = tldr_task(split)
-    elif name in ("coophumaneval", "humaneval"):
-        task = coding_task(Path(opts.data_dir), name, heldout=opts.coding_heldout, limit_train=opts.coding_train_limit)
+    elif name in CODING_TASKS:
+        task = coding_task(Path(opts.data_dir), name, heldout=opts.coding_heldout, limit_train=opts.coding_train_limit,
+                           sandbox_workers=opts.sandbox_workers)
     else:
-        raise SystemExit(f"unknown task {name!r}; known: tldr, coophumaneval, humaneval")
+        raise SystemExit(f"unknown task {name!r}; known: tldr, {', '.join(CODING_TASKS)}")
     if split and name != "tldr":
         raise SystemExit(f"split {split!r}: only the tldr task has grid v2's splits")
     if opts.max_new_tokens:
@@ -248,7 +254,8 @@ def execute(spec: RunSpec, opts: RunOptions, twin: dict | None = None) -> dict:
         return s
 
     row: dict = {"key": spec.key, "task": spec.task, "condition": spec.condition, "label": cond.label,
-                 "seed": spec.seed, "split": spec.split, "model": opts.model, "num_agents": cond.num_agents,
+                 "seed": spec.seed, "split": spec.split, "model": opts.model, "device": opts.device,
+                 "num_agents": cond.num_agents,
                  "algorithm": cond.algorithm, "trained": cond.trained, "headline": task.headline,
                  "max_new_tokens": cfgs[0].max_new_tokens, "temperature": task.temperature, "top_p": task.top_p,
                  "num_turns": task.num_turns, "train_items": len(task.train_items),

@@ -246,18 +246,44 @@ CODING_SHIFT = {1: -2.1, 2: -4.0}
 (reproduction_coding.md)."""
 
 
-def coding_task(data_dir: Path, name: str = "coophumaneval", heldout: int = 16, limit_train: int | None = None) -> Task:
+CODING_FILES = {"coophumaneval": "coophumaneval/che_raw.json", "humaneval": "humaneval/HumanEval.jsonl.gz"}
+
+
+def humaneval_heldout_items(data_dir: Path) -> tuple[list[dict], list[dict]]:
+    """(training problems, held-out problems) of the GPU coding grid (``humaneval164``): all 164 HumanEval
+    problems held out; trained on the CoopHumanEval problems that share no entry point, prompt or 8-word run of
+    prompt or tests with any HumanEval problem (CoopHumanEval rewrites some HumanEval problems: 19 of its 82 share
+    such a run)."""
+    held = get_env("humaneval").load_items(str(Path(data_dir) / CODING_FILES["humaneval"]), None, None)
+    pool = get_env("coophumaneval").load_items(str(Path(data_dir) / CODING_FILES["coophumaneval"]), None, None)
+    seen: set = set()
+    for h in held:
+        seen |= word_runs(h["prompt"]) | word_runs(str(h.get("test_source") or ""))
+    names = {h["entry_point"] for h in held} | {h["prompt"] for h in held}
+    train = [c for c in pool if c["entry_point"] not in names and c["prompt"] not in names
+             and not (word_runs(c["prompt"]) | word_runs(str(c.get("test_source") or ""))) & seen]
+    for key in ("task_id", "prompt", "entry_point"):
+        split_check("humaneval164", train, held, key)
+    return train, held
+
+
+def coding_task(data_dir: Path, name: str = "coophumaneval", heldout: int = 16, limit_train: int | None = None,
+                sandbox_workers: int = 2) -> Task:
     """CoopHumanEval (or HumanEval) with the paper preset, 2 turns, ``level_feedback``; held out: the first
-    ``heldout`` problems (the paper's eval split for CoopHumanEval), trained on the rest."""
-    files = {"coophumaneval": "coophumaneval/che_raw.json", "humaneval": "humaneval/HumanEval.jsonl.gz"}
-    entry = get_env(name)
-    rows = entry.load_items(str(Path(data_dir) / files[name]), None, None)
-    held, train = rows[:heldout], rows[heldout:]
+    ``heldout`` problems (the paper's eval split for CoopHumanEval), trained on the rest. ``humaneval164``: the GPU
+    coding grid's split (:func:`humaneval_heldout_items`). ``sandbox_workers``: programs run at once."""
+    if name == "humaneval164":
+        train, held = humaneval_heldout_items(data_dir)
+        entry = get_env("humaneval")
+    else:
+        entry = get_env(name)
+        rows = entry.load_items(str(Path(data_dir) / CODING_FILES[name]), None, None)
+        held, train = rows[:heldout], rows[heldout:]
     if limit_train:
         train = train[:limit_train]
     split_check(name, train, held, "task_id")
     args = dict(preset="paper", max_turns=2, feedback="level_feedback", sandbox_slice=1,
-                sandbox={"test_timeout_s": 10, "total_timeout_s": 60})
+                sandbox={"test_timeout_s": 10, "total_timeout_s": 60}, workers=sandbox_workers)
 
     def build(num_agents: int, for_training: bool):
         env = entry.build(num_agents, mode="helper_main" if num_agents == 2 else "single", **args)
