@@ -42,10 +42,13 @@ SETUP = """## Set-up
   one, by the reference's fallback cut at a 1:2.5 length ratio. *Reward (`---` required)*: the same, counted 0 for a
   single-writer response without the line; a team's agents write their parts separately, so for a team it is its
   reward. *ROUGE-L (summary sentence)*: ROUGE-L F1 (`rouge-score`, stemmed) of the summary sentence against the
-  post's reference TL;DR, where the summary sentence is the first sentence of the opening text (the single writer's
-  response, a team's first agent's completion), cut at a `---` line if one comes first: the text up to the first
-  `.`, `!` or `?` followed by a space, or up to the first line break. One rule for every condition, so no length
-  ratio decides it. Every row keeps every sample's texts, so any scoring can be recomputed from the results file.
+  post's reference TL;DR, where the summary sentence is the first sentence of at least 3 words in the opening text
+  (the single writer's response, a team's first agent's completion) before any `---` line; a sentence ends at `.`,
+  `!` or `?` followed by a space, or at a line break, and a leading label such as `TITLE:` is dropped first (the
+  135M writers often echo the post's `SUBREDDIT:` / `TITLE:` / `POST:` lines); none found scores 0. One rule for
+  every condition, so no length ratio decides it. (The label and 3-word parts were added after reading the first
+  v2 row's texts, before any comparison was computed.) Every row keeps every sample's texts, so any scoring can be
+  recomputed from the results file.
 - **Statistics** (`repro.stats`): a comparison's table is A - B per (seed, post). Its standard error is the {se}:
   post, seed, training run (seed x fold) and residual as random effects, estimated from the table's mean squares
   (a negative component taken as 0), with Satterthwaite's degrees of freedom; 95% intervals from Student's t; the

@@ -9,10 +9,12 @@ inside the length band the reward pays. So every TL;DR row is scored three ways:
 - ``marker``: the paper reward, counted 0 for a single-writer response without a ``---`` line. A team needs no
   marker (each agent writes its own part), so for a team this is its reward.
 - ``rouge``: a split-independent quality score: ROUGE-L F1 (``rouge-score``, Porter stemming) of the *summary
-  sentence* against the post's reference TL;DR. The summary sentence is the first sentence of the opening text (the
-  single writer's response; a team's first agent's completion), cut at a ``---`` line if one comes first: the text
-  up to the first ``.``, ``!`` or ``?`` followed by a space or the end, or up to the first line break, whichever
-  comes first. The same rule for every condition, so no length ratio decides it.
+  sentence* against the post's reference TL;DR. The summary sentence is the first sentence of at least 3 words in
+  the opening text (the single writer's response; a team's first agent's completion) before any ``---`` line:
+  sentences end at a ``.``, ``!`` or ``?`` followed by a space or the end, or at a line break; a leading label
+  such as ``TITLE:`` or ``Summary:`` is dropped first (the 135M writers often echo the post's ``SUBREDDIT:`` /
+  ``TITLE:`` / ``POST:`` lines, and a bare label line is not a sentence); no such sentence scores 0. The same rule
+  for every condition, so no length ratio decides it.
 """
 from __future__ import annotations
 
@@ -29,17 +31,27 @@ SCORING_SHORT = {"reward": "reward (fallback split)", "marker": "reward (`---` r
                  "rouge": "ROUGE-L (summary sentence)"}
 
 _END = re.compile(r"[.!?](?=\s|$)|\n")
+_LABEL = re.compile(r"^[A-Za-z][A-Za-z ;/'-]{0,24}:\s*")
+MIN_WORDS = 3
 
 
 def summary_sentence(text: str, marker: str = MARKER) -> str:
-    """The first sentence of ``text`` (see the module docstring).
+    """The summary sentence of ``text`` (see the module docstring).
 
     ``summary_sentence("The cat naps. It sleeps.") == "The cat naps."``;
-    ``summary_sentence("Cat naps\\nin the sink") == "Cat naps"``; ``summary_sentence("A b --- c. d") == "A b"``.
+    ``summary_sentence("SUBREDDIT: r/cats\\nTITLE: My cat naps here\\nPOST: x") == "My cat naps here"``;
+    ``summary_sentence("A b --- c d e.") == ""`` (two words before the marker).
     """
-    text = text.split(marker, 1)[0].strip()
-    m = _END.search(text)
-    return (text[:m.end()] if m else text).strip()
+    text = text.split(marker, 1)[0]
+    pos = 0
+    while pos < len(text):
+        m = _END.search(text, pos)
+        end = m.end() if m else len(text)
+        sentence = _LABEL.sub("", text[pos:end].strip(), count=1).strip()
+        if len(sentence.split()) >= MIN_WORDS:
+            return sentence
+        pos = end
+    return ""
 
 
 @lru_cache(maxsize=1)

@@ -108,8 +108,11 @@ def test_smallest_detectable_difference():
 # ---------------------------------------------------------------- rescoring
 def test_summary_sentence_and_rouge_l_by_hand():
     assert rescore.summary_sentence("The cat naps. It sleeps.") == "The cat naps."
-    assert rescore.summary_sentence("Cat naps\nin the sink") == "Cat naps"
-    assert rescore.summary_sentence("A b --- c. d") == "A b"
+    echo = "SUBREDDIT: r/cats\nTITLE: My cat naps here\nPOST: She naps in the sink."  # labels dropped, short skipped
+    assert rescore.summary_sentence(echo) == "My cat naps here"
+    assert rescore.summary_sentence("Summary: Cat naps in sinks!\nMore") == "Cat naps in sinks!"
+    assert rescore.summary_sentence("Cat naps\nin the sink") == "in the sink"  # 2 words are no sentence
+    assert rescore.summary_sentence("A b --- c d e.") == ""  # nothing of 3 words before the marker
     assert rescore.summary_sentence("v1.5 is out. Yes") == "v1.5 is out."  # a point inside a word ends nothing
     assert rescore.rouge_l("the cat sat", "the cat sat on the mat") == pytest.approx(2 / 3)  # P 1, R 1/2
     assert rescore.rouge_l("", "x") == 0.0
