@@ -19,6 +19,9 @@ ORDERING = [("magrpo", "parallel"), ("magrpo", "pipeline"), ("magrpo", "single")
             ("grpo", "single")]
 """The paper's claims, as pairs (better, worse): a trained team beats untrained teams and single-agent training."""
 
+ONE_SEED_PAIRS = [("maac", "parallel")]
+"""Shown beside the ordering with their paired difference; MAAC runs one seed, so they never enter the tests."""
+
 MINIMUM = {"reward": 0.1, "marker": 0.1, "rouge": 0.03, "pass_rate": 0.05}
 """The smallest difference a verdict may call *holds*, fixed before grid v2's rows came in (issue 45): 0.1 of the
 0-3 reward (a thirtieth of its range), 0.03 ROUGE-L F1 (about the same share of its range), 0.05 pass rate (the

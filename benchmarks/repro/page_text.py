@@ -14,7 +14,8 @@ row's key).
 thousands of steps and real posts.
 """
 
-INTRO_V2 = """**Grid v2** (issue 45) fixes what grid v1 could not conclude: every one of the 36 posts is held out once
+INTRO_V2 = """
+**Grid v2** (issue 45) fixes what grid v1 could not conclude: every one of the 36 posts is held out once
 per seed (3 folds of 12; a fold's runs train on the other 24); differences are paired by post and seed, with a
 standard error that includes post-to-post variance; the tests are one-sided, Holm-corrected, and need a minimum
 effect fixed in advance; the single writer is scored three ways; and the completions' lengths are on the page.

@@ -36,7 +36,7 @@ def v2_sections(rows: list[dict], doc: Path, plots: Path) -> list[str]:
     all_posts |= {pid for r in rows for pid in r["heldout_ids"]}
     fold_of = analysis.fold_of_post(rows)
     tables = analysis.condition_tables(rows, all_posts)
-    verdicts = analysis.verdicts(tables, fold_of)
+    verdicts = analysis.verdicts(tables, fold_of, analysis.ORDERING + analysis.ONE_SEED_PAIRS)
     out = verdict_section(rows, tables, verdicts, len(all_posts))
     out += condition_section(tables, fold_of, len(all_posts))
     out += length_words(tables)
@@ -49,8 +49,8 @@ def v2_sections(rows: list[dict], doc: Path, plots: Path) -> list[str]:
 def verdict_section(rows: list[dict], tables: dict[str, CondTable], verdicts: list[Verdict], posts: int) -> list[str]:
     n_tests = sum(1 for v in verdicts if v.p_holm is not None)
     out = ["## Does the paper's ordering hold? TL;DR, grid v2 (every post held out once per seed)", "",
-           f"{len(rows)} of {PLANNED} runs are in" + (" (the grid is still running; the verdicts below use the whole "
-                                                      "seeds done so far)." if len(rows) < PLANNED else "."), ""]
+           f"Runs done: {len(rows)} of {PLANNED}" + ("; the grid is still running, and the verdicts below use the "
+                                                     "whole seeds done so far." if len(rows) < PLANNED else "."), ""]
     if not verdicts:
         return out + ["No pair of the paper's ordering has both conditions on a whole seed yet.", ""]
     out += [

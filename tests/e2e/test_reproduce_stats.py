@@ -208,7 +208,7 @@ def test_page_from_v2_rows_shows_verdicts_lengths_and_the_progress(tmp_path):
     render.render(rows, tmp_path / "docs" / "results.md", tmp_path / "plots", v2_path="r2.jsonl")
     page = (tmp_path / "docs" / "results.md").read_text()
     assert "(`benchmarks/results/r2.jsonl`: 14 of 30 runs, in progress). Every" in page and "grid v1's" not in page
-    assert "14 of 30 runs are in (the grid is still running" in page
+    assert "Runs done: 14 of 30; the grid is still running" in page
     assert "| A (the paper: A > B) | B | scoring |" in page and "s.e. of the crossed post x seed model" in page
     assert "| 2 agents, MAGRPO | 2 agents in parallel, prompt only | reward (fallback split) | " in page
     assert "2 agents, MAGRPO seed 2 (2 of 3 folds)" in page  # not yet counted, and said
