@@ -222,16 +222,16 @@ def _no_midpoint_note(by: dict[str, list[dict]]) -> list[str]:
 
 
 def _runs_table(rows: list[dict]) -> list[str]:
-    out = ["## Every run", "", "One line per row of the results files (± here: the s.e. over the row's own held-out "
-                               "items, one run's spread; the tables above use the crossed model).", "",
+    out = ["## Every run", "", "One line per row of the results files: the held-out means, without an error (the "
+                               "tables above give them with the one standard error of this page).", "",
            "| key | held-out headline | before training | steps | training samples | completions | wall s | "
            "s/step | samples/s | generator | threads | peak RSS MB | load start -> end (1, 5, 15 min) | finished |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (is_v2(r), r["task"] != "tldr", r["task"],
                                          list(CONDITIONS).index(r["condition"]), r["seed"], r.get("split", ""))):
         h, b = headline(r), headline(r, "before") if r.get("before") else None
-        before = f"{b['mean']:.3f} ± {b['stderr']:.3f}" if b else "-"
-        out.append(f"| {r['key']} | {h['mean']:.3f} ± {h['stderr']:.3f} | {before} | "
+        before = f"{b['mean']:.3f}" + (" (other draws)" if r["before"].get("draws") else "") if b else "-"
+        out.append(f"| {r['key']} | {h['mean']:.3f} | {before} | "
                    f"{r.get('steps', 0)} | {r.get('train_samples', 0)} | {r.get('completions', 0)} | "
                    f"{r['wall_s']:.0f} | {r.get('s_per_step') or '-'}{'*' if r['key'] in PAUSED else ''} | "
                    f"{r.get('samples_per_s') or '-'} | {_gen_cell(r)} | {r['threads']} | {r['peak_rss_mb']:.0f} "
