@@ -87,7 +87,7 @@ def coding_section(task: str, title: str, rows: list[dict]) -> list[str]:
             f"- **Cost.** Scoring took {min(per_problem.values()):.0f}-{max(per_problem.values()):.0f} s per problem "
             f"(4 samples, 2 turns; one seed, the shared 2-core machine), so the same five conditions scored on "
             f"{GPU_PROBLEMS} problems, with their 10 training steps, would take about {hours:.0f} h here for one "
-            "seed, against the ~3 h left after the TL;DR grid. Not run.",
+            "seed, against the ~3 h of CPU the issue allows after the TL;DR grid. Not run.",
             "- **On a GPU.** `benchmarks/gpu_coding_grid.sh` runs this comparison on HumanEval's 164 problems "
             "(held out; trained on CoopHumanEval's problems that are not HumanEval's), sized for 10 minutes on one "
             "H100/H200; its first command checks that the model weights load and the sandbox runs a program. It has "

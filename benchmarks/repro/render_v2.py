@@ -126,7 +126,7 @@ def condition_section(tables: dict[str, CondTable], fold_of: dict[str, int], pos
         walls = [r["wall_s"] for r in t.rows]
         loads = [x for r in t.rows for x in (r["load_start"][0], r["load_end"][0])]
         out.append(
-            f"| {label(cond)} | {', '.join(map(str, t.seeds)) or '-'} | {len(t.rows)} | "
+            f"| {label(cond)} | {_seeds_cell(t)} | {len(t.rows)} | "
             + " | ".join(_pm(s) for s in sums)
             + f" | {_share(ln.get('marker_found'))} | "
             + (" / ".join(f"{x:.1f}" for x in ln["mean_tokens"]) + f" ({ln['cap']})" if ln else "-") + " | "
@@ -137,6 +137,12 @@ def condition_section(tables: dict[str, CondTable], fold_of: dict[str, int], pos
             + f" | {max(r['peak_rss_mb'] for r in t.rows):.0f} | {min(loads):.1f}-{max(loads):.1f} |")
     return out + ["", "s/step: the median over the condition's runs (range); the steps' own time, without the "
                       "held-out evaluations. Loads: the 1-minute load average at the runs' starts and ends.", ""]
+
+
+def _seeds_cell(t: CondTable) -> str:
+    whole = ", ".join(map(str, t.seeds))
+    part = "; ".join(f"seed {s}: {n} of 3 folds, not counted" for s, n in sorted(t.partial.items()))
+    return "; ".join(x for x in (whole, part) if x) or "-"
 
 
 def _share(x: float | None) -> str:

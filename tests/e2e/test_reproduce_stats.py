@@ -213,7 +213,8 @@ def test_page_from_v2_rows_shows_verdicts_lengths_and_the_progress(tmp_path):
     assert "| 2 agents, MAGRPO | 2 agents in parallel, prompt only | reward (fallback split) | " in page
     assert "2 agents, MAGRPO seed 2 (2 of 3 folds)" in page  # not yet counted, and said
     assert "Holm-corrected over this task's 6 tests" in page
-    assert "| 2 agents, MAGRPO | 0, 1 | 6 | " in page  # the whole seeds 0 and 1: their 6 runs, not the partial seed
+    # the whole seeds 0 and 1 (their 6 runs), the partial seed named
+    assert "| 2 agents, MAGRPO | 0, 1; seed 2: 2 of 3 folds, not counted | 6 | " in page
     assert "30.0 / 48.0 (48) | 0% / 100% |" in page  # tokens per agent and the share at the cap
     assert "agent 2 20 -> 48 tokens, 0% -> 100% at the cap" in page
     assert (tmp_path / "plots" / "tldr_v2_heldout.png").stat().st_size > 1000
