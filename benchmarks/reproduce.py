@@ -45,7 +45,8 @@ if str(ROOT) not in sys.path:  # this checkout's comarl, whichever python runs i
 from repro.generators import GENERATORS  # noqa: E402
 from repro.grid import CONDITIONS, GridPlan, RunSpec, parse_list  # noqa: E402
 from repro.results import append_row, done_keys, read_rows  # noqa: E402
-from repro.run import RunOptions  # noqa: E402
+from repro.run import CODING_TASKS, RunOptions  # noqa: E402
+from repro.tasks import TLDR_FOLDS  # noqa: E402
 
 DEFAULT_RESULTS = ROOT / "benchmarks" / "results" / "results.jsonl"
 DEFAULT_DOC = ROOT / "docs" / "results.md"
@@ -71,6 +72,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", dest="max_new_tokens", type=int, default=None)
     p.add_argument("--coding-train-limit", dest="coding_train_limit", type=int, default=None)
     p.add_argument("--coding-heldout", dest="coding_heldout", type=int, default=d.coding_heldout)
+    p.add_argument("--sandbox-workers", dest="sandbox_workers", type=int, default=d.sandbox_workers,
+                   help=f"coding: programs the sandbox runs at once ({d.sandbox_workers})")
     p.add_argument("--heldout-limit", dest="heldout_limit", type=int, default=None,
                    help="score only the first N held-out items of each task (quick checks)")
     p.add_argument("--batch-size", dest="batch_size", type=int, default=None, help="items per step (default per task)")
@@ -89,11 +92,13 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 def run_grid(a) -> int:
-    from repro.render import render
-
-    plan = GridPlan(tasks=parse_list(a.tasks, GridPlan.tasks, ("tldr", "coophumaneval", "humaneval"), "task"),
+    if a.folds not in (0, TLDR_FOLDS):
+        raise SystemExit(f"--folds: 0 (the v1 grid) or {TLDR_FOLDS} (grid v2), got {a.folds}")
+    default_tasks = ("tldr",) if a.folds else GridPlan.tasks
+    plan = GridPlan(tasks=parse_list(a.tasks, default_tasks, ("tldr", *CODING_TASKS), "task"),
                     seeds=tuple(int(s) for s in parse_list(a.seeds, GridPlan.seeds)),
-                    conditions=parse_list(a.conditions, GridPlan.conditions, tuple(CONDITIONS), "condition"))
+                    conditions=parse_list(a.conditions, GridPlan.conditions, tuple(CONDITIONS), "condition"),
+                    folds=a.folds)
     opts = _options(a)
     if opts.model_path is None:
         from repro.models import prepare_model
@@ -110,11 +115,22 @@ def run_grid(a) -> int:
         ok = _run_in_process(spec, opts, a.results) if a.in_process else _run_child(spec, opts, a)
         if not ok:
             failed.append(spec.key)
-        render(read_rows(a.results), a.doc, a.plots, results_path=a.results)
+        _render_safely(a)
     if not todo:
-        render(read_rows(a.results), a.doc, a.plots, results_path=a.results)
+        _render_safely(a)
     print(f"done; failed: {failed or 'none'}", flush=True)
     return 1 if failed else 0
+
+
+def _render_safely(a) -> None:
+    """Render the page; a failure is reported and the grid goes on (its rows are what matter)."""
+    from repro.render import render
+
+    try:
+        render(read_rows(a.results), a.doc, a.plots, results_path="" if a.folds else a.results,
+               v2_path=a.results if a.folds else "")
+    except Exception as e:  # noqa: BLE001 - the next run must not wait for the page
+        print(f"  render failed ({type(e).__name__}: {e}); the rows are kept, render again later", flush=True)
 
 
 def _twin(spec: RunSpec, results: str) -> dict | None:
@@ -136,7 +152,7 @@ def _run_in_process(spec: RunSpec, opts: RunOptions, results: str) -> bool:
 
 def _run_child(spec: RunSpec, opts: RunOptions, a) -> bool:
     cmd = [sys.executable, str(Path(__file__).resolve()), "one", "--results", str(a.results),
-           "--task", spec.task, "--condition", spec.condition, "--seed", str(spec.seed),
+           "--task", spec.task, "--condition", spec.condition, "--seed", str(spec.seed), "--split", spec.split,
            "--options", json.dumps(asdict(opts))]
     log = None
     if a.logs:
@@ -161,10 +177,29 @@ def run_one(a) -> int:
     from repro.run import execute
 
     opts = RunOptions(**json.loads(a.options))
-    spec = RunSpec(a.task, a.condition, a.seed)
+    spec = RunSpec(a.task, a.condition, a.seed, a.split)
     row = execute(spec, opts, _twin(spec, a.results))
     row["rss_scope"] = "run"
     append_row(a.results, row)
+    return 0
+
+
+def run_preflight(a) -> int:
+    """Exit 0 and print ``PREFLIGHT {...}`` when every precondition holds; else exit 3 naming the first that
+    does not (``repro.preflight``)."""
+    from repro.models import prepare_model
+    from repro.preflight import PreflightError, preflight
+
+    try:
+        try:  # smollm2: converted once into the folder the grid's runs load it from (beside the results file)
+            path = a.model_path or prepare_model(a.model, Path(a.results).parent / "models")
+        except Exception as e:  # noqa: BLE001 - the package or its weights missing on this machine
+            raise PreflightError(f"model: {a.model!r} could not be prepared: {type(e).__name__}: {e}") from e
+        found = preflight(a.model, a.device, a.data_dir, path, a.sandbox_workers)
+    except PreflightError as e:
+        print(f"preflight failed: {e}", file=sys.stderr, flush=True)
+        return 3
+    print("PREFLIGHT " + json.dumps(found), flush=True)
     return 0
 
 
@@ -184,9 +219,13 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--doc", default=str(DEFAULT_DOC), help="markdown page to render")
     r.add_argument("--plots", default=str(DEFAULT_PLOTS), help="folder for the plots")
     r.add_argument("--logs", default=None, help="folder for one log file per run (default: this terminal)")
-    r.add_argument("--tasks", default=None, help="comma list: tldr,coophumaneval (default both)")
+    r.add_argument("--tasks", default=None, help="comma list: tldr,coophumaneval (default both), humaneval, "
+                   "humaneval164 (every HumanEval problem held out: the GPU coding grid)")
     r.add_argument("--conditions", default=None, help=f"comma list of {', '.join(CONDITIONS)}")
     r.add_argument("--seeds", default=None, help="comma list (default 0,1,2)")
+    r.add_argument("--folds", type=int, default=0,
+                   help="grid v2 (TL;DR only): every post held out once per seed over this many folds; the "
+                        "prompt-only rows scored on all posts (0: the v1 grid)")
     r.add_argument("--in-process", dest="in_process", action="store_true", help="no child process per run")
     _add_run_options(r)
     o = sub.add_parser("one", help=argparse.SUPPRESS)
@@ -194,19 +233,32 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("--task", required=True)
     o.add_argument("--condition", required=True)
     o.add_argument("--seed", type=int, required=True)
+    o.add_argument("--split", default="")
     o.add_argument("--options", required=True)
+    f = sub.add_parser("preflight", help="check the GPU coding grid's preconditions (device, data, model, sandbox)")
+    f.add_argument("--model", default="smollm2")
+    f.add_argument("--model-path", dest="model_path", default=None)
+    f.add_argument("--device", default="cuda")
+    f.add_argument("--data-dir", dest="data_dir", default=RunOptions().data_dir)
+    f.add_argument("--sandbox-workers", dest="sandbox_workers", type=int, default=2)
+    f.add_argument("--results", default=str(DEFAULT_RESULTS), help="the grid's results file (its models/ folder "
+                   "beside it receives the converted SmolLM2)")
     d = sub.add_parser("render", help="render the results file into the markdown page and plots")
     d.add_argument("--results", default=str(DEFAULT_RESULTS))
     d.add_argument("--doc", default=str(DEFAULT_DOC))
     d.add_argument("--plots", default=str(DEFAULT_PLOTS))
+    d.add_argument("--v2", default=None, help="grid v2's results file, rendered with --results (grid v1's)")
     a = p.parse_args(argv)
     if a.cmd == "run":
         return run_grid(a)
     if a.cmd == "one":
         return run_one(a)
+    if a.cmd == "preflight":
+        return run_preflight(a)
     from repro.render import render
 
-    render(read_rows(a.results), a.doc, a.plots, results_path=a.results)
+    rows = read_rows(a.results) + (read_rows(a.v2) if a.v2 else [])
+    render(rows, a.doc, a.plots, results_path=a.results, v2_path=a.v2 or "")
     print(f"wrote {a.doc}", flush=True)
     return 0
 

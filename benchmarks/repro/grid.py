@@ -50,15 +50,25 @@ CODING_CONDITIONS = ("single", "parallel", "pipeline", "grpo", "magrpo")
 """Conditions of the coding task (one seed): the baselines and the two methods the paper compares."""
 
 
+FOLD_CONDITIONS = ("single", "parallel", "pipeline", "grpo", "magrpo", "maac")
+"""Grid v2 (``--folds``, issue 45): the prompt-only rows on every post, GRPO and MAGRPO on every fold and seed, MAAC
+on every fold of the first seed (last, if time allows)."""
+FOLD_ONE_SEED = ("maac",)
+
+
 @dataclass(frozen=True)
 class RunSpec:
+    """One run. ``split``: "" the v1 split; ``all`` (v2 prompt-only: scored on every post); ``fold<k>`` (v2 trained:
+    trained on the other folds' posts, scored on fold k's)."""
+
     task: str
     condition: str
     seed: int
+    split: str = ""
 
     @property
     def key(self) -> str:
-        return f"{self.task}/{self.condition}/seed{self.seed}"
+        return f"{self.task}/{self.condition}/seed{self.seed}" + (f"/{self.split}" if self.split else "")
 
 
 @dataclass
@@ -71,9 +81,13 @@ class GridPlan:
     conditions: tuple[str, ...] = tuple(CONDITIONS)
     many_seeds: tuple[str, ...] = MANY_SEEDS
     coding_conditions: tuple[str, ...] = CODING_CONDITIONS
+    folds: int = 0
+    """0: the v1 grid. k > 0: grid v2 on TL;DR alone (:meth:`fold_runs`)."""
     extra: dict = field(default_factory=dict)
 
     def runs(self) -> list[RunSpec]:
+        if self.folds:
+            return self.fold_runs()
         out: list[RunSpec] = []
         for task in self.tasks:
             conds = [c for c in self.conditions if task == "tldr" or c in self.coding_conditions]
@@ -81,6 +95,25 @@ class GridPlan:
                 for c in conds:
                     if n == 0 or (task == "tldr" and c in self.many_seeds):
                         out.append(RunSpec(task, c, seed))
+        return out
+
+
+    def fold_runs(self) -> list[RunSpec]:
+        """Grid v2: every prompt-only condition on all posts for every seed first (cheap, and every trained run's
+        comparison needs them), then GRPO and MAGRPO seed by seed, fold by fold (so a partial grid holds whole
+        seeds), then MAAC on the first seed's folds. Conditions outside :data:`FOLD_CONDITIONS` are refused."""
+        if "tldr" not in self.tasks or len(self.tasks) != 1:
+            raise SystemExit(f"--folds: grid v2 is TL;DR only (got tasks {', '.join(self.tasks)}); pass --tasks tldr")
+        bad = [c for c in self.conditions if c not in FOLD_CONDITIONS]
+        if bad and self.conditions != tuple(CONDITIONS):
+            raise SystemExit(f"--folds: condition(s) {bad} are not in grid v2; known: {', '.join(FOLD_CONDITIONS)}")
+        conds = [c for c in FOLD_CONDITIONS if c in self.conditions]
+        base = [c for c in conds if not CONDITIONS[c].trained]
+        trained = [c for c in conds if CONDITIONS[c].trained and c not in FOLD_ONE_SEED]
+        out = [RunSpec("tldr", c, s, "all") for s in self.seeds for c in base]
+        out += [RunSpec("tldr", c, s, f"fold{f}") for s in self.seeds for f in range(self.folds) for c in trained]
+        out += [RunSpec("tldr", c, self.seeds[0], f"fold{f}") for c in conds if c in FOLD_ONE_SEED
+                for f in range(self.folds)]
         return out
 
 

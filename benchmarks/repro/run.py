@@ -14,10 +14,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from comarl.heldout import mean_and_stderr
+
 from .generators import PerAgentVLLM, engine_settings, generator_for
 from .grid import CONDITIONS, RunSpec
 from .score import team_score
-from .tasks import ROOT, Task, close_env, coding_task, tldr_task
+from .tasks import ROOT, TLDR_FOLDS, Task, close_env, coding_task, tldr_task
 
 
 @dataclass
@@ -42,6 +44,8 @@ class RunOptions:
     coding_train_limit: int | None = None
     """Use only the first N coding training problems (the test)."""
     coding_heldout: int = 16
+    sandbox_workers: int = 2
+    """Coding: sandbox processes running programs at once (2 on the shared 2-core machine; the GPU script 12)."""
     lr: float | None = None
     """Override the full fine-tuning learning rate."""
     heldout_limit: int | None = None
@@ -62,6 +66,9 @@ class RunOptions:
     """--model tiny: the random model's hidden size (vllm's CPU attention needs a head size it serves: 128 gives 32)."""
 
 
+CODING_TASKS = ("coophumaneval", "humaneval", "humaneval164")
+"""humaneval164: every HumanEval problem held out, trained on CoopHumanEval's others (the GPU coding grid)."""
+
 LR = {"smollm2": 2e-5, "tiny": 2e-3}
 """Full fine-tuning learning rate: the SmolLM2 demo's (comarl.demo.SMOLLM2_LR), the tiny demo's."""
 LORA_LR_FACTOR = 10.0
@@ -70,17 +77,21 @@ CRITIC_LR = {"smollm2": 1e-4, "tiny": 1e-3}
 """Value head (IAC) and central critic (MAAC) learning rate: a head starts from random weights."""
 
 
-def load_task(name: str, opts: RunOptions) -> Task:
+def load_task(name: str, opts: RunOptions, split: str = "") -> Task:
     if name == "tldr":
-        task = tldr_task()
-    elif name in ("coophumaneval", "humaneval"):
-        task = coding_task(Path(opts.data_dir), name, heldout=opts.coding_heldout, limit_train=opts.coding_train_limit)
+        task = tldr_task(split)
+    elif name in CODING_TASKS:
+        task = coding_task(Path(opts.data_dir), name, heldout=opts.coding_heldout, limit_train=opts.coding_train_limit,
+                           sandbox_workers=opts.sandbox_workers)
     else:
-        raise SystemExit(f"unknown task {name!r}; known: tldr, coophumaneval, humaneval")
+        raise SystemExit(f"unknown task {name!r}; known: tldr, {', '.join(CODING_TASKS)}")
+    if split and name != "tldr":
+        raise SystemExit(f"split {split!r}: only the tldr task has grid v2's splits")
     if opts.max_new_tokens:
         task.max_new_tokens = opts.max_new_tokens
-    if opts.heldout_limit:
-        task.heldout_items = task.heldout_items[:opts.heldout_limit]
+    if opts.heldout_limit:  # v2's all-posts rows keep every fold's first N posts: posts 0 .. N * folds - 1
+        n = opts.heldout_limit * (TLDR_FOLDS if split == "all" else 1)
+        task.heldout_items = task.heldout_items[:n]
     task.batch_size = opts.batch_size or task.batch_size
     task.num_generations = opts.num_generations or task.num_generations
     return task
@@ -157,11 +168,13 @@ def eval_points(history: list[dict], per_step: int, prefix: str = "eval/") -> li
 
 def untrained_twin(spec: RunSpec) -> str | None:
     """The prompt-only row whose agents are this trained run's agents before training: the same model, prompts,
-    sampling and seed, so the same held-out score (a LoRA adapter starts at zero, a value head does not sample)."""
+    sampling and seed, so the same held-out score (a LoRA adapter starts at zero, a value head does not sample).
+    A grid v2 fold run's twin is the prompt-only row on all posts (``split`` ``all``)."""
     cond = CONDITIONS[spec.condition]
     if not cond.trained:
         return None
-    return RunSpec(spec.task, "single" if cond.num_agents == 1 else "parallel", spec.seed).key
+    return RunSpec(spec.task, "single" if cond.num_agents == 1 else "parallel", spec.seed,
+                   "all" if spec.split.startswith("fold") else spec.split).key
 
 
 def reusable_before(row: dict | None, opts: RunOptions, task: Task, cfgs: list, generator: str = "hf") -> dict | None:
@@ -172,9 +185,33 @@ def reusable_before(row: dict | None, opts: RunOptions, task: Task, cfgs: list, 
     same = (row.get("model") == opts.model and row.get("generator", "hf") == generator
             and row.get("max_new_tokens") == cfgs[0].max_new_tokens
             and row.get("temperature") == task.temperature and row.get("top_p") == task.top_p
-            and row.get("heldout_items") == len(task.heldout_items)
             and row["heldout"].get("samples") == opts.heldout_samples)
-    return {**row["heldout"], "from": row["key"]} if same else None
+    if same and row.get("heldout_items") == len(task.heldout_items):
+        return {**row["heldout"], "from": row["key"]}
+    ids = [item_id(it) for it in task.heldout_items]
+    if same and ids and set(ids) <= set(row.get("heldout_ids") or []):
+        return {**subset_scores(row["heldout"], row["heldout_ids"], ids), "from": row["key"], "draws": "other"}
+    return None
+
+
+def item_id(item: dict) -> str:
+    """A held-out item's id in the rows: grid v2's ``post_id``, a coding ``task_id``, else its prompt's start."""
+    return str(item.get("post_id") or item.get("task_id") or item.get("prompt", "")[:60])
+
+
+def subset_scores(scores: dict, ids: list[str], keep: list[str]) -> dict:
+    """A held-out score restricted to the items ``keep`` (in that order): every ``{mean, stderr, per_item}`` entry
+    recomputed from the kept items' values. A grid v2 fold run's score before training is its twin's (scored on
+    all posts) on the fold's posts: the same model, prompts, sampling and seed, other random draws (the draws
+    depend on the whole batch)."""
+    pos = {i: n for n, i in enumerate(ids)}
+    out: dict = {"samples": scores.get("samples"), "greedy": scores.get("greedy"), "items": len(keep)}
+    for name, v in scores.items():
+        if isinstance(v, dict) and "per_item" in v:
+            per = [v["per_item"][pos[i]] for i in keep]
+            mean, se = mean_and_stderr(per)
+            out[name] = {"mean": mean, "stderr": se, "per_item": per}
+    return out
 
 
 def execute(spec: RunSpec, opts: RunOptions, twin: dict | None = None) -> dict:
@@ -194,27 +231,37 @@ def execute(spec: RunSpec, opts: RunOptions, twin: dict | None = None) -> dict:
     t0 = time.perf_counter()
     load_start = load_average()
     cond = CONDITIONS[spec.condition]
-    task = load_task(spec.task, opts)
+    task = load_task(spec.task, opts, spec.split)
     cfgs = agent_configs(task, cond, opts, spec.seed)
     score_env = task.build_env(cond.num_agents, False)
     per_step = task.batch_size * task.num_generations  # joint samples per step (first turn)
 
     gen_name, gen_note = generator_for(cond, opts)
 
-    def score(agents, generator=None) -> dict:
+    records: list = []
+
+    def score(agents, generator=None, keep: bool = False) -> dict:
+        """The held-out score; ``keep``: the samples (texts, lengths, cap hits) go to the row's ``records``."""
         t = time.perf_counter()
         s = team_score(agents, score_env, task.heldout_items, samples=opts.heldout_samples, seed=spec.seed,
                        metrics=task.metrics, pipeline=task.pipeline_prompt if cond.pipeline else None,
-                       max_turns=task.num_turns, generator=generator)
+                       max_turns=task.num_turns, generator=generator, keep=True, item_id=item_id)
+        kept = s.pop("records")
+        if keep:  # with each item's reference text, so a row can be rescored on its own (TL;DR: its TL;DR)
+            records[:] = [{**r, "reference": it.get("completion")} if it.get("completion") else r
+                          for r, it in zip(kept, task.heldout_items)]
         s["seconds"] = round(time.perf_counter() - t, 2)
         return s
 
     row: dict = {"key": spec.key, "task": spec.task, "condition": spec.condition, "label": cond.label,
-                 "seed": spec.seed, "model": opts.model, "num_agents": cond.num_agents,
+                 "seed": spec.seed, "split": spec.split, "model": opts.model, "device": opts.device,
+                 "num_agents": cond.num_agents,
                  "algorithm": cond.algorithm, "trained": cond.trained, "headline": task.headline,
                  "max_new_tokens": cfgs[0].max_new_tokens, "temperature": task.temperature, "top_p": task.top_p,
                  "num_turns": task.num_turns, "train_items": len(task.train_items),
-                 "heldout_items": len(task.heldout_items), "generator": gen_name}
+                 "heldout_items": len(task.heldout_items), "generator": gen_name,
+                 "heldout_ids": [item_id(it) for it in task.heldout_items],
+                 "train_ids": [item_id(it) for it in task.train_items]}
     if gen_note:
         row["generator_note"] = gen_note
     train_env = None
@@ -227,7 +274,7 @@ def execute(spec: RunSpec, opts: RunOptions, twin: dict | None = None) -> dict:
             if gen_name == "vllm":  # engines for the untrained agents (built from their weights), stopped below
                 generator = closing = PerAgentVLLM(agents, engine_settings(opts, spec.seed))
             build_s = time.perf_counter() - t
-            after = score(agents, generator)
+            after = score(agents, generator, keep=True)
             row.update(steps=0, train_samples=0, completions=0, optimizer_steps=0, train_s=0.0, before=None,
                        curve=[{"step": 0, "samples": 0, "score": after}])
         else:
@@ -243,7 +290,7 @@ def execute(spec: RunSpec, opts: RunOptions, twin: dict | None = None) -> dict:
             t = time.perf_counter()
             history = trainer.train()
             train_s = time.perf_counter() - t
-            after = score(trainer.agents, generator)
+            after = score(trainer.agents, generator, keep=True)
             last = history[-1] if history else {}
             steps = len(history)
             row.update(steps=steps, train_samples=steps * per_step,
@@ -271,7 +318,7 @@ def execute(spec: RunSpec, opts: RunOptions, twin: dict | None = None) -> dict:
         close_env(score_env)
         if train_env is not None:
             close_env(train_env)
-    row.update(heldout=after, build_s=round(build_s, 2), wall_s=round(time.perf_counter() - t0, 2),
+    row.update(heldout=after, records=records, build_s=round(build_s, 2), wall_s=round(time.perf_counter() - t0, 2),
                peak_rss_mb=round(peak_rss_mb(), 1), load_start=load_start, load_end=load_average(),
                threads=torch.get_num_threads(), cpus=os.cpu_count(), host=platform.node(), commit=git_commit(),
                finished=time.strftime("%Y-%m-%d %H:%M:%S"))

@@ -27,7 +27,8 @@ def _team(reward) -> float:
 @torch.no_grad()
 def team_score(agents: Sequence, env, items: Sequence[dict], samples: int = 4, greedy: bool = False, seed: int = 0,
                metrics: Sequence[str] = (), pipeline: Callable | None = None, max_turns: int = 1,
-               share_prefix: bool = True, generator: Callable | None = None) -> dict:
+               share_prefix: bool = True, generator: Callable | None = None, keep: bool = False,
+               item_id: Callable[[dict], str] | None = None) -> dict:
     """Score ``agents`` on ``items`` without training.
 
     Args:
@@ -40,6 +41,11 @@ def team_score(agents: Sequence, env, items: Sequence[dict], samples: int = 4, g
         generator: the team generator (``comarl.generation.team`` contract) every call goes through; None:
             Hugging Face ``generate``. A vLLM generator samples from its engines' own random stream, not under
             ``seed``, and ignores ``share_prefix`` (its prefix cache shares prompt blocks).
+        keep: also return ``"records"``, one per item: ``{"id", "samples": [...]}``, each sample
+            ``{"turns": [{"texts", "tokens", "capped"} per turn, one entry per agent], "reward": last turn's team
+            reward, <metric>: ...}``: what the analysis rescores (the texts), and the completions' lengths in new
+            tokens (EOS not counted) with whether each hit ``max_new_tokens`` (no EOS came).
+        item_id: ``item -> id`` for the records (default: the item's position).
     Returns:
         ``{"reward": {mean, stderr, per_item}, "first_turn_reward": {...}, <metric>: {...}, "samples", "greedy"}``;
         a metric an environment does not report is left out.
@@ -52,6 +58,7 @@ def team_score(agents: Sequence, env, items: Sequence[dict], samples: int = 4, g
     first: list = [None] * len(states)
     last: list = [None] * len(states)
     live = list(range(len(states)))
+    turns: list[list[dict]] = [[] for _ in states]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for turn in range(max_turns):
@@ -61,16 +68,17 @@ def team_score(agents: Sequence, env, items: Sequence[dict], samples: int = 4, g
                 ids = [a.encode_prompts([s.prompts[j] for s in roots]) for j, a in enumerate(agents)]
                 if pipeline is None:
                     comps = gen(agents, ids, k, greedy=greedy, share_prefix=share_prefix)
-                    texts = [tuple(c.texts[n] for c in comps) for n in range(len(cur))]
                 else:
-                    one = gen(agents[:1], ids[:1], k, greedy=greedy, share_prefix=share_prefix)[0].texts
-                    second = [pipeline(s, t) for s, t in zip(cur, one)]
-                    two = gen(agents[1:2], [agents[1].encode_prompts(second)], 1, greedy=greedy)[0].texts
-                    texts = list(zip(one, two))
+                    one = gen(agents[:1], ids[:1], k, greedy=greedy, share_prefix=share_prefix)[0]
+                    second = [pipeline(s, t) for s, t in zip(cur, one.texts)]
+                    comps = [one, gen(agents[1:2], [agents[1].encode_prompts(second)], 1, greedy=greedy)[0]]
             else:
                 ids = [a.encode_prompts([s.prompts[j] for s in cur]) for j, a in enumerate(agents)]
                 comps = gen(agents, ids, 1, greedy=greedy)
-                texts = [tuple(c.texts[n] for c in comps) for n in range(len(cur))]
+            texts = [tuple(c.texts[n] for c in comps) for n in range(len(cur))]
+            if keep:
+                for n, i in enumerate(live):
+                    turns[i].append(_turn_record(comps, n))
             trans = env.step_batch(cur, texts)
             nxt = []
             for i, tr in zip(live, trans):
@@ -95,4 +103,19 @@ def team_score(agents: Sequence, env, items: Sequence[dict], samples: int = 4, g
     for name in metrics:
         if all(name in t.metrics for t in last):
             out[name] = per_item([float(t.metrics[name]) for t in last])
+    if keep:
+        kept = [m for m in metrics if m in out]
+        out["records"] = [
+            {"id": item_id(item) if item_id else str(p),
+             "samples": [{"turns": turns[i], "reward": _team(last[i].reward),
+                          **{m: float(last[i].metrics[m]) for m in kept}} for i in range(p * k, (p + 1) * k)]}
+            for p, item in enumerate(items)]
     return out
+
+
+def _turn_record(comps: Sequence, n: int) -> dict:
+    """Sample ``n`` of one turn, one entry per agent: its text, its length in new tokens (EOS not counted) and
+    whether it hit the token cap (no EOS before ``max_new_tokens``)."""
+    return {"texts": [c.texts[n] for c in comps],
+            "tokens": [len(c.ids[n]) - (0 if c.truncated[n] else 1) for c in comps],
+            "capped": [bool(c.truncated[n]) for c in comps]}

@@ -10,6 +10,11 @@ sample posts (12). ``split_check`` refuses any post on both sides.
 CoopHumanEval (preset ``paper``, 2 turns, ``level_feedback``, the paper's ``sandbox_slice`` 1 and reward shift):
 the paper's split, ``train[16:]`` for training and ``train[:16]`` held out, from ``../shared/data``.
 
+Grid v2 (issue 45, ``--folds 3``): all 36 posts in one fixed order (:func:`tldr_posts`, each with a ``post_id``),
+post ``i`` in fold ``i % 3``; a fold's run trains on the other 24 posts and is scored on its 12, so over three folds
+every post is held out once per seed. :func:`tldr_fold` refuses a fold whose two sides share a post, a title, a
+reference TL;DR or any run of 8 words. The prompt-only rows of v2 are scored on all 36 posts.
+
 The paper's paper preset has exactly two writing agents; the single-agent rows need one writer that writes both
 parts, so this module adds :class:`SingleWriterEnv` (the same paper reward on the two parts of one response) and,
 for the prompt-only pipeline baseline, the second agent's prompt when it sees the first agent's text.
@@ -17,6 +22,7 @@ for the prompt-only pipeline baseline, the second agent's prompt when it sees th
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -31,6 +37,8 @@ TLDR_DEMO_HELDOUT = 8
 """The demo's held-out posts: the last 8 of the 24 bundled ones (as ``comarl demo --task tldr``)."""
 TLDR_SAMPLE_HELDOUT = 4
 """Held-out posts taken from the end of tests/data/writing/tldr_sample.jsonl (12 posts)."""
+TLDR_FOLDS = 3
+"""Grid v2's folds: post ``i`` of the 36 is held out in fold ``i % 3``."""
 
 # ---------------------------------------------------------------- prompts (our own words)
 SINGLE_TLDR_PROMPT = (
@@ -155,8 +163,68 @@ def tldr_items() -> tuple[list[dict], list[dict]]:
     return train, heldout
 
 
-def tldr_task() -> Task:
-    train, heldout = tldr_items()
+def tldr_posts() -> list[dict]:
+    """All 36 posts in the grid's fixed order (the demo's 24, then the sample's 12), each with a ``post_id``
+    (``demo-00`` .. ``demo-23``, ``sample-00`` .. ``sample-11``); every prompt distinct (checked)."""
+    entry = get_env("tldr")
+    with resources.as_file(resources.files("comarl.envs.writing") / "demo_tldr.jsonl") as p:
+        demo = entry.load_items(str(p), "train", None)
+    sample = entry.load_items(str(ROOT / "tests" / "data" / "writing" / "tldr_sample.jsonl"), "train", None)
+    posts = [{**it, "post_id": f"demo-{i:02d}"} for i, it in enumerate(demo)]
+    posts += [{**it, "post_id": f"sample-{i:02d}"} for i, it in enumerate(sample)]
+    if len({p["prompt"] for p in posts}) != len(posts):
+        raise AssertionError("tldr: two of the 36 posts have the same prompt")
+    return posts
+
+
+def word_runs(text: str, n: int = 8) -> set[tuple[str, ...]]:
+    """Every run of ``n`` consecutive words (lower case, letters, digits and apostrophes) in ``text``.
+
+    ``word_runs("A b, c d", 3) == {("a", "b", "c"), ("b", "c", "d")}``."""
+    words = re.findall(r"[a-z0-9']+", text.lower())
+    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+def title_of(item: dict) -> str:
+    m = re.search(r"^TITLE:(.*)$", item["prompt"], re.M)
+    return m.group(1).strip().lower() if m else ""
+
+
+def tldr_fold(fold: int, folds: int = TLDR_FOLDS) -> tuple[list[dict], list[dict]]:
+    """(training posts, held-out posts) of one fold: post ``i`` of :func:`tldr_posts` is held out in fold
+    ``i % folds``. Refuses a split whose sides share a prompt, post text, title, reference TL;DR or 8-word run."""
+    if not 0 <= fold < folds:
+        raise ValueError(f"tldr fold {fold}: must be in 0..{folds - 1}")
+    posts = tldr_posts()
+    heldout = [p for i, p in enumerate(posts) if i % folds == fold]
+    train = [p for i, p in enumerate(posts) if i % folds != fold]
+    name = f"tldr fold {fold}"
+    for key in ("prompt", "text", "completion", "post_id"):
+        split_check(name, train, heldout, key)
+    if {title_of(p) for p in train} & {title_of(p) for p in heldout} - {""}:
+        raise AssertionError(f"{name}: a held-out post has the title of a training post")
+    seen: set = set()
+    for p in train:
+        seen |= word_runs(p["text"] + "\n" + p["completion"])
+    for p in heldout:
+        shared = word_runs(p["text"] + "\n" + p["completion"]) & seen
+        if shared:
+            raise AssertionError(f"{name}: held-out post {p['post_id']} shares the 8-word run "
+                                 f"{' '.join(sorted(shared)[0])!r} with a training post")
+    return train, heldout
+
+
+def tldr_task(split: str = "") -> Task:
+    """The TL;DR task. ``split``: "" the v1 split (:func:`tldr_items`); ``all``: grid v2's prompt-only rows, scored
+    on all 36 posts (nothing trained); ``fold<k>``: grid v2's fold k (:func:`tldr_fold`)."""
+    if split == "":
+        train, heldout = tldr_items()
+    elif split == "all":
+        train, heldout = [], tldr_posts()
+    elif split.startswith("fold") and split[4:].isdigit():
+        train, heldout = tldr_fold(int(split[4:]))
+    else:
+        raise ValueError(f"tldr split {split!r}: expected '', 'all' or 'fold<k>'")
     entry = get_env("tldr")
 
     def build(num_agents: int, for_training: bool):
@@ -178,18 +246,44 @@ CODING_SHIFT = {1: -2.1, 2: -4.0}
 (reproduction_coding.md)."""
 
 
-def coding_task(data_dir: Path, name: str = "coophumaneval", heldout: int = 16, limit_train: int | None = None) -> Task:
+CODING_FILES = {"coophumaneval": "coophumaneval/che_raw.json", "humaneval": "humaneval/HumanEval.jsonl.gz"}
+
+
+def humaneval_heldout_items(data_dir: Path) -> tuple[list[dict], list[dict]]:
+    """(training problems, held-out problems) of the GPU coding grid (``humaneval164``): all 164 HumanEval
+    problems held out; trained on the CoopHumanEval problems that share no entry point, prompt or 8-word run of
+    prompt or tests with any HumanEval problem (CoopHumanEval rewrites some HumanEval problems: 19 of its 82 share
+    such a run)."""
+    held = get_env("humaneval").load_items(str(Path(data_dir) / CODING_FILES["humaneval"]), None, None)
+    pool = get_env("coophumaneval").load_items(str(Path(data_dir) / CODING_FILES["coophumaneval"]), None, None)
+    seen: set = set()
+    for h in held:
+        seen |= word_runs(h["prompt"]) | word_runs(str(h.get("test_source") or ""))
+    names = {h["entry_point"] for h in held} | {h["prompt"] for h in held}
+    train = [c for c in pool if c["entry_point"] not in names and c["prompt"] not in names
+             and not (word_runs(c["prompt"]) | word_runs(str(c.get("test_source") or ""))) & seen]
+    for key in ("task_id", "prompt", "entry_point"):
+        split_check("humaneval164", train, held, key)
+    return train, held
+
+
+def coding_task(data_dir: Path, name: str = "coophumaneval", heldout: int = 16, limit_train: int | None = None,
+                sandbox_workers: int = 2) -> Task:
     """CoopHumanEval (or HumanEval) with the paper preset, 2 turns, ``level_feedback``; held out: the first
-    ``heldout`` problems (the paper's eval split for CoopHumanEval), trained on the rest."""
-    files = {"coophumaneval": "coophumaneval/che_raw.json", "humaneval": "humaneval/HumanEval.jsonl.gz"}
-    entry = get_env(name)
-    rows = entry.load_items(str(Path(data_dir) / files[name]), None, None)
-    held, train = rows[:heldout], rows[heldout:]
+    ``heldout`` problems (the paper's eval split for CoopHumanEval), trained on the rest. ``humaneval164``: the GPU
+    coding grid's split (:func:`humaneval_heldout_items`). ``sandbox_workers``: programs run at once."""
+    if name == "humaneval164":
+        train, held = humaneval_heldout_items(data_dir)
+        entry = get_env("humaneval")
+    else:
+        entry = get_env(name)
+        rows = entry.load_items(str(Path(data_dir) / CODING_FILES[name]), None, None)
+        held, train = rows[:heldout], rows[heldout:]
     if limit_train:
         train = train[:limit_train]
     split_check(name, train, held, "task_id")
     args = dict(preset="paper", max_turns=2, feedback="level_feedback", sandbox_slice=1,
-                sandbox={"test_timeout_s": 10, "total_timeout_s": 60})
+                sandbox={"test_timeout_s": 10, "total_timeout_s": 60}, workers=sandbox_workers)
 
     def build(num_agents: int, for_training: bool):
         env = entry.build(num_agents, mode="helper_main" if num_agents == 2 else "single", **args)

@@ -60,11 +60,10 @@ def test_grid_end_to_end_on_the_tiny_model(tmp_path, capsys):
         assert f"| {cond.label} |" in page
     for key in expected:
         assert f"| {key} |" in page
-    assert "single agent, prompt only: wrote the `---` line" in page
-    assert "## Does the paper's ordering hold here?" in page and "2 agents, MAGRPO vs single agent, GRPO" in page
+    assert "## TL;DR grid v1 (issue 31)" in page and "| `---` written |" in page
     assert "![tldr: held-out score against training samples](../plots/tldr_heldout.png)" in page
     assert (out / "plots" / "tldr_heldout.png").stat().st_size > 1000
-    assert "14 runs so far" in page
+    assert "grid v1's (`benchmarks/results/results.jsonl`: 14 runs)" in page and "Grid v2" not in page
     assert "Why every row here samples with `hf`" in page  # said only when no row sampled with vLLM
 
     # a second invocation finds every run done and runs nothing; render alone rebuilds the same page
@@ -153,25 +152,6 @@ def test_team_score_draws_what_heldout_score_draws():
     assert score.team_score(agents, env, items, seed=7, greedy=True)["samples"] == 1
 
 
-def test_summaries_and_verdicts_by_hand():
-    def row(seed, mean, per_item, before=None):
-        heldout = {"reward": {"mean": mean, "stderr": 0.1, "per_item": per_item}}
-        r = {"seed": seed, "headline": "reward", "heldout": heldout}
-        r["before"] = None
-        if before is not None:
-            r["before"] = {"reward": {"mean": before, "stderr": 0.1, "per_item": [before] * len(per_item)}}
-        return r
-
-    s = render.summarize([row(0, 1.0, [1.0]), row(1, 2.0, [2.0]), row(2, 3.0, [3.0])])
-    assert (s["mean"], s["over"]) == (2.0, "seeds") and s["stderr"] == pytest.approx(1 / 3 ** 0.5)  # std 1 / sqrt 3
-    one = render.summarize([row(0, 1.5, [1.0, 2.0], before=0.5)])
-    assert (one["mean"], one["stderr"], one["over"]) == (1.5, 0.1, "items")
-    assert one["gain"] == pytest.approx((1.0, 0.5))  # per-item gains 0.5 and 1.5: mean 1, s.e. 0.5
-    assert render.verdict({"mean": 1.2, "stderr": 0.3}, {"mean": 0.0, "stderr": 0.4})[2] == "holds"  # 1.2 > 2 * 0.5
-    assert render.verdict({"mean": 0.5, "stderr": 0.3}, {"mean": 0.0, "stderr": 0.4})[2].startswith("not resolved")
-    assert render.verdict({"mean": -1.5, "stderr": 0.3}, {"mean": 0.0, "stderr": 0.4})[2] == "reversed"
-
-
 def test_no_midpoint_note_names_trained_runs_with_only_two_curve_points():
     two = {"key": "t/magrpo/seed0", "trained": True, "curve": [{"samples": 0}, {"samples": 40}]}
     three = {"key": "t/grpo/seed0", "trained": True, "curve": [{"samples": 0}, {"samples": 24}, {"samples": 40}]}
@@ -179,15 +159,6 @@ def test_no_midpoint_note_names_trained_runs_with_only_two_curve_points():
     note = render._no_midpoint_note({"magrpo": [two], "grpo": [three], "single": [base]})
     assert note[-1].startswith("No evaluation during training in t/magrpo/seed0 (")
     assert render._no_midpoint_note({"grpo": [three], "single": [base]}) == []
-
-
-def test_coding_note_averages_the_other_measures_over_seeds():
-    def row(compiled, passed_all):
-        return {"heldout": {"compiled": {"mean": compiled}, "passed_all": {"mean": passed_all}}}
-
-    note = render._coding_note({"magrpo": [row(0.5, 0.0), row(1.0, 0.25)], "single": [{"heldout": {}}]})
-    assert note[-1] == "- 2 agents, MAGRPO: code that compiles 0.750, all tests passed 0.125."  # single: no line
-    assert render._coding_note({"single": [{"heldout": {"reward": {}}}]}) == []
 
 
 @pytest.mark.slow
@@ -279,3 +250,83 @@ def test_grid_samples_with_vllm_on_the_tiny_model(tmp_path):
         assert len(r["heldout"]["reward"]["per_item"]) == 2
     page = (out / "docs" / "results.md").read_text()
     assert "`vllm` for 2 runs" in page and "| vllm | " in page and "Why every row here samples" not in page
+
+
+# ---------------------------------------------------------------- grid v2 (issue 45): folds, records
+V2 = ["--folds", "3", "--tasks", "tldr"]
+
+
+def test_grid_v2_holds_out_every_post_once_per_seed_and_keeps_every_sample(tmp_path):
+    rc, out = _run(tmp_path, *V2, "--seeds", "0,1", "--conditions", "single,parallel,pipeline,grpo,magrpo,maac")
+    assert rc == 0
+    rows = {r["key"]: r for r in results.read_rows(out / "results.jsonl")}
+    plan = grid.GridPlan(tasks=("tldr",), seeds=(0, 1), folds=3)
+    assert set(rows) == {s.key for s in plan.runs()}
+    assert len(rows) == 3 * 2 + 2 * 3 * 2 + 3  # prompt-only x 2 seeds, GRPO/MAGRPO x 3 folds x 2 seeds, MAAC seed 0
+    assert "tldr/maac/seed0/fold2" in rows and "tldr/maac/seed1/fold0" not in rows
+    for cond in ("grpo", "magrpo"):
+        for seed in (0, 1):
+            folds = [rows[f"tldr/{cond}/seed{seed}/fold{f}"] for f in range(3)]
+            held = [i for r in folds for i in r["heldout_ids"]]
+            twin = rows[f"tldr/{'single' if cond == 'grpo' else 'parallel'}/seed{seed}/all"]
+            assert sorted(held) == sorted(twin["heldout_ids"]) and len(held) == len(set(held)) == 6
+            for r in folds:
+                assert not set(r["heldout_ids"]) & set(r["train_ids"]) and len(r["train_ids"]) == 24
+                b = r["before"]  # the twin's scores on the fold's posts: the same settings, other draws
+                assert b["from"] == twin["key"] and b["draws"] == "other"
+                pos = [twin["heldout_ids"].index(i) for i in r["heldout_ids"]]
+                assert b["reward"]["per_item"] == [twin["heldout"]["reward"]["per_item"][p] for p in pos]
+    for r in rows.values():
+        cap = r["max_new_tokens"]
+        assert [rec["id"] for rec in r["records"]] == r["heldout_ids"]
+        for rec, per in zip(r["records"], r["heldout"]["reward"]["per_item"]):
+            assert rec["reference"] and len(rec["samples"]) == 1  # --heldout-samples 1
+            assert per == pytest.approx(sum(s["reward"] for s in rec["samples"]) / len(rec["samples"]))
+            for s in rec["samples"]:
+                [turn] = s["turns"]
+                assert len(turn["texts"]) == len(turn["tokens"]) == r["num_agents"]
+                assert all(0 <= n <= cap and c == (n == cap) for n, c in zip(turn["tokens"], turn["capped"]))
+                if r["num_agents"] == 1:
+                    assert {"marker_found", "reward_marker_only"} <= set(s)
+
+
+def test_grid_v2_runs_each_fold_in_a_child_process(tmp_path):
+    out = tmp_path / "out"
+    small = [a for a in SMALL if a != "--in-process"]
+    rc = reproduce.main(["run", "--results", str(out / "r.jsonl"), "--doc", str(out / "results.md"), "--plots",
+                         str(out / "plots"), *small, *V2, "--seeds", "0", "--conditions", "grpo"])
+    rows = results.read_rows(out / "r.jsonl")
+    assert rc == 0 and sorted(r["key"] for r in rows) == [f"tldr/grpo/seed0/fold{f}" for f in range(3)]
+    assert all(r["rss_scope"] == "run" and r["split"] == r["key"].rsplit("/", 1)[1] for r in rows)
+    assert all(r["before"].get("from") is None for r in rows)  # no twin in the file: measured in the run
+
+
+def test_grid_v2_plan_refuses_what_it_does_not_run():
+    with pytest.raises(SystemExit, match="TL;DR only"):
+        grid.GridPlan(tasks=("tldr", "coophumaneval"), folds=3).runs()
+    with pytest.raises(SystemExit, match="not in grid v2"):
+        grid.GridPlan(tasks=("tldr",), conditions=("magrpo", "iac"), folds=3).runs()
+    keys = [s.key for s in grid.GridPlan(tasks=("tldr",), folds=3).runs()]
+    assert len(keys) == 9 + 18 + 3 and keys[:3] == ["tldr/single/seed0/all", "tldr/parallel/seed0/all",
+                                                     "tldr/pipeline/seed0/all"]
+    assert keys.index("tldr/pipeline/seed2/all") < keys.index("tldr/grpo/seed0/fold0")  # baselines first
+    assert keys.index("tldr/magrpo/seed0/fold2") < keys.index("tldr/grpo/seed1/fold0")  # whole seeds next
+    assert keys[-3:] == [f"tldr/maac/seed0/fold{f}" for f in range(3)]  # MAAC last
+    with pytest.raises(SystemExit, match="--folds"):
+        reproduce.main(["run", "--folds", "2", "--results", "/nonexistent/r.jsonl"])
+
+
+def test_tldr_folds_are_disjoint_and_cover_every_post_once():
+    posts = tasks.tldr_posts()
+    assert len(posts) == 36 and len({p["post_id"] for p in posts}) == 36
+    held = []
+    for f in range(3):
+        train, heldout = tasks.tldr_fold(f)
+        assert (len(train), len(heldout)) == (24, 12)
+        assert not {p["text"] for p in train} & {p["text"] for p in heldout}
+        held += [p["post_id"] for p in heldout]
+    assert sorted(held) == sorted(p["post_id"] for p in posts)
+    assert tasks.tldr_fold(1)[1][0]["post_id"] == "demo-01" and tasks.tldr_fold(0)[1][-1]["post_id"] == "sample-09"
+    assert tasks.word_runs("A b, c d", 3) == {("a", "b", "c"), ("b", "c", "d")} and tasks.word_runs("a b", 3) == set()
+    with pytest.raises(ValueError, match="fold 3"):
+        tasks.tldr_fold(3)
