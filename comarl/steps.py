@@ -87,12 +87,15 @@ class StepOutput:
         weight: the weight of this rank's metrics in that average (items trained on).
         counts: per-node metrics' observation counts, which weigh those instead (``rollout_metrics``).
         examples: a few (prompt, response, reward) rows for ``samples.jsonl``.
+        rollouts: the step's rollouts (``comarl.types.Rollout``, advantages filled in) for ``trees.jsonl``; empty
+            for an update that rolls nothing out.
     """
 
     metrics: dict[str, float]
     weight: float = 1.0
     counts: dict[str, float] = field(default_factory=dict)
     examples: list[dict] = field(default_factory=list)
+    rollouts: list = field(default_factory=list)
 
 
 __all__ = ["AgentPairs", "PairBatch", "PromptBatch", "SkipStep", "StepOutput"]

@@ -208,7 +208,7 @@ class OnlineDPO:
         dt = time.perf_counter() - t0
         metrics.update({"time/step_s": dt, "time/rollout_s": t_roll, "time/update_s": dt - t_roll,
                         "tokens_per_s": trained / max(dt, 1e-9)})
-        return StepOutput(metrics, float(len(batch.items)), counts, rollouts[0].examples if rollouts else [])
+        return StepOutput(metrics, float(len(batch.items)), counts, rollouts[0].examples if rollouts else [], rollouts)
 
     def learn(self, team, rollouts, step: int) -> dict[str, float]:
         """The pairs of ``rollouts`` (every tree node's), then ``dpo_step`` on them."""

@@ -98,7 +98,7 @@ class PolicyGradient:
         dt = time.perf_counter() - t0
         metrics.update({"time/step_s": dt, "time/rollout_s": t_roll, "time/update_s": dt - t_roll,
                         "tokens_per_s": trained_tokens / max(dt, 1e-9)})
-        return StepOutput(metrics, float(len(batch.items)), counts, rollouts[0].examples if rollouts else [])
+        return StepOutput(metrics, float(len(batch.items)), counts, rollouts[0].examples if rollouts else [], rollouts)
 
     def update_agent(self, team, i: int, samples: list, step: int, gaps: GapTotals | None = None) -> dict[str, float]:
         """Advantages, then ``num_iterations`` optimizer steps for agent ``i`` on its samples of every rollout chunk.
