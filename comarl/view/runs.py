@@ -29,7 +29,8 @@ BUDGET = 4 << 20
 MAX_LINE = 64 << 20
 """A line longer than this is skipped (named in a note) without reading it whole."""
 RECENT_S = 1800
-"""A run whose process is alive counts as running while one of its files changed within this many seconds."""
+"""Where a process's open files cannot be read: a run whose process is alive counts as running while one of its
+files changed within this many seconds."""
 
 
 class ViewError(UserError):
@@ -84,17 +85,33 @@ def run_info(run: Run) -> dict[str, Any]:
 
 
 def run_status(folder: Path, marker: Any) -> str:
-    """``running`` when the process in ``run.json`` is alive on this machine and a run file changed lately,
-    else ``stopped`` (a process id can be reused: the recent change is the second witness)."""
+    """``running`` while the process in ``run.json`` trains into ``folder``, else ``stopped``.
+
+    On Linux the witness is exact: the trainer keeps ``metrics.jsonl`` open while it trains, so the process has
+    a file of the folder open (``/proc/<pid>/fd``). Elsewhere (or when another user's process cannot be looked
+    into): the process is alive and a run file changed within ``RECENT_S`` (a process id can be reused)."""
     pid = marker.get("pid") if isinstance(marker, dict) else None
-    if not isinstance(pid, int) or pid <= 0:
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return "stopped"
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return "stopped"
-    except PermissionError:  # alive, another user's
+    except (PermissionError, OSError):  # alive, another user's (or no signals here)
         pass
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:  # no /proc, or not ours to read
+        fds = None
+    if fds is not None:
+        inside = str(folder.resolve()) + os.sep
+        for fd in fds:
+            try:
+                if os.readlink(fd).startswith(inside):
+                    return "running"
+            except OSError:  # closed since it was listed
+                continue
+        return "stopped"
     changed = max((p.stat().st_mtime for p in (folder / n for n in FILES.values()) if p.exists()), default=0.0)
     return "running" if time.time() - changed < RECENT_S else "stopped"
 
@@ -191,7 +208,7 @@ def read_lines(path: Path, offset: int, line: int, tail: int, budget: int, final
                 return [], state
             stop = _line_end(f, offset + len(chunk))  # one long line: find its end without holding it
             if stop is not None and stop - offset > MAX_LINE:
-                state["notes"].append((line + 1, f"line {line + 1} is longer than {MAX_LINE} bytes: skipped"))
+                state["notes"].append((line + 1, f"longer than {MAX_LINE} bytes: skipped"))
                 state.update(offset=stop, line=line + 1, more=stop < size)
                 return [], state
             if stop is not None:
@@ -202,7 +219,7 @@ def read_lines(path: Path, offset: int, line: int, tail: int, budget: int, final
         if end < 0:  # only an unfinished last line
             rest = size - offset
             if final or (rest == tail and tail > 0):  # cut short: it did not grow since the last poll
-                state["notes"].append((line + 1, f"line {line + 1} has no end (cut short?): skipped"))
+                state["notes"].append((line + 1, "no end of line (cut short?): skipped"))
                 state.update(offset=size, line=line + 1)
             else:
                 state["tail"] = rest
@@ -211,7 +228,11 @@ def read_lines(path: Path, offset: int, line: int, tail: int, budget: int, final
             line += 1
             out.append((line, text))
         at_end = offset + len(chunk) == size
-        state.update(offset=offset + end + 1, line=line, more=not at_end, tail=len(chunk) - end - 1 if at_end else 0)
+        tail = len(chunk) - end - 1 if at_end else 0
+        state.update(offset=offset + end + 1, line=line, more=not at_end, tail=tail)
+        if tail and final:  # a snapshot: nothing will finish the last line
+            state["notes"].append((line + 1, "no end of line (cut short?): skipped"))
+            state.update(offset=size, line=line + 1, tail=0)
     return out, state
 
 

@@ -33,7 +33,7 @@ def test_reading_skips_bad_lines_with_a_note_and_waits_for_an_unfinished_one(tmp
     assert first["rows"][0]["metrics"][2]["reward/mean"] is None  # JSON has no NaN: the page would not parse it
     assert [(n["line"], n["text"]) for n in first["notes"]] == [(4, "a JSON list, not an object: skipped")]
     again = poll(runs, first["cursor"])  # the last line did not grow: cut short
-    assert [(n["line"], n["text"]) for n in again["notes"]] == [(5, "line 5 has no end (cut short?): skipped")]
+    assert [(n["line"], n["text"]) for n in again["notes"]] == [(5, "no end of line (cut short?): skipped")]
     with open(run / "metrics.jsonl", "a") as f:
         f.write('\n{"step": 5}\n')
     later = poll(runs, again["cursor"])
@@ -93,6 +93,18 @@ def test_a_line_longer_than_a_poll_is_read_whole(tmp_path):
     assert [n for n, _ in lines] == [1] and json.loads(lines[0][1]) == big and state["more"]
 
 
+def test_a_run_is_running_while_its_process_has_one_of_its_files_open(tmp_path):
+    import os
+
+    from comarl.view.runs import run_status
+
+    run = fake_run(tmp_path / "r", pid=os.getpid())
+    assert run_status(run, {"pid": os.getpid()}) == "stopped"  # this process is alive but writes nothing there
+    with open(run / "metrics.jsonl", "a"):
+        assert run_status(run, {"pid": os.getpid()}) == "running"
+    assert run_status(run, {"pid": 2**22 + 12345}) == "stopped" and run_status(run, {}) == "stopped"
+
+
 def test_find_runs_refuses_a_folder_without_a_run_and_names_the_runs_inside(tmp_path):
     fake_run(tmp_path / "runs" / "a")
     with pytest.raises(ViewError, match=r"holds no run .*runs inside it: .*runs/a"):
@@ -110,7 +122,7 @@ def test_cli_writes_one_self_contained_page_and_names_bad_folders(tmp_path, caps
     assert main(["view", str(run), "--out", str(tmp_path / "page.html")]) == 0
     html = (tmp_path / "page.html").read_text()
     assert "uPlot" in html and 'id="comarl-data"' in html
-    assert "<script src" not in html and "<link" not in html  # nothing to fetch: scripts and styles inlined
+    assert "<script src" not in html and '<link rel="stylesheet"' not in html  # nothing to fetch: all inlined
     assert "</script><script>alert" not in html  # a run's text cannot close the data's script element
     data = json.loads(html.split('id="comarl-data">')[1].split("</script>")[0])
     assert data["rows"][0]["metrics"][2]["note"].startswith("</script>")

@@ -307,7 +307,7 @@
         width: Math.max(plot.clientWidth || card.clientWidth - 16, 200), height: 190,
         scales: {x: {time: false}},
         axes: [{label: "step", size: 36, labelSize: 14, incrs: STEP_INCRS, values: (u, xs) => xs.map((x) => String(x))},
-               {size: 56, values: (u, ys) => ys.map((y) => fmt(y, 3))}],
+               {size: 56, values: (u, ys) => ys.map((y) => y !== 0 && Math.abs(y) < 1e-3 ? y.toExponential(0) : fmt(y, 3))}],
         legend: {live: true},
         series: [{label: "step"}].concat(series.map((s) => ({
           label: s.label, width: 1.6, spanGaps: true,
