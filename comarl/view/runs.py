@@ -87,7 +87,7 @@ def run_info(run: Run) -> dict[str, Any]:
 def run_status(folder: Path, marker: Any) -> str:
     """``running`` while the process in ``run.json`` trains into ``folder``, else ``stopped``.
 
-    On Linux the witness is exact: the trainer keeps ``metrics.jsonl`` open while it trains, so the process has
+    On Linux the witness is exact: the trainer keeps its log files open while it trains, so the process has
     a file of the folder open (``/proc/<pid>/fd``). Elsewhere (or when another user's process cannot be looked
     into): the process is alive and a run file changed within ``RECENT_S`` (a process id can be reused)."""
     pid = marker.get("pid") if isinstance(marker, dict) else None

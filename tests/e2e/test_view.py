@@ -172,6 +172,9 @@ def test_two_turn_run_draws_the_whole_tree_with_feedback(browser, served, runs, 
     page.select_option("#f-run", "1")
     rec = next(r for r in trees(runs["two_turn"]) if r["step"] == 2 and r["item"] == 0)
     item = page.locator("#items > .item").first
+    assert item.locator(".overview rect").count() == 5 and item.locator(".overview circle").count() == 4 + 16
+    item.locator('.overview circle[data-node="3"][data-joint="1"]').click()  # a turn-1 leaf: its branch opens
+    expect(item.locator('.node[data-node="3"]')).to_have_count(1)
     expand_all(item)
     assert len(rec["nodes"]) == 5  # the root and a turn-1 node per joint action
     expect(item.locator(".node")).to_have_count(5)  # (a branch's node is drawn when it opens)
@@ -218,6 +221,20 @@ def test_bad_lines_are_skipped_with_a_note_never_a_blank_page(browser, runs, tmp
     assert not errors, errors
 
 
+def test_a_run_without_trees_shows_its_flat_sample_rows(browser, runs, tmp_path):
+    """Runs logged before trees.jsonl (or the offline DPO pairs) have samples.jsonl only: one node per item."""
+    run = tmp_path / "old"
+    shutil.copytree(runs["demo"], run, ignore=shutil.ignore_patterns("checkpoint-*", "trees.jsonl"))
+    rows = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines()]
+    assert main(["view", str(run), "--out", str(tmp_path / "page.html")]) == 0
+    page, errors = open_page(browser, (tmp_path / "page.html").as_uri())
+    first = page.locator("#items > .item").first
+    newest = [r for r in rows if r["step"] == 2 and r["item"] == 0]
+    assert first.locator(".node").count() == 1 and first.locator(".joint").count() == len(newest)
+    assert first.locator(".sample .text").first.text_content() == newest[0]["agents"][0]["response"]
+    assert not errors, errors
+
+
 def test_the_page_follows_a_running_run(browser, runs, tmp_path):
     run = tmp_path / "running"
     run.mkdir()
@@ -240,6 +257,11 @@ def test_the_page_follows_a_running_run(browser, runs, tmp_path):
         page.wait_for_selector("#f-step option:nth-child(3)", state="attached", timeout=15_000)
         page.wait_for_selector('#items > .item[data-step="2"]', timeout=5_000)  # "newest step" follows it
         assert page.locator("#summary").inner_text().startswith("step 2")
+        page.evaluate("() => { document.querySelector('#items > .item').dataset.seen = 'yes'; }")
+        writing.write(json.dumps({**json.loads(metrics[-1]), "step": 3}) + "\n")  # metrics only: cards stay
+        writing.flush()
+        page.wait_for_selector("#summary >> text=step 3", timeout=15_000)
+        assert page.locator('#items > .item[data-seen="yes"]').count() == 1
         assert not errors, errors
         writing.close()
         page.wait_for_selector("#runs .badge.stopped", timeout=15_000)  # training ended: the file is closed

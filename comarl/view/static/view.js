@@ -406,10 +406,15 @@
   }
 
   // ------------------------------------------------------------------ sample browser: items
-  function drawItems() {
+  /** The item cards; unless `force`, only when the list would differ (a running run's new metrics leave the
+   * cards, and the branches a reader opened, as they are). */
+  function drawItems(force = true) {
     const f = filtersFromForm();
     const all = S["records" + f.run] || [], recs = selected(f);
     const shown = recs.slice(0, S.shown);
+    const sig = JSON.stringify([f, S.shown, recs.length, shown.map(recId), shown.map((r) => r._gain)]);
+    if (!force && sig === S.itemsSig) return;
+    S.itemsSig = sig;
     const here = f.step === "all" ? [] : all.filter((rec) => rec.step === Number(f.step));
     const of = here.length ? here[0].of : null;
     $("count").textContent = !all.length
@@ -471,8 +476,95 @@
     const alg = rec.algorithm || {};
     if (alg.name) frag.append(el("div", {class: "graph", text: `Credit: ${alg.name}${alg.summary ? " (" + alg.summary + ")" : ""}` +
       `${alg.scaled ? ", advantages divided by the group std" : ""}. R: the sample's credited return; A: its advantage.`}));
-    frag.append(nodeView(rec, rec.nodes[0], f, 0));
+    const body = nodeView(rec, rec.nodes[0], f, 0);
+    frag.append(overview(rec, body), body);
     return frag;
+  }
+
+  /** The whole tree at a glance (SVG): a box per node, at its depth; under it a dot per joint action, coloured
+   * by its team reward (red lowest, green highest in the item; grey: a stage edge, which has no reward); a line
+   * from each dot to the node it leads to. A dot opens that joint action in the outline below. */
+  function overview(rec, outline) {
+    const SVG = "http://www.w3.org/2000/svg", ROW = 58, BOX = 18;
+    const width = new Map(), depth = new Map([[0, 0]]);
+    const measure = (id) => {
+      const node = rec.nodes[id];
+      let w = 0;
+      for (const j of node.joints) {
+        if (j.child !== null && j.child !== undefined && rec.nodes[j.child]) {
+          depth.set(j.child, depth.get(id) + 1);
+          w += measure(j.child);
+        } else w += 1;
+      }
+      width.set(id, Math.max(w, 1));
+      return width.get(id);
+    };
+    const leaves = measure(0);
+    const U = Math.max(22, Math.min(64, Math.floor(560 / leaves)));  // px per joint action at the ends
+    if (leaves > 400) return el("div", {class: "graph", text: `${leaves} joint actions: too many to draw at a glance; the outline below has them all.`});
+    const rewards = rec.nodes.flatMap((n) => n.joints.map((j) => teamOf(j.reward))).filter((x) => x !== null);
+    const lo = Math.min(...rewards), hi = Math.max(...rewards);
+    const colour = (r) => r === null ? "#a9b0bd" : `hsl(${hi > lo ? Math.round(120 * (r - lo) / (hi - lo)) : 60}, 65%, 42%)`;
+    const levels = Math.max(...depth.values()) + 1;
+    const svg = document.createElementNS(SVG, "svg");
+    const W = leaves * U + 8, H = levels * ROW + 4;
+    for (const [k, v] of Object.entries({width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img",
+                                         "aria-label": `the tree: ${rec.nodes.length} nodes, ${leaves} joint actions at its ends`}))
+      svg.setAttribute(k, v);
+    const add = (tag, attrs, title) => {
+      const e = document.createElementNS(SVG, tag);
+      for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+      if (title) { const t = document.createElementNS(SVG, "title"); t.textContent = title; e.append(t); }
+      svg.append(e);
+      return e;
+    };
+    const nm = (i) => (rec.agents || [])[i] || "agent" + i;
+    const staged = (rec.stages || []).length > 1;
+    const place = (id, x0) => {
+      const node = rec.nodes[id], y = 2 + depth.get(id) * ROW, w = width.get(id) * U;
+      const what = `turn ${node.turn}, stage ${node.stage}: ${node.agents.map(nm).join(", ")}`;
+      add("rect", {x: x0 + 3, y, width: w - 6, height: BOX, rx: 4, class: "ov-node"}, what);
+      const short = `t${node.turn}${staged ? " s" + node.stage : ""} ${node.agents.map(nm).join(", ")}`;
+      const fits = Math.floor((w - 12) / 6.5);
+      if (fits >= 3) add("text", {x: x0 + 8, y: y + 13, class: "ov-label"}).textContent =
+        short.length > fits ? short.slice(0, fits - 1) + "…" : short;
+      let x = x0;
+      node.joints.forEach((j, jn) => {
+        const has = j.child !== null && j.child !== undefined && rec.nodes[j.child];
+        const jw = (has ? width.get(j.child) : 1) * U, cx = x + jw / 2, cy = y + BOX + 9;
+        if (has) {
+          add("line", {x1: cx, y1: cy, x2: cx, y2: y + ROW, class: "ov-edge"});
+          place(j.child, x);
+        }
+        const r = teamOf(j.reward);
+        const label = `joint ${jn}: ${Object.entries(j.samples || {}).filter(([, k]) => k >= 0).map(([i, k]) => `${nm(i)} #${k}`).join(", ")}` +
+          (r !== null ? `, reward ${fmt(r)}` : "") + (j.return !== undefined ? `, return ${Array.isArray(j.return) ? j.return.map((v) => fmt(v)).join(" / ") : fmt(j.return)}` : "");
+        const dot = add("circle", {cx, cy, r: 6, fill: colour(r), class: "ov-joint", "data-node": id, "data-joint": jn, tabindex: 0}, label);
+        const go = () => reveal(rec, outline, id, jn);
+        dot.addEventListener("click", go);
+        dot.addEventListener("keydown", (e) => { if (e.key === "Enter") go(); });
+        x += jw;
+      });
+    };
+    place(0, 4);
+    return el("div", {class: "overview"}, svg, el("div", {class: "graph",
+      text: "The tree: a box per node (t: turn, s: stage), a dot per joint action coloured by its reward " +
+            "(red: the item's lowest, green: its highest, grey: none yet, a later stage follows); click a dot to open it below."}));
+  }
+
+  /** Open the outline's branches down to node `id` and show its joint action `jn`. */
+  function reveal(rec, outline, id, jn) {
+    const path = [];
+    for (let n = rec.nodes[id]; n && n.parent !== null && n.parent !== undefined; n = rec.nodes[n.parent]) path.unshift([n.parent, n.via]);
+    for (const [p, via] of path) {
+      const d = outline.parentNode.querySelector(`.node[data-node="${p}"] > .joints > .joint[data-joint="${via}"] > details.branch`);
+      if (d) { d._fill(); d.open = true; }
+    }
+    const target = outline.parentNode.querySelector(`.node[data-node="${id}"] > .joints > .joint[data-joint="${jn}"]`);
+    if (target) {
+      target.scrollIntoView({block: "center"});
+      target.classList.remove("flash"); void target.offsetWidth; target.classList.add("flash");
+    }
   }
 
   /** What a node's agents read on this branch in this turn: the earlier stages' samples, from its ancestors. */
@@ -587,6 +679,7 @@
         const d = el("details", {class: "branch", open}, el("summary", {text: label}));
         const inner = el("div", {class: "children"});
         const fill = () => { if (!inner.childNodes.length) inner.append(nodeView(rec, child, f, depth + 1)); };
+        d._fill = fill;
         if (open || f.search) { fill(); d.open = true; }
         d.addEventListener("toggle", () => { if (d.open) fill(); });
         d.append(inner);
@@ -612,7 +705,7 @@
   // ------------------------------------------------------------------ drawing and following
   function drawAll() {
     for (const [name, fn] of [["header", drawHeader], ["notes", drawNotes], ["summary", drawSummary], ["curves", drawCharts],
-                              ["metric list", fillExtra], ["filters", fillFilters], ["samples", drawItems]]) {
+                              ["metric list", fillExtra], ["filters", fillFilters], ["samples", () => drawItems(false)]]) {
       try { fn(); } catch (e) {  // one part failing never blanks the page
         S.notes.push({run: -1, file: "page", line: 0, text: `drawing the ${name} failed: ${e && e.message}`});
         try { drawNotes(); } catch (e2) { /* nothing more to do */ }
