@@ -184,10 +184,11 @@ def _view(args) -> int:
 
         webbrowser.open(server.url)
     try:
-        print(f"comarl view: stopped ({server.serve()})")
+        why = server.serve()
     except KeyboardInterrupt:
         server.server_close()
-        print("comarl view: stopped")
+        why = "Ctrl-C"
+    print(f"comarl view: stopped ({why})")
     return 0
 
 
@@ -233,6 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seed of the tiny models' weights, the data order and the sampling; the same seed "
                         "repeats a tiny-model run (default 0)")
     d.set_defaults(func=_demo)
+    from .view.server import IDLE_TIMEOUT_S, MAX_LIFETIME_S
+
     v = sub.add_parser("view", help="a local page of runs: curves, and each step's samples as trees",
                        description="Show runs from their folders alone: the curves (several runs overlaid) and, "
                                    "step by step, each logged item's joint samples as the tree they are, with "
@@ -241,9 +244,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders (a run's train.output_dir)")
     v.add_argument("--out", help="write one self-contained HTML file of the runs as they are now, instead of serving")
     v.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
-    v.add_argument("--idle-timeout", type=float, default=900,
-                   help="stop after this many seconds without a request (an open page asks every few seconds)")
-    v.add_argument("--max-lifetime", type=float, default=12 * 3600, help="stop after this many seconds in all")
+    v.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT_S,
+                   help="stop after this many seconds without a request (an open page asks every few seconds; "
+                        f"default {IDLE_TIMEOUT_S})")
+    v.add_argument("--max-lifetime", type=float, default=MAX_LIFETIME_S,
+                   help=f"stop after this many seconds in all (default {MAX_LIFETIME_S})")
     v.add_argument("--open", action="store_true", help="open the page in the default browser")
     v.set_defaults(func=_view)
     return p

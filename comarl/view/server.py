@@ -33,7 +33,6 @@ class ViewServer(ThreadingHTTPServer):
     """The server: the runs it shows, its limits, and when it was last asked something."""
 
     daemon_threads = True
-    allow_reuse_address = False
 
     def __init__(self, runs: list[Run], port: int = 0, idle_timeout: float = IDLE_TIMEOUT_S,
                  max_lifetime: float = MAX_LIFETIME_S):

@@ -130,6 +130,27 @@ def test_cli_writes_one_self_contained_page_and_names_bad_folders(tmp_path, caps
     assert "comarl: view error: comarl view: " in capsys.readouterr().err
 
 
+def test_cli_serves_until_its_idle_timeout(tmp_path):
+    import re
+    import subprocess
+    import sys
+    import urllib.request
+
+    run = fake_run(tmp_path / "r")
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-m", "comarl.cli", "view", str(run), "--idle-timeout", "2"],
+                            stdout=subprocess.PIPE, text=True, cwd=root, env={**__import__("os").environ,
+                                                                              "PYTHONPATH": str(root)})
+    try:
+        first = proc.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+/", first).group(0)
+        assert b"comarl view" in urllib.request.urlopen(url, timeout=10).read()
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and "stopped (no request for 2 s)" in out
+
+
 def request(server, method="GET", path="/", host=None, body=None):
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
     conn.putrequest(method, path, skip_host=True)
