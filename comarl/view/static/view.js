@@ -81,39 +81,38 @@
     return frag;
   }
 
-  /** `text` with the words that `before` lacks in <mark class="add"> (a word-level longest common subsequence;
-   * past a size bound, only the common start and end count as unchanged). Returns [fragment, words added]. */
+  /** `text` with the words that `before` lacks in <mark class="add"> (a longest common subsequence of the words,
+   * spaces aside; past a size bound, only the common start and end count as unchanged). Returns [fragment, words
+   * added]. */
   function diffed(before, text) {
-    const a = before.split(/(\s+)/), b = text.split(/(\s+)/);
-    const keep = new Array(b.length).fill(false);
-    let p = 0;
-    while (p < a.length && p < b.length && a[p] === b[p]) keep[p++] = true;
-    let s = 0;
-    while (s < a.length - p && s < b.length - p && a[a.length - 1 - s] === b[b.length - 1 - s]) {
-      keep[b.length - 1 - s] = true;
-      s++;
-    }
-    const A = a.slice(p, a.length - s), B = b.slice(p, b.length - s);
-    if (A.length * B.length <= 250000 && A.length && B.length) {
-      const n = A.length, m = B.length, L = [];
+    const A = before.split(/\s+/).filter(Boolean), parts = text.split(/(\s+)/);
+    const B = [], at = [];  // the words of `text` and where each is in `parts`
+    parts.forEach((tok, i) => { if (tok.trim()) { B.push(tok); at.push(i); } });
+    const keep = new Array(B.length).fill(false);
+    let p = 0, s = 0;
+    while (p < A.length && p < B.length && A[p] === B[p]) keep[p++] = true;
+    while (s < A.length - p && s < B.length - p && A[A.length - 1 - s] === B[B.length - 1 - s]) keep[B.length - 1 - s++] = true;
+    const a = A.slice(p, A.length - s), b = B.slice(p, B.length - s), n = a.length, m = b.length;
+    if (n && m && n * m <= 250000) {
+      const L = [];
       for (let i = 0; i <= n; i++) L.push(new Uint16Array(m + 1));
       for (let i = n - 1; i >= 0; i--) for (let j = m - 1; j >= 0; j--)
-        L[i][j] = A[i] === B[j] ? L[i + 1][j + 1] + 1 : Math.max(L[i + 1][j], L[i][j + 1]);
+        L[i][j] = a[i] === b[j] ? L[i + 1][j + 1] + 1 : Math.max(L[i + 1][j], L[i][j + 1]);
       for (let i = 0, j = 0; i < n && j < m;) {
-        if (A[i] === B[j]) { keep[p + j] = true; i++; j++; } else if (L[i + 1][j] >= L[i][j + 1]) i++; else j++;
+        if (a[i] === b[j]) { keep[p + j] = true; i++; j++; } else if (L[i + 1][j] >= L[i][j + 1]) i++; else j++;
       }
     }
+    const added = new Set(at.filter((_, w) => !keep[w]));
     const frag = document.createDocumentFragment();
-    let added = 0, run = "", runKeep = true;
-    const flush = () => { if (run) frag.append(runKeep ? document.createTextNode(run) : el("mark", {class: "add", text: run})); run = ""; };
-    b.forEach((tok, i) => {
-      const k = keep[i] || !tok.trim();
-      if (!keep[i] && tok.trim()) added++;
-      if (k !== runKeep) { flush(); runKeep = k; }
+    let run = "", runAdded = false;
+    const flush = () => { if (run) frag.append(runAdded ? el("mark", {class: "add", text: run}) : document.createTextNode(run)); run = ""; };
+    parts.forEach((tok, i) => {
+      const isAdded = added.has(i) || (!tok.trim() && runAdded && added.has(i + 1));  // a space between two new words
+      if (isAdded !== runAdded) { flush(); runAdded = isAdded; }
       run += tok;
     });
     flush();
-    return [frag, added];
+    return [frag, added.size];
   }
 
   // ------------------------------------------------------------------ data in
