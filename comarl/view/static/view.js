@@ -15,8 +15,9 @@
   const DASHES = [[], [6, 4], [2, 3], [10, 3, 2, 3]];
   const STEP_INCRS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000];
   const CHARTS = [
-    {id: "reward", title: "Team reward", keys: [/^reward\/mean$/, /^reward\/turn\d+$/, /^return\/mean$/]},
-    {id: "eval", title: "Held-out evaluation", keys: [/^eval\/reward\/mean$/, /^eval\/reward\/turn\d+$/,
+    // reward/turn0 is reward/mean: the later turns only
+    {id: "reward", title: "Team reward", keys: [/^reward\/mean$/, /^reward\/turn[1-9]\d*$/, /^return\/mean$/]},
+    {id: "eval", title: "Held-out evaluation", keys: [/^eval\/reward\/mean$/, /^eval\/reward\/turn[1-9]\d*$/,
                                                      /^eval\/return\/mean$/]},
     {id: "agents", title: "Per-agent return", derived: "agents",
      note: "mean credited return of each agent's samples, over the logged items"},
