@@ -19,6 +19,7 @@ _DESCRIPTION = """comarl trains teams of LLM agents with multi-agent RL (MAGRPO 
   comarl eval CONFIG.yaml [key=value ...]    evaluate agents (or --checkpoint RUN/final) on the config's data.eval
               [--compare CONFIG_B]           ... and a second config beside it, in one table
   comarl demo [--model tiny|smollm2]         offline demo: two agents learn a cooperative writing task
+  comarl view RUN_DIR [RUN_DIR ...]          a local page of runs: curves, and each step's samples as trees
 
 Mistakes in configs, data and paths print one message and exit with status 2; --debug (or COMARL_DEBUG=1)
 prints the traceback instead. Ctrl-C during training prints the step reached and how to resume (status 130).
@@ -235,6 +236,33 @@ def _demo(args) -> int:
     return 0
 
 
+def _view(args) -> int:
+    from .view import ViewError, find_runs, snapshot, write_page
+    from .view.server import ViewServer
+
+    runs = find_runs(args.runs)
+    if args.out:
+        print(f"wrote {write_page(snapshot(runs), args.out)}")
+        return 0
+    try:
+        server = ViewServer(runs, args.port, args.idle_timeout, args.max_lifetime)
+    except OSError as e:
+        raise ViewError(f"comarl view: cannot listen on 127.0.0.1:{args.port} ({e.strerror or e})") from None
+    print(f"comarl view: {server.url} (127.0.0.1 only; stops after {args.idle_timeout:g} s without a request "
+          f"or {args.max_lifetime:g} s in all; Ctrl-C stops it now)", flush=True)
+    if args.open:
+        import webbrowser
+
+        webbrowser.open(server.url)
+    try:
+        why = server.serve()
+    except KeyboardInterrupt:
+        server.server_close()
+        why = "Ctrl-C"
+    print(f"comarl view: stopped ({why})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="comarl", description=_DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -284,6 +312,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seed of the tiny models' weights, the data order and the sampling; the same seed "
                         "repeats a tiny-model run (default 0)")
     d.set_defaults(func=_demo)
+    from .view.server import IDLE_TIMEOUT_S, MAX_LIFETIME_S
+
+    v = sub.add_parser("view", help="a local page of runs: curves, and each step's samples as trees",
+                       description="Show runs from their folders alone: the curves (several runs overlaid) and, "
+                                   "step by step, each logged item's joint samples as the tree they are, with "
+                                   "rewards and each agent's advantage. Serves a page on 127.0.0.1 that follows "
+                                   "running runs, or writes one self-contained HTML file (--out). docs/view.md.")
+    v.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders (a run's train.output_dir)")
+    v.add_argument("--out", help="write one self-contained HTML file of the runs as they are now, instead of serving")
+    v.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    v.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT_S,
+                   help="stop after this many seconds without a request (an open page asks every few seconds; "
+                        f"default {IDLE_TIMEOUT_S})")
+    v.add_argument("--max-lifetime", type=float, default=MAX_LIFETIME_S,
+                   help=f"stop after this many seconds in all (default {MAX_LIFETIME_S})")
+    v.add_argument("--open", action="store_true", help="open the page in the default browser")
+    v.set_defaults(func=_view)
     return p
 
 

@@ -146,7 +146,10 @@ class RunConfig:
     logging_steps: int = 1
     """Write metrics every this many steps."""
     log_samples_steps: int = 10
-    """Write sample completions every this many steps (0 = never)."""
+    """Write sample completions every this many steps (0 = never): samples.jsonl, and trees.jsonl (comarl view)."""
+    log_samples_max_kb: int = 256
+    """Most KiB of rollout trees (trees.jsonl: texts, rewards, advantages) per logged step: items in batch order
+    while they fit, a first item bigger than this with its texts shortened (0 = no trees)."""
     save_steps: int = 0
     """Checkpoint every this many steps (0 = only at the end when output_dir is set)."""
     save_total_limit: int = 2
@@ -175,7 +178,7 @@ class RunConfig:
             if getattr(self, key) < 1:
                 _bad(key, f"must be >= 1, got {getattr(self, key)}")
         for key in ("max_steps", "warmup_steps", "eval_steps", "save_steps", "log_samples_steps",
-                    "max_consecutive_skips"):
+                    "log_samples_max_kb", "max_consecutive_skips"):
             if getattr(self, key) < 0:
                 _bad(key, f"must be >= 0, got {getattr(self, key)}")
         if self.batch_size % self.gradient_accumulation_steps:

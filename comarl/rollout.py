@@ -158,6 +158,7 @@ class _Node:
     greedy_return: torch.Tensor | None = None  # [N], return of the greedy continuation from this node
     truncated: list = field(default_factory=list)  # [J] bool: ended only by num_turns (see _truncated)
     next_prompts: dict = field(default_factory=dict)  # j -> [N] next prompts of a truncated branch
+    leaf_metrics: list = field(default_factory=list)  # [J] the environment's metrics of each joint action it scored
 
     def joint_texts(self, j: int) -> dict:
         """Every acting agent's text in joint action j."""
@@ -493,6 +494,7 @@ def _score_leaves(level: list[_Node], items, graph: StageGraph, env: Environment
         next_level += [c for c in node.children if c is not None]
         node.truncated = [not stop_all and _truncated(tr, r, turn, s) for tr, r in zip(trs, rewards)]
         node.next_prompts = {j: list(_next_state(tr).prompts) for j, tr in enumerate(trs) if node.truncated[j]}
+        node.leaf_metrics = [tr.metrics for tr in trs]
         for tr in trs:
             for key, val in tr.metrics.items():
                 acc.add_metric(f"env/{key}", float(val))
@@ -657,6 +659,7 @@ def _tree(groups: list[_Node], acc: _Accumulator) -> RolloutTree:
     J = max((len(node.joints) for node in groups), default=0)
     joints = torch.full((G, J, n), -1, dtype=torch.long)
     rewards = torch.zeros(G, J, n, dtype=torch.float64)
+    returns = torch.zeros(G, J, n, dtype=torch.float64)
     child = torch.full((G, J), -1, dtype=torch.long)
     truncated = torch.zeros(G, J, dtype=torch.bool)
     stage_child = torch.zeros(G, J, dtype=torch.bool)
@@ -669,6 +672,7 @@ def _tree(groups: list[_Node], acc: _Accumulator) -> RolloutTree:
         w = len(node.joints)
         joints[g, :w] = node.joints
         rewards[g, :w] = node.rewards
+        returns[g, :w] = node.returns
         child[g, :w] = torch.tensor([index[id(c)] if c is not None else -1 for c in node.children], dtype=torch.long)
         truncated[g, :w] = torch.tensor(node.truncated, dtype=torch.bool)
         stage_child[g, :w] = node.stage_children
@@ -683,4 +687,6 @@ def _tree(groups: list[_Node], acc: _Accumulator) -> RolloutTree:
                        groups=rows, stage_child=stage_child,
                        turn=torch.tensor([node.turn for node in groups], dtype=torch.long),
                        stage=torch.tensor([node.stage for node in groups], dtype=torch.long),
-                       joint_prompts=joint_prompts, context=[dict(node.context) for node in groups])
+                       joint_prompts=joint_prompts, context=[dict(node.context) for node in groups],
+                       returns=returns, leaf_metrics={(g, j): dict(m) for g, node in enumerate(groups)
+                                                      for j, m in enumerate(node.leaf_metrics) if m})

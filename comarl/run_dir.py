@@ -21,7 +21,7 @@ from pathlib import Path
 from .config_io import ConfigError
 
 MARKER = "run.json"
-RUN_FILES = (MARKER, "metrics.jsonl", "samples.jsonl", "tensorboard", "final", "eval.json", "wandb",
+RUN_FILES = (MARKER, "metrics.jsonl", "samples.jsonl", "trees.jsonl", "tensorboard", "final", "eval.json", "wandb",
              "reward.png", "demo_summary.json", "rounds.json")
 """What comarl writes into an output_dir (train.overwrite removes exactly these and the checkpoints)."""
 _CKPT = re.compile(r"^(checkpoint-\d+(\.tmp)?|round-\d+)$")  # checkpoints; madpo_iter's round folders
@@ -101,7 +101,7 @@ def new_run_id() -> str:
 def truncate_logs(folder: str | Path, step: int) -> None:
     """Drop metric and sample rows after ``step`` (written by the interrupted run after its last checkpoint),
     so a resumed run's logs hold each step once."""
-    for name in ("metrics.jsonl", "samples.jsonl"):
+    for name in ("metrics.jsonl", "samples.jsonl", "trees.jsonl"):
         path = Path(folder) / name
         if not path.exists():
             continue

@@ -223,9 +223,9 @@ def default_stage_prompt(prompt: str, inputs: Inputs, graph: StageGraph | None) 
     return "\n\n".join(blocks)
 
 
-def _find(env, attr: str):
+def env_attribute(env, attr: str):
     """``env.<attr>`` when ``env`` has it (None included: it declares none), else that of the environment it
-    wraps (``env.env``: reward processing, a reward model and the like)."""
+    wraps (``env.env``: reward processing, a reward model and the like); None when no layer has it."""
     seen = 0
     while env is not None and seen < 16:
         if hasattr(env, attr):
@@ -237,7 +237,7 @@ def _find(env, attr: str):
 def stage_graph(env, num_agents: int) -> StageGraph:
     """The team graph an environment declares (its ``stages``, or that of the environment it wraps), else the
     one-stage default."""
-    graph = _find(env, "stages")
+    graph = env_attribute(env, "stages")
     return graph if graph is not None else StageGraph.single(num_agents)
 
 
@@ -255,7 +255,7 @@ def stage_prompt(env, graph: StageGraph, state, agent: int, inputs: Inputs) -> s
     :func:`default_stage_prompt`."""
     if not inputs:
         return state.prompts[agent]
-    custom = _find(env, "stage_prompt")
+    custom = env_attribute(env, "stage_prompt")
     if custom is not None:
         return custom(state, agent, inputs)
     return default_stage_prompt(state.prompts[agent], inputs, graph)
@@ -346,5 +346,5 @@ def leaves_and_completions(graph: StageGraph, mode: str, k: int, turns: int) -> 
     return leaves ** turns, per_turn * sum(leaves ** t for t in range(turns))
 
 
-__all__ = ["Inputs", "Route", "Stage", "StageGraph", "attach_stages", "default_stage_prompt",
+__all__ = ["Inputs", "Route", "Stage", "StageGraph", "attach_stages", "default_stage_prompt", "env_attribute",
            "leaves_and_completions", "parse_stages", "stage_graph", "stage_prompt", "tag_route"]

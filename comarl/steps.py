@@ -91,6 +91,8 @@ class StepOutput:
             for an update that rolls nothing out.
         advantages: per agent, per rollout, the advantages the update computed ([G, K], or [S, T] from a
             per-token estimator); empty when the update computes none (DPO).
+        values: per rollout, the critic's [G, J, C] values of the joint actions (``Critic.prepare``); empty
+            without a critic.
     """
 
     metrics: dict[str, float]
@@ -99,6 +101,7 @@ class StepOutput:
     examples: list[dict] = field(default_factory=list)
     rollouts: list = field(default_factory=list)
     advantages: list = field(default_factory=list)
+    values: list = field(default_factory=list)
 
 
 __all__ = ["AgentPairs", "PairBatch", "PromptBatch", "SkipStep", "StepOutput"]

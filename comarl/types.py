@@ -142,6 +142,10 @@ class RolloutTree:
             prompt differs per joint action (an aligned stage reading that joint action's texts).
         context: [G] earlier agents' outputs on the node's branch in this turn (agent -> text), the prefix
             the node's agents read (default: empty).
+        returns: [G, J, N] return of each joint action for each agent (``G_j`` of ``rollout.py``: its reward plus
+            the discounted value of its child), for the sample log; None when not given.
+        leaf_metrics: (g, j) -> the environment's metrics of the joint action it scored (``Transition.metrics``;
+            only leaves that have some), for the sample log (``training/sample_records.py``).
     """
 
     joints: torch.Tensor
@@ -159,6 +163,8 @@ class RolloutTree:
     stage: torch.Tensor = None  # type: ignore[assignment]
     joint_prompts: dict[tuple[int, int], list[str]] = field(default_factory=dict)
     context: list[dict[int, str]] = None  # type: ignore[assignment]
+    returns: torch.Tensor | None = None
+    leaf_metrics: dict[tuple[int, int], dict[str, float]] = field(default_factory=dict)
 
     def __post_init__(self):
         g, j = self.child.shape

@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -55,10 +55,13 @@ class Prepared:
         metrics: value means, explained variance, advantage means.
         advantages: per agent, per rollout chunk, the [G, K] GAE advantages (whitened over every rank's samples
             when ``train.critic.normalize_advantages``); an agent without samples on this rank: [].
+        values: per rollout chunk, the [G, J, C] values the critic gave each joint action (column ``c`` of
+            ``train.critic``'s columns), for the sample log (``trees.jsonl``).
     """
 
     metrics: dict[str, float]
     advantages: list[list[torch.Tensor]]
+    values: list[torch.Tensor] = field(default_factory=list)
 
 
 @dataclass
@@ -180,6 +183,7 @@ class Critic:
         old: list[list] = [[] for _ in cols]
         tgt: list[list] = [[] for _ in cols]
         raw_adv: dict[int, list] = {}
+        all_values: list[torch.Tensor] = []
         for n_r, r in enumerate(rollouts):
             tree, n = r.tree, len(r.agents)
             rewards = inputs.rewards(tree).to(torch.float64)
@@ -193,6 +197,7 @@ class Critic:
                 for (g, j), val in cut.items():
                     boot[g, j, c] = val
                 unit_lists.append((units, unit_ids, v))
+            all_values.append(values.float())
             if tree.staged:  # a team graph: stage edges undiscounted, nodes of different widths, pass-through nodes
                 valid = tree.valid()
                 valued = torch.ones(tree.num_nodes, inputs.columns, dtype=torch.bool) if inputs.central else \
@@ -236,7 +241,7 @@ class Critic:
                 mine.append(norm[start:start + p.numel()].reshape(p.shape).float())
                 start += p.numel()
             advantages.append(mine)
-        return Prepared(metrics, advantages)
+        return Prepared(metrics, advantages, all_values)
 
     # ----------------------------------------------------------------- update
     def update(self, agent: int, iteration: int) -> dict[str, float]:

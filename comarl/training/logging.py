@@ -1,4 +1,5 @@
-"""Metric sinks (JSON lines, TensorBoard, optional W&B), sample logs and the progress bar.
+"""Metric sinks (JSON lines, TensorBoard, optional W&B), sample logs (``samples.jsonl``, ``trees.jsonl``) and the
+progress bar.
 
 Only rank 0 logs. W&B is imported only when ``report_to`` names it.
 """
@@ -8,6 +9,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import IO
 
 
 def sample_row(example: dict) -> dict:
@@ -24,6 +26,7 @@ class MetricsLogger:
         self.enabled = enabled and output_dir is not None
         self.dir = Path(output_dir) if output_dir else None
         self._jsonl = self._samples = self._tb = self._wandb = None
+        self._trees: IO[str] | None = None
         if not self.enabled:
             return
         assert self.dir is not None  # enabled: output_dir is set
@@ -66,15 +69,25 @@ class MetricsLogger:
                 self._samples.write(json.dumps({"step": step, **sample_row(ex)}) + "\n")
             self._samples.flush()
 
+    def log_trees(self, records: list[dict]) -> None:
+        """One JSON line per record of ``sample_records.tree_records`` (the file is opened at the first)."""
+        if not (self.enabled and records):
+            return
+        if self._trees is None:
+            assert self.dir is not None  # enabled: output_dir is set
+            self._trees = open(self.dir / "trees.jsonl", "a", encoding="utf-8")
+        self._trees.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        self._trees.flush()
+
     def close(self) -> None:
-        for f in (self._jsonl, self._samples):
+        for f in (self._jsonl, self._samples, self._trees):
             if f:
                 f.close()
         if self._tb:
             self._tb.close()
         if self._wandb:
             self._wandb.finish()
-        self._jsonl = self._samples = self._tb = self._wandb = None
+        self._jsonl = self._samples = self._trees = self._tb = self._wandb = None
 
 
 class Progress:

@@ -31,6 +31,7 @@ from . import run_files
 from .build import as_items, build_run, check_items, check_run
 from .interrupt import DeferredInterrupt, TrainingInterrupted
 from .logging import MetricsLogger, Progress
+from .sample_records import tree_records
 from .skips import SkipStreak
 
 
@@ -112,6 +113,7 @@ class Trainer:
                 self.team.counters.setdefault("env_errors", 0)
             self.history: list[dict[str, float]] = []
             self._last_examples: list[dict] = []
+            self._last_step: tuple[Any, StepOutput] | None = None  # (batch, output) of the last step: trees.jsonl
             if cfg.run.resume:
                 self.resume(cfg.run.resume)  # (pushes the loaded weights)
             elif generator is not None:  # built by the caller, maybe before the agents were placed or broadcast
@@ -183,6 +185,8 @@ class Trainer:
                     logger.log(step, metrics)
                 if cfg.run.log_samples_steps and (step == 1 or step % cfg.run.log_samples_steps == 0):
                     logger.log_samples(step, self._last_examples)
+                    logger.log_trees(self._tree_records(step) if main else [])
+                self._last_step = None
                 bar.update(metrics)
                 round_end = self.source.ends_round(step)
                 if cfg.run.output_dir and ((cfg.run.save_steps and step % cfg.run.save_steps == 0) or round_end):
@@ -210,6 +214,7 @@ class Trainer:
         out.metrics.update(self.team.sync_generator())  # the generator's engines follow the optimiser steps
         out.metrics.update(batch.metrics)
         self._last_examples = out.examples or self._last_examples
+        self._last_step = (batch, out) if out.rollouts else None
         errors = self.error_policy.errors - errors  # env.on_error=zero: items scored 0 this step
         if dist.is_distributed():  # count completions and env errors over all ranks (the others agree already)
             mine = self.state.counters["completions"] - done
@@ -224,6 +229,19 @@ class Trainer:
         metrics.update({f"count/{k}": v for k, v in self.state.counters.items()})
         metrics["epoch"] = self.state.epoch
         return metrics
+
+    def _tree_records(self, step: int) -> list[dict]:
+        """The rollout trees of the step just done for ``trees.jsonl`` (this rank's items; none when the step
+        rolled nothing out or ``train.run.log_samples_max_kb`` is 0)."""
+        if self._last_step is None:
+            return []
+        batch, out = self._last_step
+        alg = self.algorithm.step_algorithm(self.config)
+        return tree_records(out.rollouts, batch.items, [a.name for a in self.agents], step=step, env=batch.env,
+                            advantages=out.advantages, values=out.values,
+                            max_bytes=self.config.run.log_samples_max_kb * 1024,
+                            algorithm={"name": alg.name, "summary": alg.summary,
+                                       "critic": alg.critic, "scaled": self.config.loss.scale_advantages})
 
     def _interrupted(self) -> TrainingInterrupted:
         """The exception a Ctrl-C ends training with: step reached and newest checkpoint of this run."""

@@ -124,7 +124,8 @@ class PolicyGradient:
         metrics.update({"time/step_s": dt, "time/rollout_s": t_roll, "time/update_s": dt - t_roll,
                         "tokens_per_s": trained_tokens / max(dt, 1e-9)})
         return StepOutput(metrics, float(len(batch.items)), counts, rollouts[0].examples if rollouts else [],
-                          rollouts=rollouts, advantages=advantages)
+                          rollouts=rollouts, advantages=advantages,
+                          values=prepared.values if prepared is not None else [])
 
     def views(self, samples: list, lengths: torch.Tensor, returns: list[torch.Tensor],
               critic_adv: list[torch.Tensor] | None) -> list[AgentView]:
