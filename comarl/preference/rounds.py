@@ -28,9 +28,7 @@ The sources use the Team (``training/team.py``) through its public members only.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,12 +36,12 @@ import torch
 
 from .. import checkpoint as ckpt
 from ..compute import distributed as dist
-from ..compute.sharding import built_on_rank0, full_state_dict
 from ..config_io import ConfigError
 from ..envs.base import rollout_modules
 from ..rollout import RolloutSettings, collect_rollout, join_rollout
 from ..sources import PromptBatches, read_pairs
 from ..steps import PairBatch, PromptBatch, SkipStep
+from .comparators import comparator_for
 from .pair_tokens import tokenizer_fingerprint
 from .parallel_fit import ParallelFit
 
@@ -95,7 +93,7 @@ class RoundSampler:
         # pair sampling: no greedy baseline; fsdp_gather=agent: one agent gathered per generate call, as in the steps
         self.settings = RolloutSettings.from_train_config(config, lockstep=lockstep, generator=generator)
         self.resumed_from: Path | None = None  # the checkpoint the run resumed from (restore)
-        self.fixed_comparator = None
+        self.comparator = comparator_for(config.preference.iterative, self.out)  # ``comparators.py``
         self.collect = collect_rollout  # (agents, env, items, settings) -> Rollout; a test may watch it
 
     @property
@@ -119,7 +117,7 @@ class RoundSampler:
     def sample(self, team: "TeamView", r: int, step: int) -> tuple[list[dict], dict[str, float], list[dict]]:
         """Round r's pairs (every rank's, written to its file), its metrics, and a few sampled rows."""
         cfg, pref = self.config, self.config.preference
-        comparator = self.comparator_agents(team, r)
+        comparator = self.comparator.agents(team, r)
         rollouts, others, sampled = [], [], []
         lockstep = self.settings.lockstep
         # sharded agents and comparator (unless gathered one at a time) and any module the env's own reward runs:
@@ -152,11 +150,10 @@ class RoundSampler:
         pairs = all_ranks_pairs([(b, [(node_item[g], p) for g, p in batch])
                                   for b, batch, node_item in zip(sampled, batches, map(node_items, rollouts))])
         completions = sum(ro.num_completions for ro in rollouts + others)
-        if comparator is not None and comparator is not team.agents and comparator is not self.fixed_comparator:
-            # a snapshot loaded for this round only: drop the last reference to it so its weights are freed before
-            # the round's training, not when the next round's snapshot replaces it (its rollouts hold no model)
-            comparator = None
-            self._free_memory()
+        # a comparator loaded for this round only is freed before the round's training, not when the next round's
+        # replaces it (its rollouts hold no model; this frame's reference goes first)
+        comparator = None
+        self.comparator.release()
         folder = self.out / f"round-{r}"
         folder.mkdir(parents=True, exist_ok=True)
         if dist.is_main():
@@ -189,83 +186,6 @@ class RoundSampler:
         if self.resumed_from is None:
             raise ConfigError(f"train.resume: resuming inside a round needs the checkpoint's {name}")
         return ckpt.load_extra(self.resumed_from, name)
-
-    # ----------------------------------------------------------- comparators
-    def comparator_agents(self, team: "TeamView", r: int):
-        """Who writes the other side of round r's pairs (None: the policy's own candidates are paired)."""
-        pref = self.config.preference
-        kind = pref.iterative.comparator
-        if kind == "none":
-            return None
-        if kind == "current":  # sampled before the round's first update: the frozen copy is the policy itself
-            return team.agents
-        configs = [a.config for a in team.agents]
-        if kind == "model":
-            if self.fixed_comparator is None:
-                from ..agents import build_agents
-
-                plain = [dataclasses.replace(c, model=pref.iterative.comparator_model, tokenizer=None, lora=None,
-                                             share_weights_with=None, gguf_file=None, model_kwargs={})
-                         for c in configs]
-                with torch.random.fork_rng(devices=[]):
-                    built = self._build(team, build_agents, plain)
-                for m in {id(a.model): a.model for a in built}.values() if team.sharding is None else []:
-                    dist.broadcast_parameters(m)  # as the agents' (sharded: Sharding.add sends rank 0's)
-                self.fixed_comparator = self._shard(team, built)
-            return self.fixed_comparator
-        if pref.iterative.comparator_path:  # a fixed checkpoint
-            if self.fixed_comparator is None:
-                self.fixed_comparator = self._shard(team, self._load_folder(team, Path(pref.iterative.comparator_path),
-                                                                            "train.preference.comparator_path"))
-            return self.fixed_comparator
-        # the policy of comparator_rounds_back rounds earlier: snapshots taken at each round's start
-        k = pref.iterative.comparator_rounds_back
-        snap = self.out / f"round-{r}" / "policy"
-        full = [full_state_dict(a.model, keep=dist.is_main()) if team.sharding is not None else None
-                for a in team.agents]  # sharded: gathered onto rank 0 (collective)
-        if dist.is_main():
-            for i, agent in enumerate(team.agents):
-                ckpt.save_agent_weights(agent, snap / f"agent{i}", state_dict=full[i])
-            for old in range(0, r - k + 1):  # never needed again (round r+1 compares with r+1-k)
-                if old != max(0, r - k):
-                    shutil.rmtree(self.out / f"round-{old}" / "policy", ignore_errors=True)
-        if dist.is_distributed():  # the other ranks load rank 0's snapshot
-            torch.distributed.barrier()
-        return self._shard(team, self._load_folder(team, self.out / f"round-{max(0, r - k)}" / "policy",
-                                                   "train.preference.comparator"))
-
-    @staticmethod
-    def _build(team: "TeamView", build, configs: list) -> list:
-        """A comparator built as the agents are: under sharding rank 0 reads it and the others build it on
-        meta (``sharding.built_on_rank0``; ``_shard`` then sends rank 0's weights)."""
-        return built_on_rank0(build, configs) if team.sharding is not None else build(configs, meta=False)
-
-    @staticmethod
-    def _shard(team: "TeamView", agents):
-        """Under ``sharding: fsdp`` a comparator's models are sharded like the agents (gathered for the round's
-        sampling only), so a fixed comparator does not stay whole on every rank for the whole run."""
-        if team.sharding is not None:
-            for m in {id(a.model): a.model for a in agents}.values():
-                team.sharding.add(m, "the comparator")
-        return agents
-
-    def _load_folder(self, team: "TeamView", folder: Path, key: str):
-        """The comparator of a checkpoint folder (built as :meth:`_build` says)."""
-        with torch.random.fork_rng(devices=[]):
-            try:
-                return self._build(team, lambda cs, meta: ckpt.agents_from_folder(cs, folder, key, meta=meta),
-                                   [a.config for a in team.agents])
-            except FileNotFoundError as e:
-                raise ConfigError(str(e)) from None
-
-    @staticmethod
-    def _free_memory() -> None:
-        """Collect what the round no longer references and hand CUDA's cached blocks back."""
-        import gc
-
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
 
 
 class DPORounds:

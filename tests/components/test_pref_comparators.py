@@ -1,5 +1,6 @@
 """Comparators of the iterative rounds: who writes the other side of each pair, and how pairs are picked."""
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -133,3 +134,27 @@ def test_a_rounds_comparator_snapshot_is_freed_before_the_rounds_training(tmp_pa
     t.source.sampler.collect, t.update.step = collect, step
     t.train()
     assert refs and alive_at_update and all(not any(a) for a in alive_at_update), alive_at_update
+
+
+def test_each_comparator_kind_is_one_record_chosen_once(tmp_path):
+    """The five cases of ``train.preference.comparator`` map to records (``preference/comparators.py``); a
+    round-only comparator frees itself on release, a fixed one keeps what it built."""
+    from comarl.preference.comparators import (CurrentPolicy, EarlierRound, FixedCheckpoint, FixedModel,
+                                               NoComparator, comparator_for)
+    from comarl.preference.settings import IterativeSettings
+
+    def pick(**kw):
+        return comparator_for(IterativeSettings(**kw), tmp_path)
+
+    assert isinstance(pick(), NoComparator) and pick().agents(None, 3) is None
+    assert isinstance(pick(comparator="current"), CurrentPolicy)
+    assert pick(comparator="model", comparator_model="tiny") == FixedModel("tiny")
+    assert pick(comparator="checkpoint", comparator_path="ck") == FixedCheckpoint(Path("ck"))
+    earlier = pick(comparator="checkpoint", comparator_rounds_back=2)
+    assert earlier == EarlierRound(tmp_path, 2)
+    earlier.loaded = ["a snapshot"]
+    earlier.release()
+    assert earlier.loaded is None
+    fixed = FixedModel("tiny", held=["built"])
+    fixed.release()
+    assert fixed.held == ["built"]

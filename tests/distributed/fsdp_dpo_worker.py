@@ -140,7 +140,8 @@ def run(name: str, out: Path, batch_size: int, resume_from: Path | None = None) 
     with record_meta_adds() as later:
         history = trainer.train()  # later: modules sharded during training (a comparator model)
     weights = [full_state_dict(a.model, keep=True) for a in trainer.agents]
-    fixed = getattr(getattr(trainer.source, "sampler", None), "fixed_comparator", None)
+    sampler = getattr(trainer.source, "sampler", None)
+    fixed = getattr(sampler.comparator, "held", None) if sampler is not None else None  # comparators.FixedModel
     (out / name).mkdir(parents=True, exist_ok=True)
     torch.save({"weights": weights, "history": history, "world_size": dist.world_size(),
                 "sharded": trainer.sharding is not None,
