@@ -13,11 +13,7 @@ from typing import Any
 
 import torch
 
-
-def root_module(model) -> torch.nn.Module:
-    """The module that holds ``model``'s layers: a LoRA agent's view (``AdapterModel``) -> its shared PeftModel."""
-    shared = getattr(model, "shared", None)
-    return shared.peft_model if shared is not None and hasattr(shared, "peft_model") else model
+from .modules import root_module
 
 
 @contextmanager

@@ -50,6 +50,7 @@ import torch
 from ..config_io import ConfigError
 from ..runtime import MIXED_PRECISION
 from . import distributed as dist
+from .modules import root_module
 
 # A Hugging Face model's output holds views (hidden states); FSDP2 warns on every such forward that an in-place
 # op on one would skip its pre-backward hook. Nothing here modifies model outputs in place.
@@ -121,12 +122,6 @@ def shard_module(model: torch.nn.Module, mesh, mp_policy, where: str, by_block: 
         if isinstance(m, FSDPModule):
             m.set_gradient_divide_factor(1.0)
             m.set_force_sum_reduction_for_comms(True)
-
-
-def root_module(model) -> torch.nn.Module:
-    """The module that holds a model's weights: a LoRA agent's shared ``PeftModel``, else the model."""
-    shared = getattr(model, "shared", None)
-    return shared.peft_model if shared is not None and hasattr(shared, "peft_model") else model
 
 
 def shard_target(module: torch.nn.Module) -> torch.nn.Module:
@@ -288,15 +283,6 @@ def idle_backward(model, pad_id: int) -> None:
     ids = torch.full((1, 1), pad_id, dtype=torch.long, device=device)
     logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
     (logits.float().sum() * 0.0).backward()
-
-
-def to_float(t) -> float:
-    """A scalar tensor (a DTensor total norm from clipping included) -> float."""
-    from torch.distributed.tensor import DTensor
-
-    if isinstance(t, DTensor):
-        t = t.full_tensor()
-    return float(t)
 
 
 def full_state_dict(module: torch.nn.Module, keep: bool) -> dict[str, torch.Tensor]:

@@ -15,10 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-HOUSE_RULES = ("smoking", "parties", "children under 10", "visitors", "pets")
-ROOM_TYPES = ("entire room", "private room", "shared room", "not shared room")
 CUISINES = ("Chinese", "American", "Italian", "Mexican", "Indian", "Mediterranean", "French")
-TRANSPORT_RULES = ("no flight", "no self-driving")
 
 US_STATES = (
     "Alabama", "Alaska", "Arizona", "Arkansas", "California", "Colorado", "Connecticut", "Delaware", "Florida",
