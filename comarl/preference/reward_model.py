@@ -207,13 +207,19 @@ def _identity(x):
 class RewardModelEnv:
     """``env`` with the reward model's score as the team reward; the env's own reward logged as ``env_reward``.
 
-    Prompts, turns and episode ends stay the environment's.
+    Prompts, turns and episode ends stay the environment's; so does everything else callers read from it
+    (``summarize`` and ``render_table`` for ``evaluate()``, its team graph ``stages``, ``sample_view``).
     """
 
     def __init__(self, env: Environment, reward_model: JointRewardModel):
         self.env, self.reward_model = env, reward_model
         self.num_agents = env.num_agents
         self.max_turns = getattr(env, "max_turns", 1)
+
+    def __getattr__(self, name: str):
+        if name in ("env", "reward_model") or name.startswith("__"):  # (not set yet: copy, pickle)
+            raise AttributeError(name)
+        return getattr(self.env, name)
 
     def rollout_modules(self) -> list[torch.nn.Module]:
         """The reward model (and the wrapped env's modules): a sharded trainer gathers them for the rollout."""

@@ -91,3 +91,28 @@ def test_a_non_finite_batch_is_skipped_counted_and_said():
         losses = rm.fit(toy_pairs(8, 0), epochs=1, batch_size=4, lr=1e-3, max_grad_norm=1.0)
     assert losses == [] and rm.nonfinite_skips == 2
     assert all(torch.equal(a, b) or (a.isnan().all() and b.isnan().all()) for a, b in zip(before, rm.parameters()))
+
+
+class Summarising(comarl.FunctionEnv):
+    """A FunctionEnv with an evaluation summary and a table, as the benchmark environments have."""
+
+    def summarize(self, records):
+        own = [t.metrics["env_reward"] for r in records for t in r.transitions]
+        return {"items": len(records), "env_reward": sum(own) / len(own)}
+
+    def render_table(self, summary):
+        return f"| items | {summary['items']} |"
+
+
+def test_evaluate_under_a_reward_model_keeps_the_wrapped_envs_summary():
+    """issue #43: the wrapper used to hide ``summarize``, so ``evaluate()`` returned an empty summary."""
+    model, tok = classifier()
+    env = Summarising(formatters=[lambda it: f"Open {it['n']}", lambda it: f"Reply {it['n']}"],
+                      reward_fn=lambda r, it: 0.5)
+    wrapped = RewardModelEnv(env, JointRewardModel(model, tok))
+    assert wrapped.render_table({"items": 2}) == "| items | 2 |"
+    cfg = comarl.TrainConfig(num_generations=2, batch_size=2, max_steps=1, progress_bar=False, report_to=[])
+    t = comarl.Trainer([comarl.AgentConfig(model="tiny", max_new_tokens=3, chat_template=False) for _ in range(2)],
+                       wrapped, [{"n": i} for i in range(2)], cfg, eval_dataset=[{"n": i} for i in range(3)])
+    out = t.evaluate()
+    assert out["summary"] == {"items": 3, "env_reward": 0.5}
