@@ -208,7 +208,7 @@ class RolloutSettings:
                       num_turns=cfg.rollout.num_turns, discount=cfg.rollout.discount,
                       early_stop_reward=cfg.rollout.early_stop_reward,
                       early_stop_sibling_mean=cfg.rollout.early_stop_sibling_mean,
-                      generation_batch_size=cfg.hardware.generation_batch_size,
+                      generation_batch_size=cfg.hardware.prompts_per_generate,
                       batch_adapters=cfg.hardware.batch_adapters, share_prefix=cfg.hardware.share_prefix)
         return cls(**{**fields, **changes})
 

@@ -159,10 +159,11 @@ def register_algorithm(alg: Algorithm, aliases: tuple[str, ...] = ()) -> Algorit
 
 def optionally_scaled(estimator: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """``advantage(samples, config)`` from ``estimator(samples) -> [G, K]``: divided by the group std of the
-    returns when ``config.scale_advantages`` (``advantages.scale_by_group_std``), one switch for every estimator."""
+    returns when ``config.loss.scale_advantages`` (``advantages.scale_by_group_std``), one switch for every
+    estimator."""
     def advantage(samples, config):
         adv = estimator(samples)
-        return scale_by_group_std(adv, samples.returns) if config.scale_advantages else adv
+        return scale_by_group_std(adv, samples.returns) if config.loss.scale_advantages else adv
 
     advantage.__doc__ = estimator.__doc__
     return advantage

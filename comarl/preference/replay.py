@@ -72,7 +72,7 @@ def sample_replay(pairs_by_round: dict[int, list], size: int, decay: float, rng:
 
 
 def replay_pool(current: int, pairs_of: Callable[[int], list], settings, seed: int) -> tuple[list, list[float]]:
-    """Round ``current``'s pool and each pair's weight under ``settings`` (``train.preference``).
+    """Round ``current``'s pool and each pair's weight under ``settings`` (``train.preference.iterative``).
 
     ``pairs_of(r)``: round r's pairs (r <= current). ``decay_sample`` draws with a stream seeded by
     (``seed``, ``current``), so every rank and a resumed run draw the same pool.

@@ -175,7 +175,7 @@ class RoundSampler:
         """Round r's pool (its pairs and the replayed earlier rounds', ``replay.replay_pool``) and a weight
         per pair."""
         pairs_of = lambda past: pairs if past == r else read_pairs(self.out / f"round-{past}" / "pairs.jsonl")  # noqa: E731
-        pool, weights = replay_pool(r, pairs_of, self.config.preference, self.config.run.seed)
+        pool, weights = replay_pool(r, pairs_of, self.config.preference.iterative, self.config.run.seed)
         return pool, torch.tensor(weights, dtype=torch.float32)
 
     # ----------------------------------------------------------- checkpoints

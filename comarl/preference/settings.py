@@ -1,10 +1,10 @@
 """Settings of the preference algorithms (``train.preference``), one docstring line per field."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ..config_io import ConfigError, aliased
+from ..config_io import ConfigError, Moved, aliased
 from .marlhf import RewardModelSettings
 from .pairs import SELECTIONS
 
@@ -76,15 +76,12 @@ class IterativeSettings:
     """marlhf_iter: fresh (a new reward model each round) | continue (go on training last round's)."""
 
 
-SECTIONS = {"pairs": PairSettings, "dpo": DPOSettings, "iterative": IterativeSettings}
-
-
 @aliased
 @dataclass
 class PreferenceSettings:
-    """``train.preference``: pairs, the DPO loss, and the rounds of the iterative algorithms. The keys that were
-    flat before the sections (``train.preference.beta``) are aliases of their section's
-    (``train.preference.dpo.beta``), in YAML, overrides, keyword arguments and attributes."""
+    """``train.preference``: pairs, the DPO loss, and the rounds of the iterative algorithms. The keys written
+    flat before the sections (``train.preference.beta``) are deprecated names of their section's
+    (``train.preference.dpo.beta``) until comarl 0.2, in YAML, overrides, keyword arguments and attributes."""
 
     pairs: PairSettings = field(default_factory=PairSettings)
     """Which pairs are kept, and the pair files."""
@@ -93,8 +90,32 @@ class PreferenceSettings:
     iterative: IterativeSettings = field(default_factory=IterativeSettings)
     """Rounds of madpo_iter and marlhf_iter."""
 
-    ALIASES: ClassVar[dict[str, str]] = {f.name: f"{sec}.{f.name}" for sec, cls in SECTIONS.items()
-                                         for f in fields(cls)}
+    ALIASES: ClassVar[dict[str, str]] = {}
+    """Old key -> its path (filled by ``aliased`` from the ``Moved`` names below)."""
+
+    # The keys written flat before the sections, deprecated until comarl 0.2: each reads and sets its section's
+    # key, with a warning.
+    pair_selection = Moved[str]("pairs.pair_selection")
+    pairs_per_item = Moved[int | None]("pairs.pairs_per_item")
+    pairs_out = Moved[str | None]("pairs.pairs_out")
+    pairs_in = Moved[str | None]("pairs.pairs_in")
+    beta = Moved[float]("dpo.beta")
+    reference_free = Moved[bool]("dpo.reference_free")
+    rounds = Moved[int]("iterative.rounds")
+    round_batches = Moved[int]("iterative.round_batches")
+    steps_per_round = Moved[int]("iterative.steps_per_round")
+    replay = Moved[str]("iterative.replay")
+    replay_rounds = Moved[int]("iterative.replay_rounds")
+    replay_decay = Moved[float]("iterative.replay_decay")
+    replay_sample_size = Moved[int | None]("iterative.replay_sample_size")
+    reference = Moved[str]("iterative.reference")
+    comparator = Moved[str]("iterative.comparator")
+    comparator_rounds_back = Moved[int]("iterative.comparator_rounds_back")
+    comparator_path = Moved[str | None]("iterative.comparator_path")
+    comparator_model = Moved[str | None]("iterative.comparator_model")
+    rl_algorithm = Moved[str]("iterative.rl_algorithm")
+    reward_model = Moved[RewardModelSettings | None]("iterative.reward_model")
+    reward_model_refit = Moved[str]("iterative.reward_model_refit")
 
     def validate(self) -> None:
         p, it = self.pairs, self.iterative

@@ -229,8 +229,8 @@ class PolicyGradient:
                     kl_tokens += int(cmask.sum())
                 if cfg.loss.kl_mode == "loss":
                     loss = loss + kl_penalty(logp, ref_lp[m], w, cfg.loss.kl_beta, cfg.loss.kl_estimator)
-            if self.critic is not None and cfg.critic.entropy_coef > 0:  # actor-critic entropy bonus
-                loss = loss + entropy_bonus(logp, w, cfg.critic.entropy_coef)
+            if self.critic is not None and cfg.loss.entropy_coef > 0:  # actor-critic entropy bonus
+                loss = loss + entropy_bonus(logp, w, cfg.loss.entropy_coef)
             if not torch.isfinite(loss):
                 if not sharded:
                     return total, {}, kl_sum / max(kl_tokens, 1), True
