@@ -167,7 +167,7 @@ class RunConfig:
     overwrite: bool = False
     """Clear the run files (logs, checkpoints, final/) already in output_dir before a fresh run (else refused)."""
     save_on_interrupt: bool = False
-    """On Ctrl-C, write a checkpoint of the last finished step before exiting (resume with train.resume=latest)."""
+    """On Ctrl-C, write a checkpoint of the last finished step before exiting (resume with train.run.resume=latest)."""
     report_to: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])
     """Metric sinks: jsonl, tensorboard, wandb."""
     wandb_project: str = "comarl"
@@ -246,36 +246,37 @@ class HardwareConfig:
             _bad("hardware.prompts_per_generate", f"must be >= 0, got {self.prompts_per_generate}")
         check_agent_devices(self.agent_devices, num_agents)
         if self.reference_device is not None and not isinstance(self.reference_device, str):
-            raise ConfigError(f"train.reference_device: must be a device string or null, got {self.reference_device!r}")
+            raise ConfigError(f"train.hardware.reference_device: must be a device string or null, "
+                              f"got {self.reference_device!r}")
         if self.mixed_precision not in MIXED_PRECISION:
-            raise ConfigError(f"train.mixed_precision: must be one of {list(MIXED_PRECISION)}, "
+            raise ConfigError(f"train.hardware.mixed_precision: must be one of {list(MIXED_PRECISION)}, "
                               f"got {self.mixed_precision!r}")
         if self.dist_backend not in (None, "nccl", "gloo"):
-            raise ConfigError(f"train.dist_backend: must be nccl, gloo or null, got {self.dist_backend!r}")
+            raise ConfigError(f"train.hardware.dist_backend: must be nccl, gloo or null, got {self.dist_backend!r}")
         if self.sharding not in ("none", "fsdp"):
-            raise ConfigError(f"train.sharding: must be none or fsdp, got {self.sharding!r}")
+            raise ConfigError(f"train.hardware.sharding: must be none or fsdp, got {self.sharding!r}")
         if self.fsdp_shard_size < 0:
-            raise ConfigError(f"train.fsdp_shard_size: must be >= 0, got {self.fsdp_shard_size}")
+            raise ConfigError(f"train.hardware.fsdp_shard_size: must be >= 0, got {self.fsdp_shard_size}")
         if self.fsdp_gather not in ("team", "agent"):
-            raise ConfigError(f"train.fsdp_gather: must be team or agent, got {self.fsdp_gather!r}")
+            raise ConfigError(f"train.hardware.fsdp_gather: must be team or agent, got {self.fsdp_gather!r}")
         if self.sharding == "fsdp" and self.reference_device is not None:
-            raise ConfigError("train.reference_device: a sharded reference lives on the ranks' devices; "
-                              "leave it null with train.sharding=fsdp")
+            raise ConfigError("train.hardware.reference_device: a sharded reference lives on the ranks' devices; "
+                              "leave it null with train.hardware.sharding=fsdp")
         self.validate_generator()
 
     def validate_generator(self) -> None:
         """``generator`` and the hardware it cannot run with (docs/vllm.md, "Supported and refused")."""
         if self.generator not in ("hf", "vllm"):
-            raise ConfigError(f"train.generator: must be hf or vllm, got {self.generator!r}")
+            raise ConfigError(f"train.hardware.generator: must be hf or vllm, got {self.generator!r}")
         if self.generator != "vllm":
             return
         if self.sharding != "none":
-            raise ConfigError("train.generator: vllm engines hold whole models and are not pushed from FSDP2 shards "
-                              "yet; use generator: hf with sharding: fsdp (or sharding: none)")
+            raise ConfigError("train.hardware.generator: vllm engines hold whole models and are not pushed from FSDP2 "
+                              "shards yet; use generator: hf with sharding: fsdp (or sharding: none)")
         far = [d for d in self.agent_devices or [] if d.startswith("cuda:") and d != "cuda:0"]
         if far:
-            raise ConfigError(f"train.agent_devices: an in-process vLLM engine runs on the first visible GPU (cuda:0), "
-                              f"got {far[0]}; keep vllm agents on cuda:0 or use generator: hf")
+            raise ConfigError(f"train.hardware.agent_devices: an in-process vLLM engine runs on the first visible GPU "
+                              f"(cuda:0), got {far[0]}; keep vllm agents on cuda:0 or use generator: hf")
         self.vllm.validate("train.hardware.vllm")
 
 
@@ -414,16 +415,16 @@ class TrainConfig:
         from .generation.vllm_settings import vllm_installed
 
         if self.loss.tis_cap is not None and self.hardware.generator != "vllm" and given is None:
-            _bad("loss.tis_cap", "corrects for the vLLM engine's log-probs; it needs train.generator: vllm (hf samples "
-                            "with the trainer's own weights and kernels)")
+            _bad("loss.tis_cap", "corrects for the vLLM engine's log-probs; it needs train.hardware.generator: vllm "
+                                 "(hf samples with the trainer's own weights and kernels)")
         if self.hardware.generator != "vllm":
             return
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            raise ConfigError("train.generator: vllm runs one engine in one training process; torchrun with "
+            raise ConfigError("train.hardware.generator: vllm runs one engine in one training process; torchrun with "
                               f"{os.environ['WORLD_SIZE']} ranks is not supported yet (use generator: hf)")
         if not vllm_installed():
-            raise ConfigError("train.generator: vllm is not installed; GPU: pip install -e '.[vllm]' with your CUDA "
-                              "torch, CPU: scripts/install_vllm_cpu.sh (docs/vllm.md)")
+            raise ConfigError("train.hardware.generator: vllm is not installed; GPU: pip install -e '.[vllm]' with "
+                              "your CUDA torch, CPU: scripts/install_vllm_cpu.sh (docs/vllm.md)")
 
 
 @dataclass
@@ -529,7 +530,7 @@ _FROM_CONFIG = "_comarl_from_config"
 
 def mark_from_config(train: TrainConfig) -> TrainConfig:
     """Record that ``train`` came from a config file or ``key=value`` overrides (``load_config``, the demo), so
-    the errors it leads to name dotted keys (``train.resume=latest``); a TrainConfig built in Python hears
+    the errors it leads to name dotted keys (``train.run.resume=latest``); a TrainConfig built in Python hears
     about its arguments instead (:func:`python_wording`)."""
     object.__setattr__(train, _FROM_CONFIG, True)
     return train

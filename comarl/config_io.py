@@ -145,7 +145,8 @@ def read_yaml(path, keep_text: bool = True) -> Any:
     """Parse a YAML config file (YAML 1.2 values; non-strings as :class:`Written` unless ``keep_text`` is
     False, for :func:`from_dict`); a syntax error becomes a :class:`ConfigError` naming file, line and column."""
     try:
-        text = open(path, encoding="utf-8").read()
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
     except OSError as e:
         raise ConfigError(f"config file {path}: cannot read it ({e.strerror})") from None
     try:
@@ -293,7 +294,7 @@ class Moved(typing.Generic[T]):
     def __get__(self, obj: None, owner: type | None = None) -> Moved[T]: ...
 
     @typing.overload
-    @deprecated("an old config key: read it from its section")
+    @deprecated("an old config key: read it from its section", category=None)  # warned by warn_old at run time
     def __get__(self, obj: object, owner: type | None = None) -> T: ...
 
     def __get__(self, obj: object, owner: type | None = None) -> Any:
@@ -305,7 +306,7 @@ class Moved(typing.Generic[T]):
             obj = getattr(obj, part)
         return getattr(obj, last)
 
-    @deprecated("an old config key: set it in its section")
+    @deprecated("an old config key: set it in its section", category=None)
     def __set__(self, obj: object, value: T) -> None:
         warn_old(f"{self.owner}.{self.name}", f"{self.owner}.{self.path}")
         *head, last = self.path.split(".")
@@ -364,6 +365,8 @@ def _take_dotted(cls, data: dict, out: dict, where: str) -> None:
 
 
 def _put(out: dict, path: list[str], value: Any, old: str, where: str) -> None:
+    """``value``, written under the old key ``old``, set at ``path`` in ``out`` (copying the mappings on the way),
+    with a warning; an error if the new key is there too."""
     node = out
     for part in path[:-1]:
         if not isinstance(node.setdefault(part, {}), dict):

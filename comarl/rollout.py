@@ -115,10 +115,10 @@ def check_tree_size(mode: str, k: int, n: int, turns: int, limit: int, graph: St
         total = samples_per_item(mode, k, n, turns)
     if total > limit:
         raise ValueError(
-            f"train.max_samples_per_item: joint_mode={mode}, num_generations={k}, {n} agents, num_turns={turns}"
+            f"train.rollout.max_samples_per_item: joint_mode={mode}, num_generations={k}, {n} agents, num_turns={turns}"
             f"{f', {len(graph.stages)} stages' if graph is not None and not graph.is_single else ''} "
             f"generates {total} completions per item (> limit {limit}); lower num_generations/num_turns, use "
-            f"aligned mode, or raise train.max_samples_per_item")
+            f"aligned mode, or raise train.rollout.max_samples_per_item")
 
 
 def reward_vector(reward, n: int, where: str) -> torch.Tensor:
@@ -192,7 +192,7 @@ class RolloutSettings:
     """Samples per node of a team graph's later branch stages (None: ``num_generations``); evaluation uses 1,
     so an item has ``num_generations`` leaves per turn as in aligned mode."""
     lockstep: Any = None
-    """Sharded models gathered one agent at a time (``train.fsdp_gather: agent``): an object with
+    """Sharded models gathered one agent at a time (``train.hardware.fsdp_gather: agent``): an object with
     ``scope(agents)`` (a context in which those agents' models are whole; every rank must enter the same
     scopes in the same order), ``any(flag)`` (whether ``flag`` is set on some rank) and ``max(n)``. None:
     the models are whole already (not sharded, or the whole team gathered around the rollout)."""

@@ -7,13 +7,13 @@ A record names:
 - ``greedy_baseline``: the rollout also decodes one greedy joint response per node (MAReMax);
 - ``critic``: the critic the run builds, ``independent`` (IAC) or ``central`` (MAAC), or None;
 - ``reference(config)``: whether the update needs each agent's frozen reference policy (DPO does, unless
-  reference-free; any algorithm does when ``train.kl_beta`` > 0);
+  reference-free; any algorithm does when ``train.loss.kl_beta`` > 0);
 - ``update(parts) -> Update``: what each step does (``comarl/updates/``; default: the policy gradient with
   this record's estimator and critic);
 - ``source(parts) -> StepSource``: where each step's batch comes from (``comarl/sources.py``; default: prompt
   batches; the iterative preference algorithms name their rounds, ``madpo_offline`` a pairs file);
 - ``steps_with(config) -> Algorithm``: for a record whose steps are another algorithm's (``marlhf_iter``
-  runs ``train.preference.rl_algorithm`` on a reward model's score): that algorithm supplies the estimator,
+  runs ``train.preference.iterative.rl_algorithm`` on a reward model's score): that algorithm supplies the estimator,
   critic and update;
 - ``check(config, agents)``: every check that can be made from the config (and the agents' configs), run
   when the config is loaded, before any model is built.
@@ -92,7 +92,7 @@ def no_check(config, agents) -> None:
 
 
 def no_reference(config) -> bool:
-    """The update itself needs no reference (the KL term adds one when ``train.kl_beta`` > 0)."""
+    """The update itself needs no reference (the KL term adds one when ``train.loss.kl_beta`` > 0)."""
     return False
 
 
@@ -115,7 +115,7 @@ class Algorithm:
         return self.steps_with(config) if self.steps_with is not None else self
 
     def generations_needed(self, config) -> int:
-        """The smallest K (``train.num_generations``) this algorithm and the one its steps run accept."""
+        """The smallest K (``train.rollout.num_generations``) this algorithm and the one its steps run accept."""
         return max(self.min_generations, self.step_algorithm(config).min_generations)
 
     def needs_reference(self, config) -> bool:
@@ -126,6 +126,9 @@ class Algorithm:
         """Every check of this record (and of the one its steps run), before any model is built."""
         self.check(config, agents)
         inner = self.step_algorithm(config)
+        if config.loss.entropy_coef > 0 and inner.critic is None:  # the policy-gradient update adds it with a critic
+            raise ConfigError(f"train.loss.entropy_coef: only the actor-critic algorithms (iac, maac) add the entropy "
+                              f"bonus so far; {config.algorithm} would ignore it (leave it 0)")
         if inner is not self:
             inner.check(config, agents)
 

@@ -53,8 +53,8 @@ class CriticSettings:
         if self.critic_type not in CRITIC_TYPES:
             raise ConfigError(f"{where}.critic_type: must be v or q, got {self.critic_type!r}")
         if self.critic_type == "q" and num_generations is not None and num_generations < 2:
-            raise ConfigError(f"{where}.critic_type: q needs train.num_generations >= 2 (a sample's baseline is "
-                              f"the mean Q of the node's other samples; with K={num_generations} there are none, "
+            raise ConfigError(f"{where}.critic_type: q needs train.rollout.num_generations >= 2 (a sample's baseline "
+                              f"is the mean Q of the node's other samples; with K={num_generations} there are none, "
                               f"and Q(h, a) itself leaves Q's own TD error as the advantage); use critic_type: v")
         if not 0 <= self.gae_lambda <= 1:
             raise ConfigError(f"{where}.gae_lambda: must be in [0, 1], got {self.gae_lambda}")

@@ -1,4 +1,4 @@
-"""The pool an iterative round trains on: its own pairs and earlier rounds' (``train.preference.replay``).
+"""The pool an iterative round trains on: its own pairs and earlier rounds' (``train.preference.iterative.replay``).
 
 Two rules for the older rounds:
 

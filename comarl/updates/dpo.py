@@ -15,7 +15,7 @@ Two updates share it: ``OnlineDPO`` (``madpo``: the step's own rollout gives the
 Structured generation: tokens a schema forced (``AgentPairs.forced``) are left
 out of the sequence log-probs, of the policy and of the reference alike.
 
-FSDP sharding (``train.sharding: fsdp``): the reference and no-grad policy
+FSDP sharding (``train.hardware.sharding: fsdp``): the reference and no-grad policy
 log-probs (a count that differs per rank) run with the models gathered whole;
 the backward runs the same number of micro-batches on every rank (an idle
 backward for a rank out of samples), each copy of a prompt encoded (no
@@ -70,7 +70,7 @@ def dpo_step(team, config, batch: PairBatch, step: int, loss_fn=joint_dpo_loss) 
     """``num_iterations`` optimizer steps per agent on the weighted joint DPO loss
     ``sum_p w_p * loss_p / sum(w)`` (sums over every rank). Collective: every rank calls it, with its own
     share of the pairs (possibly none). ``loss_fn``: ``losses.joint_dpo_loss`` (the reference-free form is
-    ``train.preference.reference_free``'s)."""
+    ``train.preference.dpo.reference_free``'s)."""
     cfg, pref, agents = config, config.preference, team.agents
     n_pairs = batch.num_pairs
     w_total = dist.all_reduce_sum(float(batch.weights.sum()))
@@ -190,7 +190,7 @@ def _pair_indices(rollouts, chunk_pairs, i: int) -> tuple[list[int], list[int]]:
 
 class OnlineDPO:
     """MADPO online: the step's rollout (no critic) gives every tree node's (chosen, rejected) joint pairs
-    (``train.preference.pair_selection``), appended to ``pairs_out`` when set, then ``dpo_step``.
+    (``train.preference.pairs.pair_selection``), appended to ``pairs_out`` when set, then ``dpo_step``.
 
     ``joint_loss``: the joint DPO loss (``losses.joint_dpo_loss``)."""
 

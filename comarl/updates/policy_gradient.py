@@ -42,7 +42,7 @@ class LossBatch:
             normaliser.
         forced: None, or per completion token True where a schema forced it (structured generation).
         engine: None, or per completion token the log-prob the generator's engine sampled it with (vLLM): for
-            the gap metric and ``train.tis_cap``.
+            the gap metric and ``train.loss.tis_cap``.
     """
 
     prompts: list[list[int]]
@@ -107,10 +107,10 @@ class PolicyGradient:
         first update, whenever a later pass or the KL-in-reward needs them;
         reference log-probs once, when ``kl_beta`` > 0. Sampling, old and
         reference log-probs run without dropout, and so does the update unless
-        ``train.disable_dropout`` is false, so pass one has ratio 1 exactly. A
+        ``train.loss.disable_dropout`` is false, so pass one has ratio 1 exactly. A
         batch with no token in the loss (every completion truncated under
         ``mask_truncated``) skips the update (``count/empty_batch_skips``). Samples from an engine (vLLM)
-        add their log-prob gap to ``gaps`` and, with ``train.tis_cap``, weigh the loss (``engine_mismatch``).
+        add their log-prob gap to ``gaps`` and, with ``train.loss.tis_cap``, weigh the loss (``engine_mismatch``).
         """
         cfg, agent = self.config, team.agents[i]
         model = agent.model
@@ -207,7 +207,7 @@ class PolicyGradient:
                 continue
             a, b = batch.spans[m]
             forced = {"forced": batch.forced[a:b]} if batch.forced is not None else {}  # structured generation
-            with autocast(cfg.hardware.mixed_precision, agent.device):  # train.mixed_precision (precision.py)
+            with autocast(cfg.hardware.mixed_precision, agent.device):  # train.hardware.mixed_precision (precision.py)
                 logp, cmask = completion_logprobs(model, batch.prompts[a:b], batch.comps[a:b], pad, temp,
                                                   share, **forced)
             in_loss = {"mask": cmask.cpu() * (batch.lengths[a:b] > 0).unsqueeze(1)} if forced else {}
@@ -285,7 +285,7 @@ class PolicyGradient:
             return
         modules = self.critic.checkpoint_modules()
         if written != sorted(modules):
-            raise ValueError(f"train.resume: {path} holds critics {written}, this run has {sorted(modules)} "
+            raise ValueError(f"train.run.resume: {path} holds critics {written}, this run has {sorted(modules)} "
                              f"(iac vs maac?)")
         for name, (module, optimizer) in modules.items():
             ckpt.load_sharded_module(path / name, module, optimizer)

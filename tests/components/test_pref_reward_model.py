@@ -69,8 +69,8 @@ def test_rl_on_the_reward_models_score_logs_the_envs_own_reward():
     with torch.no_grad():
         expected = float(rm.scores([state.prompts], [("good", "fine")])[0])
     assert tr.reward == pytest.approx(expected) and tr.metrics["env_reward"] == 0.25
-    cfg = comarl.TrainConfig(algorithm="magrpo", num_generations=2, batch_size=2, max_steps=1, progress_bar=False,
-                             report_to=[])
+    cfg = comarl.TrainConfig(algorithm="magrpo", rollout=comarl.RolloutConfig(num_generations=2),
+                             run=comarl.RunConfig(batch_size=2, max_steps=1, progress_bar=False, report_to=[]))
     t = comarl.Trainer([comarl.AgentConfig(model="tiny", max_new_tokens=3, chat_template=False) for _ in range(2)],
                        wrapped, [{"n": i} for i in range(2)], cfg)
     hist = t.train()

@@ -239,14 +239,14 @@ def _kill_points(trace: list[str], own: str, rng: random.Random) -> list[tuple[s
 
 
 def _resume_and_compare(tmp: Path, cfg: str, out: Path, ref: dict, row: dict, log: Path) -> None:
-    """``train.resume=latest``; with no checkpoint yet, the one-line message and then a fresh start. The final
+    """``train.run.resume=latest``; with no checkpoint yet, the one-line message and then a fresh start. The final
     checkpoint must hold the reference's tensors."""
-    code = _run(cfg, log, "train.resume=latest")
+    code = _run(cfg, log, "train.run.resume=latest")
     if code == 2:
         lines = _comarl_lines(log)
         assert len(lines) == 1 and "stopped before its first checkpoint" in lines[0], log.read_text()[-3000:]
-        row["how"] = "no checkpoint yet: one line, then train.overwrite=true"
-        code = _run(cfg, log, "train.overwrite=true")
+        row["how"] = "no checkpoint yet: one line, then train.run.overwrite=true"
+        code = _run(cfg, log, "train.run.overwrite=true")
     else:
         row["how"] = "resumed " + next((x.split("resumed from ")[1].split(" ")[0] for x in log.read_text().splitlines()
                                         if x.startswith("resumed from ")), "?")

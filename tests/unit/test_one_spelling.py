@@ -23,7 +23,7 @@ OLD = old_spellings(ExperimentConfig)
 OLD_ON_PURPOSE = {"tests/unit/test_one_spelling.py", "tests/unit/test_config_sections.py",
                   "tests/unit/test_migrate_config_keys.py", "scripts/migrate_config_keys.py"}
 """Files that write old keys to test that they still work (with a warning) or are rewritten."""
-MARKED = re.compile(r"<!-- old keys -->.*?<!-- /old keys -->", re.S)
+MARKED = re.compile(r"<!-- old keys[^>]*-->.*?<!-- /old keys -->", re.S)
 MENTION = re.compile(r"(?<!\w)(" + "|".join(re.escape(k) for k in sorted(OLD, key=len, reverse=True)) + r")(?!\w)")
 CLASSES = {"TrainConfig", "PreferenceSettings", "HardwareConfig", "CriticSettings"}
 
@@ -46,8 +46,15 @@ def old_keys_in(data, path: str = "") -> list[str]:
     return found
 
 
+FLAT = sorted({k.split(".")[1] for k in OLD if k.count(".") == 1}, key=len, reverse=True)
+PYTHON_MENTION = re.compile(r"\bTrainConfig(?:\((?:[^()]*?,\s*)?|\.)(" + "|".join(FLAT) + r")\b(?![(.])")
+"""``TrainConfig(resume="latest")`` or ``TrainConfig.output_dir`` written in prose (inline code): a keyword at the
+top level of the call, or an attribute."""
+
+
 def mentions(text: str) -> list[str]:
-    return MENTION.findall(MARKED.sub("", text))
+    text = MARKED.sub("", text)
+    return MENTION.findall(text) + [f"TrainConfig {m}" for m in PYTHON_MENTION.findall(text)]
 
 
 def yaml_blocks(markdown: str) -> list[str]:
@@ -105,12 +112,25 @@ def test_no_page_names_an_old_key():
     assert not bad, f"pages name old config keys: {bad}"
 
 
+def yaml_in_strings(source: str) -> list[str]:
+    """Old keys in the YAML experiments Python writes as string literals (``"train: {num_generations: 2}"``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "train:" in node.value:
+            try:
+                data = load_yaml(node.value)
+            except Exception:  # noqa: BLE001 - not YAML, or YAML broken on purpose
+                continue
+            found += [f"line {node.lineno}: {k}" for k in old_keys_in(data)]
+    return found
+
+
 def test_no_example_benchmark_or_test_uses_an_old_key():
     bad = {}
     for path in shipped("examples/**/*.py", "benchmarks/**/*.py", "tests/**/*.py", "scripts/**/*.py",
                         "docs/**/*.py", "benchmarks/**/*.sh", "configs/**/*.yaml"):
         text = path.read_text()
-        found = mentions(text) + (old_keywords(text) if path.suffix == ".py" else [])
+        found = mentions(text) + (old_keywords(text) + yaml_in_strings(text) if path.suffix == ".py" else [])
         if found:
             bad[path.relative_to(ROOT).as_posix()] = found
     assert not bad, f"old config keys in code: {bad}"
@@ -121,6 +141,9 @@ def test_no_example_benchmark_or_test_uses_an_old_key():
     ("`train.preference.beta` and `train.vllm.cpu_threads`", ["train.preference.beta", "train.vllm"]),
     ("train.rollout.num_generations, data.train.split, train.critic.lr", []),
     ("<!-- old keys -->train.batch_size<!-- /old keys -->", []),
+    ('`TrainConfig(resume="latest")` and `TrainConfig.output_dir`', ["TrainConfig resume", "TrainConfig output_dir"]),
+    ('`TrainConfig(algorithm="x", kl_beta=0.1)`, `TrainConfig(run=RunConfig(seed=1))`', ["TrainConfig kl_beta"]),
+    ("TrainConfig(rollout=comarl.RolloutConfig(num_generations=4)), TrainConfig.run.seed", []),
 ])
 def test_mentions_are_found(text, found):
     assert mentions(text) == found
@@ -132,3 +155,5 @@ def test_yaml_keys_and_keywords_are_found():
         ["train.batch_size", "train.critic.entropy_coef", "train.hardware.generation_batch_size"]
     assert old_keywords("comarl.TrainConfig(rollout=R(num_generations=2), seed=1)\nCriticSettings(entropy_coef=1)") \
         == ["line 1: TrainConfig(seed=...)", "line 2: CriticSettings(entropy_coef=...)"]
+    assert yaml_in_strings('f.write_text("agents: []\\n"\n             "train: {rollout: {joint_mode: x}, seed: 1}")') \
+        == ["line 1: train.seed"]
