@@ -376,7 +376,9 @@ def _call_args(node: ast.Call, text: str, where: str, hand: list[str], needed: s
                 made[section].append(f"{k.arg}={seg(k.value)}")
                 continue
             value = k.value  # the section given too: its own keywords join the moved ones
-            if not (isinstance(value, ast.Call) and _call_name(value) and _call_name(value)[1] == sections[section]):
+            called = getattr(value.func, "id", None) or getattr(value.func, "attr", None) \
+                if isinstance(value, ast.Call) else None
+            if called != sections[section]:
                 hand.append(f"{where}:{node.lineno}: {name}({section}=...) and old keywords of {section}; "
                             f"merge them by hand")
                 return None
