@@ -86,8 +86,9 @@ def test_python_m_comarl_under_torchrun_writes_once(tmp_path):
         "agents": [{"model": "tiny", "max_new_tokens": 6, "model_kwargs": {"hidden_size": 32, "num_layers": 1,
                                                                             "seed": i}} for i in range(2)],
         "env": {"name": "demo_writing"},
-        "train": {"num_generations": 2, "batch_size": 1, "max_steps": 2, "save_steps": 1, "progress_bar": False,
-                  "report_to": ["jsonl"], "output_dir": str(tmp_path / "run")}}))
+        "train": {"rollout": {"num_generations": 2},
+                  "run": {"batch_size": 1, "max_steps": 2, "save_steps": 1, "progress_bar": False,
+                          "report_to": ["jsonl"], "output_dir": str(tmp_path / "run")}}}))
     log = open(tmp_path / "cli.log", "w")
     proc = _launch([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                     "-m", "comarl", "train", str(cfg)], log)
