@@ -45,7 +45,8 @@ def test_agent_devices_from_yaml_override():
 def test_cuda_device_without_cuda_is_a_clear_error():
     cfg = TrainConfig(hardware=HardwareConfig(agent_devices=["cpu", "cuda:1"]),
                       run=RunConfig(progress_bar=False, report_to=[]))
-    with pytest.raises(ConfigError, match=r"TrainConfig.hardware.agent_devices\[1\]: 'cuda:1' asks for a GPU but CUDA is not"):
+    with pytest.raises(ConfigError, match=r"TrainConfig.hardware.agent_devices\[1\]: 'cuda:1' asks for a GPU but "
+                                          r"CUDA is not"):
         Trainer([_tiny(0), _tiny(1)], _env(), [{"q": "x"}], cfg)
     with pytest.raises(ConfigError, match=r"agents\[0\]\.device: 'cuda' asks for a GPU"):
         Trainer([AgentConfig(model="tiny", device="cuda"), _tiny(1)], _env(), [{"q": "x"}],
