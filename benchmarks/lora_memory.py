@@ -7,7 +7,7 @@ builds N agents on a random Qwen2 model (``--hidden``/``--layers``, default
 ``--gen`` also times generation for N adapters of one base: N ``generate``
 calls vs one mixed-adapter batch (peft ``adapter_names=``). ``--rollout``
 instead times the rollout path itself (``collect_rollout`` sampled, and the
-greedy MAReMax call) with ``train.batch_adapters`` off vs on.
+greedy MAReMax call) with ``train.hardware.batch_adapters`` off vs on.
 
     python benchmarks/lora_memory.py                 # the table (markdown)
     python benchmarks/lora_memory.py --gen           # + mixed-adapter generation timing
@@ -43,8 +43,10 @@ def run_one(mode: str, n: int, hidden: int, layers: int, steps: int, tokens: int
                                  lora=LoraSettings(r=16) if mode == "lora" else None) for _ in range(n)]
     env = FunctionEnv([(lambda it, i=i: f"agent {i} writes about {it['q']}") for i in range(n)],
                       lambda resps, it: sum(len(r) for r in resps) / 100.0)
-    cfg = comarl.TrainConfig(num_generations=2, batch_size=2, max_steps=steps + 1, progress_bar=False,
-                             report_to=[], log_samples_steps=0, micro_batch_size=4)
+    cfg = comarl.TrainConfig(rollout=comarl.RolloutConfig(num_generations=2),
+                             run=comarl.RunConfig(batch_size=2, max_steps=steps + 1, progress_bar=False, report_to=[],
+                                                  log_samples_steps=0),
+                             hardware=comarl.HardwareConfig(micro_batch_size=4))
     items = [{"q": w} for w in ("cats", "rain", "trains", "maths", "tea", "boats")]
     t = comarl.Trainer(agents, env, items, cfg)
     built = _rss_mb()
@@ -156,7 +158,7 @@ def main() -> None:
     ap.add_argument("--agents", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--gen", action="store_true", help="also time mixed-adapter generation")
     ap.add_argument("--rollout", action="store_true",
-                    help="only time the rollout's generation, train.batch_adapters on vs off")
+                    help="only time the rollout's generation, train.hardware.batch_adapters on vs off")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "N"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:

@@ -25,10 +25,10 @@ from alternate import alternate, time_training_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 
-MODES = {  # name -> (algorithm, preference settings)
-    "magrpo": ("magrpo", {}),
-    "madpo": ("madpo", {"pairs_per_item": 2}),
-    "madpo_ref_free": ("madpo", {"pairs_per_item": 2, "reference_free": True}),
+MODES = {  # name -> (algorithm, reference-free DPO or None for no preference settings)
+    "magrpo": ("magrpo", None),
+    "madpo": ("madpo", False),
+    "madpo_ref_free": ("madpo", True),
 }
 
 
@@ -37,12 +37,15 @@ def run(mode: str, steps: int, warmup: int, threads: int) -> dict:
 
     import comarl
     from comarl.demo import demo_setup
-    from comarl.preference import PreferenceSettings
+    from comarl.preference import DPOSettings, PairSettings, PreferenceSettings
 
     torch.set_num_threads(threads)
-    algorithm, pref = MODES[mode]
+    algorithm, reference_free = MODES[mode]
     agents, env, items, cfg = demo_setup("tiny", "writing", steps + warmup, None, 0)
-    cfg.run.progress_bar, cfg.algorithm, cfg.preference = False, algorithm, PreferenceSettings(**pref)
+    cfg.run.progress_bar, cfg.algorithm = False, algorithm
+    if reference_free is not None:
+        cfg.preference = PreferenceSettings(pairs=PairSettings(pairs_per_item=2),
+                                            dpo=DPOSettings(reference_free=reference_free))
     trainer = comarl.Trainer(agents, env, items, cfg)
     t = time_training_steps(trainer, steps, warmup, mean_keys=("pref/pairs",))
     return {"s_per_step": t["s_per_step"], "update_s": t["update_s"], "pairs_per_step": t["pref/pairs"]}

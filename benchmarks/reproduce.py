@@ -16,7 +16,7 @@ training samples (``docs/results_plots/*.png``).
     # sampling with vLLM (docs/vllm.md): the vLLM venv's python; runs already in the file (hf) stay done
     .venv-vllm/bin/python benchmarks/reproduce.py run --generator vllm --results benchmarks/results/results.jsonl
 
-``--generator vllm`` samples the training rollouts (``TrainConfig(generator="vllm")``, engines synced after each
+``--generator vllm`` samples the training rollouts (``train.hardware.generator: vllm``, engines synced after each
 step) and every held-out score with vLLM engines in the run's process; each row records its ``generator``. LoRA
 agents on a CPU keep hf (vLLM's CPU LoRA is slower for short prompts; the row's ``generator_note`` says so). A run's
 key (task/condition/seed) does not name the generator: a run done with either counts as done.

@@ -1,4 +1,4 @@
-"""Seconds per training step with and without shared prompt prefixes (``train.share_prefix``), and the floor.
+"""Seconds per training step with and without shared prompt prefixes (``train.hardware.share_prefix``), and the floor.
 
 Workloads (2 agents, MAGRPO, one item per step so each agent's K samples share one prompt):
 
@@ -8,8 +8,8 @@ Workloads (2 agents, MAGRPO, one item per step so each agent's K samples share o
 
 Modes, alternated in fresh processes (``alternate.py``) so they see the same load:
 
-* ``plain``: comarl with ``train.share_prefix=false`` (every sample re-encodes its prompt);
-* ``shared``: comarl with ``train.share_prefix=true`` (the default);
+* ``plain``: comarl with ``train.hardware.share_prefix=false`` (every sample re-encodes its prompt);
+* ``shared``: comarl with ``train.hardware.share_prefix=true`` (the default);
 * ``floor``: bare ``generate`` of the same prompts x K (``num_return_sequences``) plus one forward and backward
   over [prompt | completion] per agent, nothing else.
 
@@ -65,9 +65,10 @@ def long_setup(model: str, k: int, prompt_tokens: int, items: int, share: bool):
     env = FunctionEnv([lambda it: f"Summarise this code:\n{it['text']}",
                        lambda it: f"Explain this code:\n{it['text']}"],
                       lambda resps, it: float(len(resps[0]) < len(resps[1])))
-    cfg = comarl.TrainConfig(algorithm="magrpo", num_generations=k, batch_size=1, max_steps=items,
-                             micro_batch_size=max(16, k), progress_bar=False, report_to=[], log_samples_steps=0,
-                             share_prefix=share, output_dir=None)
+    cfg = comarl.TrainConfig(algorithm="magrpo", rollout=comarl.RolloutConfig(num_generations=k),
+                             run=comarl.RunConfig(batch_size=1, max_steps=items, progress_bar=False, report_to=[],
+                                                  log_samples_steps=0, output_dir=None),
+                             hardware=comarl.HardwareConfig(micro_batch_size=max(16, k), share_prefix=share))
     return agents, env, [{"text": t} for t in texts], cfg
 
 

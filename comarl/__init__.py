@@ -1,6 +1,7 @@
 """comarl: multi-agent reinforcement learning for teams of cooperating LLM agents."""
 from .agents import Agent, AgentConfig, build_agents
-from .config import DataConfig, DataSource, EnvConfig, ExperimentConfig, TrainConfig, load_config
+from .config import (DataConfig, DataSource, EnvConfig, ExperimentConfig, HardwareConfig, LossConfig, RolloutConfig,
+                     RunConfig, TrainConfig, load_config)
 from .config_io import ConfigError
 from .envs.base import AgentRewards, EnvState, Environment, FunctionEnv, Transition
 from .envs.error_policy import with_error_policy
@@ -11,5 +12,6 @@ from .training.loop import Trainer
 __version__ = "0.1.0"
 
 __all__ = ["Agent", "AgentConfig", "AgentRewards", "ConfigError", "DataConfig", "DataSource", "EnvConfig",
-           "EnvState", "Environment", "ExperimentConfig", "FunctionEnv", "LoraSettings", "Route", "Stage", "StageGraph",
-           "TrainConfig", "Trainer", "Transition", "build_agents", "load_config", "tag_route", "with_error_policy"]
+           "EnvState", "Environment", "ExperimentConfig", "FunctionEnv", "HardwareConfig", "LoraSettings", "LossConfig",
+           "RolloutConfig", "Route", "RunConfig", "Stage", "StageGraph", "TrainConfig", "Trainer", "Transition",
+           "build_agents", "load_config", "tag_route", "with_error_policy"]

@@ -8,14 +8,14 @@ save that runs out of disk space removes its partial folder and says how much sp
 removes checkpoints of that run.
 
 Loading verifies the manifest first (:func:`verify_checkpoint`: sizes always, checksums where written), so a
-truncated file or a missing shard is named before any weight is read; ``train.resume=latest`` takes the
+truncated file or a missing shard is named before any weight is read; ``train.run.resume=latest`` takes the
 newest checkpoint that verifies and warns about each newer one that does not (:func:`resume_checkpoint`).
 Measured for a SmolLM2-135M (540 MB of fp32 weights, 1.08 GB of AdamW state, written in 2.3-2.9 s): CRC-32
 takes 1.1-1.45 s over both (0.32-0.49 s per 540 MB, one core), 40-50% on top of the save, while sizes take
-~1 ms; so checksums are written only when asked (``train.checkpoint_checksums``).
+~1 ms; so checksums are written only when asked (``train.run.checkpoint_checksums``).
 Checkpoints without a manifest (written before manifests) load unverified.
 
-Under ``train.sharding=fsdp`` every rank writes its shards with
+Under ``train.hardware.sharding=fsdp`` every rank writes its shards with
 ``torch.distributed.checkpoint`` (:func:`save_sharded_checkpoint`):
 ``agent<i>/dcp/`` holds the model (or LoRA adapter) and optimiser state by
 parameter name, ``agent<i>/scheduler.pt`` and the tokenizer sit beside it.
@@ -218,12 +218,12 @@ def _save_failed(error: Exception, out: Path, tmp: Path, step: int, run_id: str 
     if written > needed:
         needed, how = written, "at least what was written before the disk filled"
     free = shutil.disk_usage(out).free
-    kept = (f"the previous checkpoint {prev} is intact (continue from it with train.resume=latest once there is "
+    kept = (f"the previous checkpoint {prev} is intact (continue from it with train.run.resume=latest once there is "
             f"room)") if prev is not None else "no earlier checkpoint of this run exists"
     return CheckpointError(
         f"checkpoint-{step} was not written: no space left in {out}. A checkpoint needs about {_size(needed)} "
         f"({how}); {_size(free)} is free now that the partial one is removed, and the save needs room for one "
-        f"more checkpoint than train.save_total_limit. {kept[0].upper()}{kept[1:]}.")
+        f"more checkpoint than train.run.save_total_limit. {kept[0].upper()}{kept[1:]}.")
 
 
 def _quiet(fn, *args):
@@ -383,7 +383,7 @@ def load_sharded_module(folder: str | Path, model, optimizer=None) -> None:
 
     folder = Path(folder)
     if not (folder / "dcp").is_dir():
-        raise FileNotFoundError(f"train.resume: {folder / 'dcp'} missing (was the checkpoint written by another "
+        raise FileNotFoundError(f"train.run.resume: {folder / 'dcp'} missing (was the checkpoint written by another "
                                 f"algorithm, or without sharding?)")
     state = sharded_state(model, optimizer)
     _read(folder / "dcp", lambda: dcp.load(state, checkpoint_id=str(folder / "dcp")))
@@ -438,17 +438,17 @@ def latest_checkpoint(output_dir: str | Path, run_id: str | None = None) -> Path
 
 def resume_checkpoint(where: str, output_dir: str | Path | None, run_id: str | None,
                       checksums: bool = True) -> Path:
-    """The checkpoint ``train.resume`` names, verified (:func:`verify_checkpoint`).
+    """The checkpoint ``train.run.resume`` names, verified (:func:`verify_checkpoint`).
 
     ``latest``: the newest checkpoint of run ``run_id`` in ``output_dir`` that verifies; each newer one that
     does not is skipped with a warning naming its bad file. Errors: no checkpoint at all (the run stopped
-    before its first one; ``train.overwrite=true`` starts again), none that verifies, or a named checkpoint
+    before its first one; ``train.run.overwrite=true`` starts again), none that verifies, or a named checkpoint
     that does not verify (:class:`CheckpointError` naming the file).
     """
     if where != "latest":
         path = Path(where)
         if not (path / "trainer_state.json").exists():
-            raise FileNotFoundError(f"train.resume: {path} is not a complete checkpoint (no trainer_state.json)")
+            raise FileNotFoundError(f"train.run.resume: {path} is not a complete checkpoint (no trainer_state.json)")
         verify_checkpoint(path, checksums)
         return path
     out = Path(output_dir or ".")
@@ -461,25 +461,25 @@ def resume_checkpoint(where: str, output_dir: str | Path | None, run_id: str | N
             verify_checkpoint(path, checksums)
         except CheckpointError as e:
             broken.append(str(e))
-            warnings.warn(f"train.resume=latest: skipping {path.name}, it does not verify: {e}", stacklevel=2)
+            warnings.warn(f"train.run.resume=latest: skipping {path.name}, it does not verify: {e}", stacklevel=2)
             continue
         return path
-    raise CheckpointError(f"train.resume=latest: no checkpoint in {out} verifies ({'; '.join(broken)}). Resume an "
-                          f"earlier copy with train.resume=<folder>, or start again with train.overwrite=true")
+    raise CheckpointError(f"train.run.resume=latest: no checkpoint in {out} verifies ({'; '.join(broken)}). Resume an "
+                          f"earlier copy with train.run.resume=<folder>, or start again with train.run.overwrite=true")
 
 
 def no_checkpoint_message(out: Path) -> str:
-    """``train.resume=latest`` in a folder without a checkpoint: say why and how to start again."""
+    """``train.run.resume=latest`` in a folder without a checkpoint: say why and how to start again."""
     from .run_dir import run_contents
 
     partial = sorted(p.name for p in Path(out).glob("checkpoint-*.tmp"))
     if not run_contents(out):
-        return (f"train.resume=latest: {out} holds no run to continue (no checkpoint, no run files); drop "
-                f"train.resume to start one there")
+        return (f"train.run.resume=latest: {out} holds no run to continue (no checkpoint, no run files); drop "
+                f"train.run.resume to start one there")
     how = f" ({partial[-1]} is a save that never finished)" if partial else ""
-    return (f"train.resume=latest: the run in {out} stopped before its first checkpoint{how}, so there is "
-            f"nothing to resume; start it again with train.overwrite=true in place of train.resume=latest (this "
-            f"deletes its run files)")
+    return (f"train.run.resume=latest: the run in {out} stopped before its first checkpoint{how}, so there is "
+            f"nothing to resume; start it again with train.run.overwrite=true in place of train.run.resume=latest "
+            f"(this deletes its run files)")
 
 
 def load_checkpoint(path: str | Path, agents, optimizers, schedulers, checksums: bool = True) -> dict:
@@ -487,14 +487,14 @@ def load_checkpoint(path: str | Path, agents, optimizers, schedulers, checksums:
     returns trainer_state. A file that cannot be read raises :class:`CheckpointError` naming it."""
     path = Path(path)
     if not (path / "trainer_state.json").exists():
-        raise FileNotFoundError(f"train.resume: {path} is not a complete checkpoint (no trainer_state.json)")
+        raise FileNotFoundError(f"train.run.resume: {path} is not a complete checkpoint (no trainer_state.json)")
     verify_checkpoint(path, checksums)
     from .compute.sharding import is_sharded
 
     for i, agent in enumerate(agents):
         folder = path / f"agent{i}"
         if not folder.exists():
-            raise FileNotFoundError(f"train.resume: {folder} missing (checkpoint has fewer agents?)")
+            raise FileNotFoundError(f"train.run.resume: {folder} missing (checkpoint has fewer agents?)")
         if (folder / "dcp").is_dir():  # written sharded: DCP reshards to this run
             load_sharded_agent(folder, agent.model, optimizers[i], schedulers[i])
             continue
@@ -533,7 +533,7 @@ def load_whole_into_sharded(agent, folder: Path, optimizer, optimizer_state: dic
         names = {k: k for k in live}
     missing = [k for k, n in names.items() if n not in saved and not _tied(module, k)]
     if missing:
-        raise RuntimeError(f"train.resume: {folder} does not match {agent.name}'s model: missing {missing[:3]}")
+        raise RuntimeError(f"train.run.resume: {folder} does not match {agent.name}'s model: missing {missing[:3]}")
     full = {k: saved[n] for k, n in names.items() if n in saved}
     set_model_state_dict(module, full, options=StateDictOptions(full_state_dict=True, strict=False))
     params = [q for g in optimizer.param_groups for q in g["params"]]
@@ -549,7 +549,7 @@ def load_extra(path: str | Path, name: str):
     """An object saved through ``save_checkpoint(extra=...)``."""
     f = Path(path) / name
     if not f.exists():
-        raise FileNotFoundError(f"train.resume: {f} missing (was the checkpoint written by another algorithm?)")
+        raise FileNotFoundError(f"train.run.resume: {f} missing (was the checkpoint written by another algorithm?)")
     return _torch_load(f)
 
 

@@ -14,7 +14,7 @@ from .training.interrupt import TrainingInterrupted
 
 _DESCRIPTION = """comarl trains teams of LLM agents with multi-agent RL (MAGRPO and friends).
 
-  comarl train CONFIG.yaml [key=value ...]   train from a YAML experiment (overrides: train.lr_scheduler=cosine,
+  comarl train CONFIG.yaml [key=value ...]   train from a YAML experiment (overrides: train.run.lr_scheduler=cosine,
                                              agents.0.temperature=0.7, agents.*.lr=1e-5)
   comarl eval CONFIG.yaml [key=value ...]    evaluate agents (or --checkpoint RUN/final) on the config's data.eval
               [--compare CONFIG_B]           ... and a second config beside it, in one table
@@ -37,8 +37,9 @@ def _train(args) -> int:
     except TrainingInterrupted as e:
         if args.debug:
             raise
-        again = ["comarl", "train", args.config, *[o for o in args.overrides if not o.startswith("train.resume=")]]
-        how = f"; resume with: {shlex.join(again + ['train.resume=latest'])}" if e.checkpoint is not None else ""
+        again = ["comarl", "train", args.config,
+                 *[o for o in args.overrides if o.split("=", 1)[0] not in ("train.run.resume", "train.run.resume")]]
+        how = f"; resume with: {shlex.join(again + ['train.run.resume=latest'])}" if e.checkpoint is not None else ""
         print(f"comarl: {e.summary()}{how}", file=sys.stderr)
         return 130
     finally:
@@ -57,7 +58,7 @@ def _evaluate(config: str, overrides: list[str], checkpoint: str | None, num_gen
               greedy: bool = False) -> dict:
     """Evaluate one config -> {config, items, metrics, summary, records, table (the env's own rendering), score,
     scored (what was scored, for the JSON)}. The items are ``data.eval``'s, never the training items
-    unannounced (:func:`eval_items`); sampling is seeded with ``train.seed``, so the same command gives the
+    unannounced (:func:`eval_items`); sampling is seeded with ``train.run.seed``, so the same command gives the
     same numbers (the demo's held-out score among them)."""
     from .config import load_config
     from .evaluation import evaluate_agents
@@ -273,20 +274,20 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Train a team of agents. CONFIG is a YAML file with agents/env/data/train "
                                    "sections; key=value arguments override it (dotted keys).")
     t.add_argument("config", help="YAML experiment file")
-    t.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. train.num_generations=8")
+    t.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. train.rollout.num_generations=8")
     t.set_defaults(func=_train)
     e = sub.add_parser("eval", help="evaluate agents or a checkpoint on the config's eval data",
                        description="Sample joint responses for the items of data.eval (a config without one is "
                                    "refused: the training items are never scored as if held out), score them "
                                    "with the environment, print metrics, the environment's summary (pass@k, "
                                    "reward levels, ROUGE) and the score (mean team reward ± s.e. over the "
-                                   "items). Sampling is seeded with train.seed: the same command gives the same "
+                                   "items). Sampling is seeded with train.run.seed: the same command gives the same "
                                    "numbers.")
     e.add_argument("config", help="YAML experiment file")
     e.add_argument("overrides", nargs="*", help="dotted key=value overrides")
     e.add_argument("--checkpoint", help="checkpoint or final/ folder holding agent<i>/ subfolders")
     e.add_argument("--num-generations", type=int, default=0,
-                   help="samples per item (default train.eval_num_generations)")
+                   help="samples per item (default train.run.eval_num_generations)")
     e.add_argument("--greedy", action="store_true", help="decode greedily, one completion per item")
     e.add_argument("--output", "--out", dest="out",
                    help="JSON file for what was scored, metrics, summary and records (default: eval.json in the "
@@ -319,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "step by step, each logged item's joint samples as the tree they are, with "
                                    "rewards and each agent's advantage. Serves a page on 127.0.0.1 that follows "
                                    "running runs, or writes one self-contained HTML file (--out). docs/view.md.")
-    v.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders (a run's train.output_dir)")
+    v.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders (a run's train.run.output_dir)")
     v.add_argument("--out", help="write one self-contained HTML file of the runs as they are now, instead of serving")
     v.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     v.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT_S,

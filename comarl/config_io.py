@@ -1,12 +1,12 @@
 """Filling config dataclasses from YAML dicts and ``key=value`` overrides.
 
 Dataclasses are the source of truth. Unknown keys, wrong types and bad values
-raise :class:`ConfigError` naming the dotted key (``train.num_generations``).
+raise :class:`ConfigError` naming the dotted key (``train.rollout.num_generations``).
 
-A dataclass may declare ``ALIASES`` (old key -> dotted path inside it): a config made
-before its fields moved into sections keeps working (``train.num_generations`` is
-``train.rollout.num_generations``), in files, in ``key=value`` overrides (:func:`canonical`,
-:func:`canonical_key`) and, with :func:`aliased`, as keyword arguments and attributes.
+A dataclass decorated with :func:`aliased` keeps the old names of fields that moved into sections
+(:class:`Moved` attributes, ``train.num_generations`` for ``train.rollout.num_generations``) for one
+release: in files, in ``key=value`` overrides (:func:`canonical`, :func:`canonical_key`), as keyword
+arguments and as attributes, each use with a one-line :class:`DeprecatedKey` warning naming the new key.
 
 Values are read as YAML 1.2 (core schema), in files and in overrides alike: ``12:30``,
 ``no``, ``on`` and ``2026-01-01`` are strings, ``1e-3`` is a number. Then the field's type
@@ -20,9 +20,11 @@ import difflib
 import re
 import types
 import typing
+import warnings
 from typing import Any, Union
 
 import yaml
+from typing_extensions import deprecated
 
 
 class UserError(Exception):
@@ -143,7 +145,8 @@ def read_yaml(path, keep_text: bool = True) -> Any:
     """Parse a YAML config file (YAML 1.2 values; non-strings as :class:`Written` unless ``keep_text`` is
     False, for :func:`from_dict`); a syntax error becomes a :class:`ConfigError` naming file, line and column."""
     try:
-        text = open(path, encoding="utf-8").read()
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
     except OSError as e:
         raise ConfigError(f"config file {path}: cannot read it ({e.strerror})") from None
     try:
@@ -246,18 +249,83 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
 _BOOL_WORDS = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False}
 
 
-# ----------------------------------------------------------------- aliases (keys that moved into sections)
+# ----------------------------------------------------------------- old spellings (deprecated, one release)
+
+REMOVED_IN = "0.2"
+"""The comarl version that stops accepting the old spellings (flat ``train`` keys, moved keys)."""
+
+
+class DeprecatedKey(FutureWarning):
+    """A config key, keyword argument or attribute written in a spelling that comarl 0.2 drops: a flat ``train``
+    key (``train.num_generations``), or a key that moved (``train.critic.entropy_coef``).
+
+    A FutureWarning, not a DeprecationWarning: the old spellings are written by the people who run comarl (YAML
+    files, ``key=value`` overrides), and Python shows FutureWarnings to them by default, while a
+    DeprecationWarning raised inside comarl is hidden unless they turn warnings on."""
+
+
+def warn_old(old: str, new: str, stacklevel: int = 3) -> None:
+    """One line naming the old spelling and the one to write instead."""
+    warnings.warn(f"{old} is deprecated, write {new} (comarl {REMOVED_IN} drops the old spelling; "
+                  f"scripts/migrate_config_keys.py rewrites YAML files)", DeprecatedKey, stacklevel=stacklevel)
+
+
+T = typing.TypeVar("T")
+
+
+class Moved(typing.Generic[T]):
+    """The old name of a field that moved into a section, as an attribute: reading or setting it warns
+    (:class:`DeprecatedKey`) and reaches the field at ``path`` (dotted, inside the same object).
+
+    Written out in the class body (``num_generations = Moved[int]("rollout.num_generations")``) rather than
+    served by a dynamic ``__getattr__``: mypy sees each old name with its type, and, as ``__get__``/``__set__``
+    are marked ``@deprecated``, reports every use of one in comarl (``enable_error_code = deprecated``).
+    :func:`aliased` turns them into the class's ``ALIASES`` for YAML, overrides and keyword arguments."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.name = ""
+        self.owner = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name, self.owner = name, owner.__name__
+
+    @typing.overload
+    def __get__(self, obj: None, owner: type | None = None) -> Moved[T]: ...
+
+    @typing.overload
+    @deprecated("an old config key: read it from its section", category=None)  # warned by warn_old at run time
+    def __get__(self, obj: object, owner: type | None = None) -> T: ...
+
+    def __get__(self, obj: object, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        warn_old(f"{self.owner}.{self.name}", f"{self.owner}.{self.path}")
+        *head, last = self.path.split(".")
+        for part in head:
+            obj = getattr(obj, part)
+        return getattr(obj, last)
+
+    @deprecated("an old config key: set it in its section", category=None)
+    def __set__(self, obj: object, value: T) -> None:
+        warn_old(f"{self.owner}.{self.name}", f"{self.owner}.{self.path}")
+        *head, last = self.path.split(".")
+        for part in head:
+            obj = getattr(obj, part)
+        setattr(obj, last, value)
+
 
 def aliases(cls) -> dict[str, str]:
-    """``cls.ALIASES``: old key -> dotted path inside ``cls`` (empty for a class without)."""
+    """``cls.ALIASES``: old key -> dotted path inside ``cls`` (empty for a class without). An old key may be
+    dotted too (``critic.entropy_coef`` -> ``loss.entropy_coef``: a key that moved between sections)."""
     found = getattr(cls, "ALIASES", None)
     return found if isinstance(found, dict) else {}
 
 
 def _is_alias(cls, key: str, value: Any = None, last: bool = True) -> bool:
     """An alias applies to ``key`` unless ``key`` is also a field and names that section (a mapping, or a
-    path that goes on): ``preference.rounds: 3`` is the count, ``preference.rounds: {...}`` the section."""
-    if key not in aliases(cls):
+    path that goes on)."""
+    if key not in aliases(cls) or "." in key:
         return False
     if key in {f.name for f in dataclasses.fields(cls)}:
         return last and not isinstance(value, dict)
@@ -278,26 +346,51 @@ def _field_class(cls, name: str):
     return tp if dataclasses.is_dataclass(tp) else None
 
 
+def _take_dotted(cls, data: dict, out: dict, where: str) -> None:
+    """Move the dotted old keys of ``cls`` (``critic.entropy_coef``) found in ``data`` to their paths in ``out``."""
+    for old, path in aliases(cls).items():
+        if "." not in old:
+            continue
+        *head, last = old.split(".")
+        node: Any = data
+        for part in head:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or last not in node:
+            continue
+        parent = out
+        for part in head:
+            parent[part] = dict(parent[part])
+            parent = parent[part]
+        _put(out, path.split("."), parent.pop(last), f"{where}{old}", where)
+
+
+def _put(out: dict, path: list[str], value: Any, old: str, where: str) -> None:
+    """``value``, written under the old key ``old``, set at ``path`` in ``out`` (copying the mappings on the way),
+    with a warning; an error if the new key is there too."""
+    node = out
+    for part in path[:-1]:
+        if not isinstance(node.setdefault(part, {}), dict):
+            node[part] = {}
+        node[part] = dict(node[part])
+        node = node[part]
+    if path[-1] in node:
+        raise ConfigError(f"{old} and {where}{'.'.join(path)} are the same key (the first is its old name); "
+                          f"give it once")
+    warn_old(old, f"{where}{'.'.join(path)}", stacklevel=5)
+    node[path[-1]] = value
+
+
 def canonical(cls, data: Any, prefix: str = "") -> Any:
-    """``data`` (a YAML mapping for dataclass ``cls``) with every aliased key moved to its section, at every
-    level; a key given both ways is an error that names both."""
+    """``data`` (a YAML mapping for dataclass ``cls``) with every old key moved to its section, at every level,
+    each with a :class:`DeprecatedKey` warning; a key given both ways is an error that names both."""
     if not isinstance(data, dict) or not dataclasses.is_dataclass(cls):
         return data
+    where = f"{prefix}." if prefix else ""
     out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items() if not _is_alias(cls, k, v)}
     for k, v in data.items():
-        if not _is_alias(cls, k, v):
-            continue
-        path = aliases(cls)[k].split(".")
-        node = out
-        for part in path[:-1]:
-            if not isinstance(node.setdefault(part, {}), dict):
-                node[part] = dict(node[part]) if isinstance(node[part], dict) else {}
-            node = node[part]
-        if path[-1] in node:
-            where = f"{prefix}." if prefix else ""
-            raise ConfigError(f"{where}{k} and {where}{'.'.join(path)} are the same key (the first is its old "
-                              f"name); give it once")
-        node[path[-1]] = v
+        if _is_alias(cls, k, v):
+            _put(out, aliases(cls)[k].split("."), v, where + k, where)
+    _take_dotted(cls, data, out, where)
     for k, v in out.items():
         sub = _field_class(cls, k)
         key = f"{prefix}.{k}" if prefix else k
@@ -310,111 +403,154 @@ def canonical(cls, data: Any, prefix: str = "") -> Any:
 
 
 def canonical_key(cls, key: str) -> str:
-    """A dotted override key with every aliased part replaced by its path (``train.num_generations`` ->
-    ``train.rollout.num_generations``); list indices and ``*`` pass through."""
-    parts, out = key.split("."), []
+    """A dotted override key with every old part replaced by its path (``train.num_generations`` ->
+    ``train.rollout.num_generations``, with a :class:`DeprecatedKey` warning); list indices and ``*`` pass
+    through."""
+    parts, out = key.split("."), list[str]()
     i = 0
     while i < len(parts):
         part = parts[i]
+        moved = _dotted_at(cls, parts, i)
+        if moved is not None:
+            old, path = moved
+            warn_old(".".join(out + parts[i:i + len(old)]), ".".join(out + path))
+            parts[i:i + len(old)] = path
+            continue
         if cls is not None and _is_alias(cls, part, last=i == len(parts) - 1):
-            parts[i:i + 1] = aliases(cls)[part].split(".")
+            new = aliases(cls)[part].split(".")
+            warn_old(".".join(out + [part]), ".".join(out + new))
+            parts[i:i + 1] = new
             continue
         out.append(part)
         if cls is not None and dataclasses.is_dataclass(cls) and not (part.isdigit() or part == "*"):
             sub = _field_class(cls, part)
-            if sub is not None:
-                try:
-                    tp = typing.get_type_hints(cls).get(part)
-                    _, tp = _is_optional(tp)
-                    listed = typing.get_origin(tp) in (list, tuple)
-                except Exception:
-                    listed = False
-                if listed and i + 1 < len(parts):
-                    out.append(parts[i + 1])  # the index
-                    i += 1
+            if sub is not None and _listed(cls, part) and i + 1 < len(parts):
+                out.append(parts[i + 1])  # the index
+                i += 1
             cls = sub
         i += 1
     return ".".join(out)
 
 
+def _dotted_at(cls, parts: list[str], i: int) -> tuple[list[str], list[str]] | None:
+    """The dotted old key of ``cls`` that ``parts[i:]`` starts with, as (old parts, new parts), or None."""
+    for old, path in aliases(cls).items():
+        split = old.split(".")
+        if len(split) > 1 and parts[i:i + len(split)] == split:
+            return split, path.split(".")
+    return None
+
+
 def aliased(cls):
-    """Class decorator for a sectioned config dataclass with ``ALIASES``: its constructor also takes the old
-    flat keys as keyword arguments, and reading or setting an old name reaches the field in its section
-    (``TrainConfig(num_generations=4).num_generations`` is ``.rollout.num_generations``)."""
+    """Class decorator for a sectioned config dataclass: its :class:`Moved` attributes (and ``MOVED_KEYS``, old
+    dotted keys -> paths) become ``cls.ALIASES``; its constructor also takes the old names as keyword arguments,
+    with a :class:`DeprecatedKey` warning (``TrainConfig(num_generations=4)`` sets ``.rollout.num_generations``).
+    A ``MOVED_OUT`` mapping (old keyword -> its new key outside the class, ``entropy_coef`` ->
+    ``train.loss.entropy_coef``) keeps such a keyword's value in ``moved_out(obj)`` for the owner to place."""
+    cls.ALIASES = {**{name: d.path for name, d in vars(cls).items() if isinstance(d, Moved)},
+                   **getattr(cls, "MOVED_KEYS", {})}
     init = cls.__init__
     names = {f.name for f in dataclasses.fields(cls)}
+    out_of: dict[str, str] = getattr(cls, "MOVED_OUT", {})
 
     def __init__(self, *args, **kwargs):
-        flat = {k: kwargs.pop(k) for k in list(kwargs) if k in aliases(cls) and not (
+        flat = {k: kwargs.pop(k) for k in list(kwargs) if k in aliases(cls) and "." not in k and not (
             k in names and dataclasses.is_dataclass(kwargs[k]))}
+        gone = {k: kwargs.pop(k) for k in list(kwargs) if k in out_of}
         unknown = sorted(set(kwargs) - names)
         if unknown:  # Python's own message names no close key
-            flat = {k: v for k, v in aliases(cls).items() if k not in names}
-            raise TypeError(unknown_key_message(unknown[0], names, flat, python_name=cls.__name__))
+            raise TypeError(unknown_key_message(unknown[0], names, _leaves(cls), python_cls=cls))
         init(self, *args, **kwargs)
         for k, v in flat.items():
-            setattr(self, k, v)
-
-    def __getattr__(self, name):
-        path = aliases(cls).get(name)
-        if path is None or name.startswith("__"):
-            raise AttributeError(f"{cls.__name__} has no attribute {name!r}")
-        obj = self
-        for part in path.split("."):
-            obj = getattr(obj, part)
-        return obj
-
-    def __setattr__(self, name, value):
-        path = aliases(cls).get(name)
-        if path is None or (name in names and dataclasses.is_dataclass(value)):
-            object.__setattr__(self, name, value)
-            return
-        *head, last = path.split(".")
-        obj = self
-        for part in head:
-            obj = getattr(obj, part)
-        setattr(obj, last, value)
+            section, _, rest = aliases(cls)[k].partition(".")
+            shown = f"{section}={_section_class(cls, section)}({rest}=...)" if rest else f"{section}=..."
+            warn_old(f"{cls.__name__}({k}=...)", f"{cls.__name__}({shown})")
+            obj = self
+            *head, last = aliases(cls)[k].split(".")
+            for part in head:
+                obj = getattr(obj, part)
+            setattr(obj, last, v)
+        for k, v in gone.items():
+            warn_old(f"{cls.__name__}({k}=...)", out_of[k])
+            self.__dict__.setdefault(_MOVED_OUT, {})[out_of[k]] = v
 
     __init__.__doc__ = init.__doc__
-    cls.__init__, cls.__getattr__, cls.__setattr__ = __init__, __getattr__, __setattr__
+    cls.__init__ = __init__
     return cls
 
 
+_MOVED_OUT = "_comarl_moved_out"
+
+
+def moved_out(obj: Any) -> dict[str, Any]:
+    """The values given to ``obj``'s constructor under a keyword that moved out of its class (new key -> value),
+    taken (emptied) by this call: the owner of both sections places them (``TrainConfig`` for
+    ``CriticSettings(entropy_coef=...)``)."""
+    return obj.__dict__.pop(_MOVED_OUT, {}) if hasattr(obj, "__dict__") else {}
+
+
+def _section_class(cls, name: str) -> str:
+    sub = _field_class(cls, name)
+    return sub.__name__ if sub is not None else name
+
+
+def _leaves(cls) -> dict[str, str]:
+    """Key -> its path for the keys one level down in ``cls``'s sections (``num_generations`` ->
+    ``rollout.num_generations``): the suggestions for a misspelt key, in the new spelling."""
+    out: dict[str, str] = {}
+    for f in dataclasses.fields(cls):
+        sub = _field_class(cls, f.name)
+        if sub is not None and not _listed(cls, f.name):
+            for g in dataclasses.fields(sub):
+                out.setdefault(g.name, f"{f.name}.{g.name}")
+    return out
+
+
+def _listed(cls, name: str) -> bool:
+    """Whether field ``name`` of ``cls`` holds a list (``agents``): its keys are reached through an index."""
+    try:
+        _, tp = _is_optional(typing.get_type_hints(cls).get(name))
+    except Exception:
+        return False
+    return typing.get_origin(tp) in (list, tuple)
+
+
 def from_dict(cls, data: dict, prefix: str = ""):
-    """Build dataclass ``cls`` from ``data`` (old keys of ``ALIASES`` accepted); unknown keys are errors."""
+    """Build dataclass ``cls`` from ``data`` (old keys of ``ALIASES`` accepted, with a warning); unknown keys are
+    errors."""
     data = canonical(cls, data, prefix)
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - names)
     if unknown:
-        flat = {k: v for k, v in aliases(cls).items() if k not in names}
-        raise ConfigError(unknown_key_message(unknown[0], names, flat, prefix))
-    kwargs = {}
-    for k, v in data.items():
-        try:
-            kwargs[k] = coerce(v, hints[k], f"{prefix}.{k}" if prefix else k)
-        except ConfigError as e:
-            raise ConfigError(_with_old_name(str(e), cls, prefix)) from None
+        raise ConfigError(unknown_key_message(unknown[0], names, _leaves(cls), prefix))
+    kwargs = {k: coerce(v, hints[k], f"{prefix}.{k}" if prefix else k) for k, v in data.items()}
     return cls(**kwargs)
 
 
-def unknown_key_message(key: str, fields: set[str], flat: dict[str, str] | None = None, prefix: str = "",
-                        python_name: str | None = None) -> str:
-    """``unknown config key train.num_generation (did you mean train.num_generations (train.rollout.
-    num_generations)?)``: the closest of the ``fields`` and the ``flat`` keys (aliases -> their section path)
-    by difflib, or, when none is close, the fields (not the ~60 aliases). ``python_name``: the class, for a
-    keyword argument (``TrainConfig(num_generation=4)``)."""
-    where, flat = f"{prefix}." if prefix else "", flat or {}
-    close = difflib.get_close_matches(key, sorted(fields | set(flat)), n=2, cutoff=0.7)
-    sections = f" and the keys inside its sections ({', '.join(sorted(flat)[:3])}, ...)" if flat else ""
-    if python_name is not None:
-        hint = f"did you mean {' or '.join(close)}?" if close else f"it takes {', '.join(sorted(fields))}{sections}"
-        return f"{python_name}() got an unknown argument {key!r} ({hint})"
+def unknown_key_message(key: str, fields: set[str], leaves: dict[str, str] | None = None, prefix: str = "",
+                        python_cls: type | None = None) -> str:
+    """``unknown config key train.num_generation (did you mean train.rollout.num_generations?)``: the closest of
+    the ``fields`` and the keys inside the sections (``leaves``: key -> its path) by difflib, each named by its
+    path, or, when none is close, the fields (not the ~100 keys inside). ``python_cls``: the class, for a
+    keyword argument (``TrainConfig(num_generation=4)`` -> ``rollout=RolloutConfig(num_generations=...)``)."""
+    where, leaves = f"{prefix}." if prefix else "", leaves or {}
+    close = difflib.get_close_matches(key, sorted(fields | set(leaves)), n=2, cutoff=0.7)
+    inside = f" and the keys inside its sections ({', '.join(sorted(leaves)[:3])}, ...)" if leaves else ""
+    if python_cls is not None:
+        def python(name: str) -> str:
+            if name in fields or name not in leaves:
+                return name
+            section, leaf = leaves[name].split(".", 1)
+            return f"{section}={_section_class(python_cls, section)}({leaf}=...)"
+        hint = (f"did you mean {' or '.join(python(c) for c in close)}?" if close
+                else f"it takes {', '.join(sorted(fields))}{inside}")
+        return f"{python_cls.__name__}() got an unknown argument {key!r} ({hint})"
     if close:
-        named = [where + c + (f" ({where}{flat[c]})" if c in flat else "") for c in close]
+        named = [where + (c if c in fields else leaves[c]) for c in close]
         return f"unknown config key {where}{key} (did you mean {' or '.join(named)}?)"
     return (f"unknown config key {where}{key} (none of {prefix or 'the top level'}'s keys is close; it has "
-            f"{', '.join(sorted(fields))}{sections})")
+            f"{', '.join(sorted(fields))}{inside})")
 
 
 def _misplaced(cls, key: str, section: dict, prefix: str) -> None:
@@ -423,22 +559,11 @@ def _misplaced(cls, key: str, section: dict, prefix: str) -> None:
     if sub is None:
         return
     own = {f.name for f in dataclasses.fields(sub)} | set(aliases(sub))
+    leaves = _leaves(cls)
     for name in section:
-        if name not in own and name in aliases(cls):
+        if name not in own and name in leaves:
             where = f"{prefix}." if prefix else ""
-            raise ConfigError(f"unknown config key {where}{key}.{name} (did you mean {where}{aliases(cls)[name]}, "
-                              f"or {where}{name}?)")
-
-
-def _with_old_name(message: str, cls, prefix: str) -> str:
-    """An error about a key that moved into a section names it by its short name, as every message did before
-    the sections and as the key may still be written: ``train.batch_size: ...`` for ``train.run.batch_size``."""
-    where = f"{prefix}." if prefix else ""
-    for old, path in aliases(cls).items():
-        full = where + path
-        if message.startswith(full + ":") or message.startswith(full + " "):
-            return f"{where}{old}{message[len(full):]}"
-    return message
+            raise ConfigError(f"unknown config key {where}{key}.{name} (did you mean {where}{leaves[name]}?)")
 
 
 def parse_value(text: str) -> Any:
@@ -510,3 +635,17 @@ def to_dict(obj) -> Any:
     if obj is None or isinstance(obj, (str, int, float, bool)):
         return obj
     return f"<{type(obj).__name__}>"
+
+
+def old_spellings(root, prefix: str = "") -> dict[str, str]:
+    """Every old key under dataclass ``root`` -> its key now, as full dotted paths (``train.num_generations`` ->
+    ``train.rollout.num_generations``, ``train.critic.entropy_coef`` -> ``train.loss.entropy_coef``); a list of
+    sections is written ``agents.<i>``. For scripts/migrate_config_keys.py and the test that no shipped file uses
+    an old key."""
+    where = f"{prefix}." if prefix else ""
+    out = {where + old: where + path for old, path in aliases(root).items()}
+    for f in dataclasses.fields(root):
+        sub = _field_class(root, f.name)
+        if sub is not None and sub is not root:
+            out.update(old_spellings(sub, where + f.name + (".<i>" if _listed(root, f.name) else "")))
+    return out

@@ -58,7 +58,7 @@ def demo_config(model: str = "tiny", task: str = "writing", steps: int = 0, outp
                 seed: int = 0) -> dict:
     """The demo as an experiment config (the YAML shape of ``configs/demo/writing.yaml``): what ``comarl demo``
     trains, written as ``config.yaml`` into its run folder so that ``comarl eval`` scores the held-out posts
-    as the demo does (``data.eval``, ``train.eval_num_generations``, ``train.seed``) and ``comarl train``
+    as the demo does (``data.eval``, ``train.run.eval_num_generations``, ``train.run.seed``) and ``comarl train``
     repeats the run."""
     if model == "tiny":
         agents = [{"model": "tiny", "max_new_tokens": 24, "lr": 2e-3, "temperature": 1.0,
@@ -79,9 +79,10 @@ def demo_config(model: str = "tiny", task: str = "writing", steps: int = 0, outp
                 "eval": {"source": TLDR_SOURCE, "split": f"train[-{TLDR_HELDOUT}:]"}}
     else:
         raise ValueError(f"--task must be writing or tldr, got {task!r}")
-    train = {"algorithm": "magrpo", "num_generations": 4, "batch_size": batch, "max_steps": steps, "seed": seed,
-             "eval_num_generations": 1 if demo_greedy(model) else HELDOUT_SAMPLES, "log_samples_steps": 20,
-             "report_to": ["jsonl", "tensorboard"], "save_steps": 0, "output_dir": output_dir}
+    train = {"algorithm": "magrpo", "rollout": {"num_generations": 4},
+             "run": {"batch_size": batch, "max_steps": steps, "seed": seed,
+                     "eval_num_generations": 1 if demo_greedy(model) else HELDOUT_SAMPLES, "log_samples_steps": 20,
+                     "report_to": ["jsonl", "tensorboard"], "save_steps": 0, "output_dir": output_dir}}
     return {"agents": agents, "env": env, "data": data, "train": train}
 
 
@@ -203,8 +204,8 @@ def run_demo(model: str = "tiny", task: str = "writing", steps: int = 0, output_
     run = new_run_folder(output_dir)
     config = demo_config(model, task, steps, str(run), seed)
     (run / "config.yaml").write_text(f"# comarl demo --model {model} --task {task} --steps "
-                                     f"{config['train']['max_steps']} --seed {seed}, as a config (comarl eval and "
-                                     f"comarl train read it)\n" + yaml.safe_dump(config, sort_keys=False))
+                                     f"{config['train']['run']['max_steps']} --seed {seed}, as a config (comarl eval "
+                                     f"and comarl train read it)\n" + yaml.safe_dump(config, sort_keys=False))
     agents, env, items, cfg = demo_setup(model, task, steps, str(run), seed)
     _, heldout = demo_items(task)
     greedy = demo_greedy(model)
@@ -270,7 +271,7 @@ def next_steps(run: Path, parent: Path, final: Path, eval_command: str, after: f
              "  final/              the trained agents (agent0/, agent1/: Hugging Face model folders)"]
     if checkpoints:
         lines.append(f"  {checkpoints[-1].name + '/':18s}  the full training state (weights, optimisers, data "
-                     f"position) that train.resume continues from")
+                     f"position) that train.run.resume continues from")
     return lines + [
         "  reward.png          the training reward per step and the held-out score before and after",
         "  metrics.jsonl, samples.jsonl, tensorboard/, demo_summary.json, config.yaml (this run as a config)",
@@ -278,7 +279,7 @@ def next_steps(run: Path, parent: Path, final: Path, eval_command: str, after: f
         f"  tensorboard --logdir {logs / 'tensorboard'}   # the curves in a browser",
         f"  {eval_command}",
         f"      # scores the trained agents on the held-out posts again: {after:.3f}, as above",
-        f"  comarl train {run / 'config.yaml'} train.output_dir=runs/my_demo   # the same run from its config"]
+        f"  comarl train {run / 'config.yaml'} train.run.output_dir=runs/my_demo   # the same run from its config"]
 
 
 def usable_cores() -> int:

@@ -28,7 +28,7 @@ def evaluate_agents(agents: Sequence, env, items: Sequence[dict], num_generation
     ``lockstep``: sharded agents gathered one at a time (``RolloutSettings.lockstep``); a rank with fewer
     batches joins the others' generation. ``seed``: sample inside a forked RNG seeded with it, so two calls on
     the same weights give the same numbers and the caller's random stream (a training run's) is untouched
-    (``comarl eval`` and the demo pass ``train.seed``); None: the current stream. ``greedy``: every agent
+    (``comarl eval`` and the demo pass ``train.run.seed``); None: the current stream. ``greedy``: every agent
     decodes greedily (one sample per item is then enough)."""
     if seed is not None:
         with torch.random.fork_rng(devices=[]):

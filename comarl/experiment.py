@@ -51,7 +51,7 @@ def build_env(cfg: ExperimentConfig):
 
 def _reward_model_env(env, cfg: ExperimentConfig):
     """MARLHF's fitted reward model around ``env``. Under torchrun the process group (and, with
-    ``train.sharding: fsdp``, the run's mesh) exists from here on: the fit is data parallel, the model sharded
+    ``train.hardware.sharding: fsdp``, the run's mesh) exists from here on: the fit is data parallel, the model sharded
     before it; the trainer later finds both as they are."""
     import json
     from pathlib import Path

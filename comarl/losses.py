@@ -137,7 +137,7 @@ def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") ->
         return -d
     if kind == "k3":
         return torch.exp(d) - d - 1
-    raise ValueError(f"train.kl_estimator must be one of {list(KL_ESTIMATORS)}, got {kind!r}")
+    raise ValueError(f"train.loss.kl_estimator must be one of {list(KL_ESTIMATORS)}, got {kind!r}")
 
 
 def sequence_kl(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, kind: str = "k1") -> torch.Tensor:

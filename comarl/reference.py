@@ -7,7 +7,7 @@
   costs no extra copy. That is the starting policy because a fresh LoRA
   adapter's ``B`` matrix is zero.
 
-The trainer builds references only when ``train.kl_beta > 0``. With
+The trainer builds references only when ``train.loss.kl_beta > 0``. With
 ``share_prefix`` each distinct prompt is encoded once (comarl/prefix_cache.py).
 """
 from __future__ import annotations

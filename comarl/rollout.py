@@ -118,10 +118,10 @@ def check_tree_size(mode: str, k: int, n: int, turns: int, limit: int, graph: St
         total = samples_per_item(mode, k, n, turns)
     if total > limit:
         raise ValueError(
-            f"train.max_samples_per_item: joint_mode={mode}, num_generations={k}, {n} agents, num_turns={turns}"
+            f"train.rollout.max_samples_per_item: joint_mode={mode}, num_generations={k}, {n} agents, num_turns={turns}"
             f"{f', {len(graph.stages)} stages' if graph is not None and not graph.is_single else ''} "
             f"generates {total} completions per item (> limit {limit}); lower num_generations/num_turns, use "
-            f"aligned mode, or raise train.max_samples_per_item")
+            f"aligned mode, or raise train.rollout.max_samples_per_item")
 
 
 def reward_vector(reward, n: int, where: str) -> torch.Tensor:
@@ -196,7 +196,7 @@ class RolloutSettings:
     """Samples per node of a team graph's later branch stages (None: ``num_generations``); evaluation uses 1,
     so an item has ``num_generations`` leaves per turn as in aligned mode."""
     lockstep: "Lockstep | None" = None
-    """Sharded models gathered one agent at a time (``train.fsdp_gather: agent``): a ``seams.Lockstep`` with
+    """Sharded models gathered one agent at a time (``train.hardware.fsdp_gather: agent``): a ``seams.Lockstep`` with
     ``scope(agents)`` (a context in which those agents' models are whole; every rank must enter the same
     scopes in the same order), ``any(flag)`` (whether ``flag`` is set on some rank) and ``max(n)``. None:
     the models are whole already (not sharded, or the whole team gathered around the rollout)."""
@@ -212,7 +212,7 @@ class RolloutSettings:
                       num_turns=cfg.rollout.num_turns, discount=cfg.rollout.discount,
                       early_stop_reward=cfg.rollout.early_stop_reward,
                       early_stop_sibling_mean=cfg.rollout.early_stop_sibling_mean,
-                      generation_batch_size=cfg.hardware.generation_batch_size,
+                      generation_batch_size=cfg.hardware.prompts_per_generate,
                       batch_adapters=cfg.hardware.batch_adapters, share_prefix=cfg.hardware.share_prefix)
         return cls(**{**fields, **changes})
 

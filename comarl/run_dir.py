@@ -2,7 +2,7 @@
 
 A folder *holds a run* when it has any of :data:`RUN_FILES` or a
 ``checkpoint-<step>`` folder. A fresh run into such a folder is refused
-(``train.resume=latest`` continues it, ``train.overwrite=true`` clears it).
+(``train.run.resume=latest`` continues it, ``train.run.overwrite=true`` clears it).
 Each run writes ``run.json`` with a random run id; every checkpoint records
 that id, and pruning (``save_total_limit``) only removes checkpoints with the
 current id, so an old run's checkpoints can never outlive the new run's.
@@ -23,7 +23,7 @@ from .config_io import ConfigError
 MARKER = "run.json"
 RUN_FILES = (MARKER, "metrics.jsonl", "samples.jsonl", "trees.jsonl", "tensorboard", "final", "eval.json", "wandb",
              "reward.png", "demo_summary.json", "rounds.json")
-"""What comarl writes into an output_dir (train.overwrite removes exactly these and the checkpoints)."""
+"""What comarl writes into an output_dir (train.run.overwrite removes exactly these and the checkpoints)."""
 _CKPT = re.compile(r"^(checkpoint-\d+(\.tmp)?|round-\d+)$")  # checkpoints; madpo_iter's round folders
 
 
@@ -36,15 +36,15 @@ def run_contents(folder: str | Path) -> list[str]:
 
 
 def check_writable(folder: str | Path) -> None:
-    """Create ``folder`` and write a probe file in it; a ConfigError naming train.output_dir if that fails."""
+    """Create ``folder`` and write a probe file in it; a ConfigError naming train.run.output_dir if that fails."""
     folder = Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".comarl-write-test-"):
             pass
     except OSError as e:
-        raise ConfigError(f"train.output_dir: cannot write to {folder} ({e.strerror or e}); choose a folder "
-                          f"you can write to, e.g. train.output_dir=runs/my_run") from None
+        raise ConfigError(f"train.run.output_dir: cannot write to {folder} ({e.strerror or e}); choose a folder "
+                          f"you can write to, e.g. train.run.output_dir=runs/my_run") from None
 
 
 def prepare_output_dir(folder: str | Path, resume: str | None, overwrite: bool) -> None:
@@ -54,7 +54,7 @@ def prepare_output_dir(folder: str | Path, resume: str | None, overwrite: bool) 
     in this folder: the folder is expected to hold the run being continued (a
     checkpoint from another folder starts a run here like a fresh one); ``latest``
     in a folder without a checkpoint of its run is refused here, saying whether the
-    run stopped before its first checkpoint (then ``train.overwrite=true`` starts again).
+    run stopped before its first checkpoint (then ``train.run.overwrite=true`` starts again).
     """
     folder = Path(folder)
     found = run_contents(folder)
@@ -67,9 +67,9 @@ def prepare_output_dir(folder: str | Path, resume: str | None, overwrite: bool) 
     if [n for n in found if n != "eval.json"] and not continues:  # `comarl eval` of base agents is no run
         if not overwrite:
             shown = ", ".join(found[:4]) + (", ..." if len(found) > 4 else "")
-            raise ConfigError(f"train.output_dir: {folder} already holds a run ({shown}). Continue it with "
-                              f"train.resume=latest, replace it with train.overwrite=true, or pick a new "
-                              f"train.output_dir")
+            raise ConfigError(f"train.run.output_dir: {folder} already holds a run ({shown}). Continue it with "
+                              f"train.run.resume=latest, replace it with train.run.overwrite=true, or pick a new "
+                              f"train.run.output_dir")
         for name in found:
             p = folder / name
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()

@@ -14,7 +14,7 @@ import torch
 from .config_io import ConfigError
 
 MIXED_PRECISION = {"no": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-"""``train.mixed_precision`` value -> autocast dtype (None = no autocast)."""
+"""``train.hardware.mixed_precision`` value -> autocast dtype (None = no autocast)."""
 
 OPTIMIZERS = ("adamw", "sgd", "adamw_8bit", "paged_adamw", "paged_adamw_8bit")
 """``agents.<i>.optimizer`` values (docs in training/optim.py)."""
@@ -45,8 +45,8 @@ def parse_device(name, key: str) -> torch.device:
     return dev
 
 
-def check_agent_devices(devices, num_agents: int, key: str = "train.agent_devices") -> None:
-    """Shape and syntax of ``train.agent_devices`` (availability is checked when agents are placed)."""
+def check_agent_devices(devices, num_agents: int, key: str = "train.hardware.agent_devices") -> None:
+    """Shape and syntax of ``train.hardware.agent_devices`` (availability is checked when agents are placed)."""
     if devices is None:
         return
     if not isinstance(devices, (list, tuple)):
@@ -62,7 +62,7 @@ def check_agent_devices(devices, num_agents: int, key: str = "train.agent_device
             raise ConfigError(f"{key}[{i}]: {d!r} is not a device ('cpu', 'cuda', 'cuda:1')") from None
 
 
-def check_mixed_precision(mode: str, devices: list[str], key: str = "train.mixed_precision") -> None:
+def check_mixed_precision(mode: str, devices: list[str], key: str = "train.hardware.mixed_precision") -> None:
     """Refuse an unknown mode, fp16 off CUDA, and bf16 on a GPU without bf16; errors name ``key``."""
     if mode not in MIXED_PRECISION:
         raise ConfigError(f"{key}: must be one of {list(MIXED_PRECISION)}, got {mode!r}")

@@ -30,7 +30,7 @@ Batch = PromptBatch | PairBatch | SkipStep
 
 @runtime_checkable
 class Lockstep(Protocol):
-    """Ranks in step while sharded models are gathered one agent at a time (``train.fsdp_gather: agent``)."""
+    """Ranks in step while sharded models are gathered one agent at a time (``train.hardware.fsdp_gather: agent``)."""
 
     def scope(self, agents: Sequence[Any]) -> AbstractContextManager[Any]:
         """A context in which ``agents``' sharded models are whole on every rank (every rank enters it)."""

@@ -124,7 +124,7 @@ def read_pairs(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-def load_pairs_file(path: str | None, key: str = "train.preference.pairs_in") -> list[dict]:
+def load_pairs_file(path: str | None, key: str = "train.preference.pairs.pairs_in") -> list[dict]:
     """The pairs of ``path`` (a file, or ``fixture:NAME`` / ``package:MODULE/PATH``), checked before any model is
     built: named, present, not empty."""
     if not path:
@@ -164,7 +164,7 @@ class PairsFile(_Plain):
             check_text_pairs(batch, len(team.agents))  # every rank checks the whole batch: all fail together
             agents = self.to_ids(team.agents, mine)
         except ValueError as e:
-            raise ConfigError(f"train.preference.pairs_in ({self.path}): {e}") from e
+            raise ConfigError(f"train.preference.pairs.pairs_in ({self.path}): {e}") from e
         return PairBatch(agents, torch.ones(len(mine)), {"pref/pairs": float(len(batch))})
 
 

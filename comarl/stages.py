@@ -10,7 +10,7 @@ How a stage samples (``comarl/rollout.py`` builds the tree, docs/teams.md works 
 - a **branch** stage (the first stage always is one) opens a new tree node for every joint action of the
   stage before it: each agent of the stage writes K samples from one prompt (K successors share their
   prompt, so the shared-prefix path encodes it once); its joint actions are aligned or cross as
-  ``train.joint_mode`` says;
+  ``train.rollout.joint_mode`` says;
 - an **aligned** stage writes one sample per joint action of the node it joins (sample j reads joint
   action j's texts), so its agents' K samples sit in that node's group next to the ones they read, as
   the agents of one stage sit together in ``joint_mode: aligned``;
@@ -177,7 +177,7 @@ class StageGraph:
         if self.names is not None and len(self.names) != num_agents:
             raise ConfigError(f"env.stages: {len(self.names)} names for {num_agents} agents")
         if joint_mode not in ("aligned", "cross"):
-            raise ConfigError(f"train.joint_mode must be 'aligned' or 'cross', got {joint_mode!r}")
+            raise ConfigError(f"train.rollout.joint_mode must be 'aligned' or 'cross', got {joint_mode!r}")
         if self.max_leaves < 1:
             raise ConfigError(f"env.stages.max_leaves: must be >= 1, got {self.max_leaves}")
 

@@ -38,8 +38,9 @@ class Key:
     type: str
     default: str
     doc: str
-    old: str = ""
-    """The key's name before it moved into its section (an alias the config still accepts), or ''."""
+    old: tuple[str, ...] = ()
+    """The key's names before it moved into its section or was renamed (deprecated spellings the config still
+    accepts, with a warning, until comarl 0.2)."""
 
 
 @dataclass(frozen=True)
@@ -185,13 +186,14 @@ def walk(root: type, prefix: str = "", _stack: tuple[type, ...] = (), _old: dict
 
     ``root``'s own section has path ``prefix`` ('' for the top level). A dataclass met again
     inside itself is listed as a plain key, so recursive types end. A class with ``ALIASES`` (old key ->
-    path inside it) gives each moved key its old name.
+    path inside it) gives each moved key its old names.
     """
     where = f"{prefix}." if prefix else ""
     aliases = getattr(root, "ALIASES", None)
-    old = dict(_old or {})
+    old = {path: list(names) for path, names in (_old or {}).items()}
     if isinstance(aliases, dict):
-        old.update({where + path: where + name for name, path in aliases.items()})
+        for name, path in aliases.items():
+            old.setdefault(where + path, []).append(where + name)
     docs = field_docs(root)
     hints = _resolved_hints(root)
     written = annotation_text(root)
@@ -206,7 +208,7 @@ def walk(root: type, prefix: str = "", _stack: tuple[type, ...] = (), _old: dict
         doc = docs.get(f.name, "")
         inner, how = _dataclass_in(hints.get(f.name))
         if inner is None or inner in _stack or inner is root:
-            keys.append(Key(path, written[f.name], default, doc, old.get(path, "")))
+            keys.append(Key(path, written[f.name], default, doc, tuple(old.get(path, ()))))
             continue
         sub_prefix = {"list": f"{path}.{LIST_INDEX}", "dict": f"{path}.{DICT_KEY}"}.get(how, path)
         sub = walk(inner, sub_prefix, _stack + (root,), old)
@@ -257,7 +259,7 @@ def _code(text: str) -> str:
 
 
 def _anchor(path: str) -> str:
-    """``agents.<i>.lr`` -> ``agents.i.lr``: the key's id on the page (link ``configuration.md#train.seed``)."""
+    """``agents.<i>.lr`` -> ``agents.i.lr``: the key's id on the page (link ``configuration.md#train.run.seed``)."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", path.replace("<", "").replace(">", "")).strip("-") or "top-level"
 
 
@@ -272,8 +274,9 @@ def render(root: type | None = None) -> str:
         "Every key of an experiment config, generated from the dataclasses in the source on every build of",
         f"this site (`{root.__module__}.{root.__name__}` and the classes it holds), so it lists exactly what",
         "the code accepts. A YAML file sets them by section; on the command line a dotted key overrides one",
-        "(`comarl train c.yaml train.rollout.num_generations=8 agents.0.temperature=0.7`). Keys that moved into "
-        "a section keep their old name as an alias (`train.num_generations`), noted beside each. "
+        "(`comarl train c.yaml train.rollout.num_generations=8 agents.0.temperature=0.7`). A key's old spelling "
+        "(written flat under `train` before the sections) is noted beside it: deprecated, accepted with a warning "
+        "until comarl 0.2 ([Old config keys](../runs.md#old-config-keys)). "
         f"`{LIST_INDEX}` is an index into a list (`agents.0.lr`, or `agents.*.lr` for every agent); "
         f"`{DICT_KEY}` a key of a mapping. Defaults are written as YAML writes them. "
         "An unknown key or a wrong type is an error that names the key.",
@@ -307,7 +310,7 @@ def render(root: type | None = None) -> str:
         lines.append("|---|---|---|---|")
         for k in s.keys:
             anchor = f'<span id="{html.escape(_anchor(k.path))}"></span>'
-            also = f" Also accepted as {_code(k.old)}." if k.old else ""
+            also = f" Old spelling (deprecated): {', '.join(_code(o) for o in k.old)}." if k.old else ""
             lines.append(f"| {anchor}{_code(k.path)} | {_code(k.type)} | {_code(k.default)} | {md_text(k.doc)}{also} |")
         lines.append("")
     lines += ["</div>", ""]

@@ -21,8 +21,8 @@ items = [{"text": "The bus was late again so I walked to work."},
          {"text": "Our cat learned to open doors."}]
 agents = [comarl.AgentConfig(model="tiny", max_new_tokens=8),
           comarl.AgentConfig(model="tiny", max_new_tokens=16, temperature=0.9)]
-config = comarl.TrainConfig(algorithm="magrpo", num_generations=4, batch_size=2, max_steps=3,
-                            progress_bar=False, report_to=[])
+config = comarl.TrainConfig(algorithm="magrpo", rollout=comarl.RolloutConfig(num_generations=4),
+                            run=comarl.RunConfig(batch_size=2, max_steps=3, progress_bar=False, report_to=[]))
 
 history = comarl.Trainer(agents, env, items, config).train()
 for step, row in enumerate(history, 1):

@@ -25,8 +25,8 @@ env = comarl.FunctionEnv(
 items = [{"topic": "a lighthouse", "keywords": ["sea", "light", "keeper"]},
          {"topic": "a bakery", "keywords": ["bread", "oven", "morning"]}]
 agents = [comarl.AgentConfig(model="tiny", max_new_tokens=8) for _ in range(2)]
-config = comarl.TrainConfig(algorithm="magrpo", num_generations=2, num_turns=2, batch_size=2, max_steps=2,
-                            progress_bar=False, report_to=[])
+config = comarl.TrainConfig(algorithm="magrpo", rollout=comarl.RolloutConfig(num_generations=2, num_turns=2),
+                            run=comarl.RunConfig(batch_size=2, max_steps=2, progress_bar=False, report_to=[]))
 
 history = comarl.Trainer(agents, env, items, config).train()
 last = history[-1]

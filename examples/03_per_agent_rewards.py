@@ -18,8 +18,8 @@ env = comarl.FunctionEnv(
     reward_fn=reward)
 items = [{"targets": [2, 4]}, {"targets": [3, 1]}]
 agents = [comarl.AgentConfig(model="tiny", max_new_tokens=8) for _ in range(2)]
-config = comarl.TrainConfig(algorithm="magrpo", num_generations=4, batch_size=2, max_steps=2,
-                            progress_bar=False, report_to=[])
+config = comarl.TrainConfig(algorithm="magrpo", rollout=comarl.RolloutConfig(num_generations=4),
+                            run=comarl.RunConfig(batch_size=2, max_steps=2, progress_bar=False, report_to=[]))
 
 history = comarl.Trainer(agents, env, items, config).train()
 print(f"mean reward {history[-1]['reward/mean']:.3f}; "

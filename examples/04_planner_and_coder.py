@@ -18,8 +18,8 @@ env = comarl.FunctionEnv(
     stages=[[0], [1]],  # planner, then coder
     stage_formatters={1: lambda state, inputs: f"Write the word the plan names.\nPlan: {inputs[0]}"})
 agents = [comarl.AgentConfig(model="tiny", max_new_tokens=4, name=name) for name in ("planner", "coder")]
-config = comarl.TrainConfig(algorithm="magrpo", num_generations=2, batch_size=2, max_steps=2,
-                            progress_bar=False, report_to=[])
+config = comarl.TrainConfig(algorithm="magrpo", rollout=comarl.RolloutConfig(num_generations=2),
+                            run=comarl.RunConfig(batch_size=2, max_steps=2, progress_bar=False, report_to=[]))
 
 history = comarl.Trainer(agents, env, [{"word": "red"}, {"word": "blue"}], config).train()
 row = history[-1]

@@ -15,8 +15,9 @@ def reward(responses, item):
 env = comarl.FunctionEnv(formatters=[lambda it: f"Say {it['word']}.", lambda it: f"Repeat {it['word']}."],
                          reward_fn=reward)
 agents = [comarl.AgentConfig(model="tiny", max_new_tokens=6, lr=1e-4) for _ in range(2)]
-config = comarl.TrainConfig(algorithm="iac", num_generations=2, batch_size=2, max_steps=2, progress_bar=False,
-                            report_to=[], critic=CriticSettings(model=None, lr=1e-4, gae_lambda=0.95))
+config = comarl.TrainConfig(algorithm="iac", rollout=comarl.RolloutConfig(num_generations=2),
+                            run=comarl.RunConfig(batch_size=2, max_steps=2, progress_bar=False, report_to=[]),
+                            critic=CriticSettings(model=None, lr=1e-4, gae_lambda=0.95))
 
 history = comarl.Trainer(agents, env, [{"word": "yes"}, {"word": "no"}], config).train()
 row = history[-1]

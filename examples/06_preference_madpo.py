@@ -14,8 +14,8 @@ def reward(responses, item):
 env = comarl.FunctionEnv(formatters=[lambda it: "Greet the reader.", lambda it: "Say goodbye to the reader."],
                          reward_fn=reward)
 agents = [comarl.AgentConfig(model="tiny", max_new_tokens=8, temperature=1.0) for _ in range(2)]
-config = comarl.TrainConfig(algorithm="madpo", num_generations=3, joint_mode="cross", batch_size=2, max_steps=2,
-                            progress_bar=False, report_to=[])
+config = comarl.TrainConfig(algorithm="madpo", rollout=comarl.RolloutConfig(num_generations=3, joint_mode="cross"),
+                            run=comarl.RunConfig(batch_size=2, max_steps=2, progress_bar=False, report_to=[]))
 
 history = comarl.Trainer(agents, env, [{"min_words": 6}, {"min_words": 10}], config).train()
 for step, row in enumerate(history, 1):

@@ -16,8 +16,8 @@ env = comarl.FunctionEnv(formatters=[lambda it: f"Write {it['word']}.", lambda i
                          reward_fn=reward)
 agents = [comarl.AgentConfig(model="tiny", max_new_tokens=6, lr=1e-3, lora=LoraSettings(r=4, alpha=8))
           for _ in range(2)]
-config = comarl.TrainConfig(algorithm="magrpo", num_generations=2, batch_size=2, max_steps=2,
-                            progress_bar=False, report_to=[])
+config = comarl.TrainConfig(algorithm="magrpo", rollout=comarl.RolloutConfig(num_generations=2),
+                            run=comarl.RunConfig(batch_size=2, max_steps=2, progress_bar=False, report_to=[]))
 
 trainer = comarl.Trainer(agents, env, [{"word": "sun"}, {"word": "moon"}], config)
 trainer.train()

@@ -22,8 +22,9 @@ agents = [comarl.AgentConfig(model="tiny", max_new_tokens=6) for _ in range(2)]
 
 with tempfile.TemporaryDirectory() as tmp:
     run = Path(tmp) / "run"
-    config = comarl.TrainConfig(algorithm="magrpo", num_generations=2, batch_size=2, max_steps=2,
-                                progress_bar=False, report_to=["jsonl"], output_dir=str(run))
+    config = comarl.TrainConfig(algorithm="magrpo", rollout=comarl.RolloutConfig(num_generations=2),
+                                run=comarl.RunConfig(batch_size=2, max_steps=2, progress_bar=False, report_to=["jsonl"],
+                                                     output_dir=str(run)))
     trainer = comarl.Trainer(agents, env, train_items, config, eval_dataset=heldout)
     trainer.train()
     scores = trainer.evaluate(num_generations=2)

@@ -28,8 +28,8 @@ class RhymeTask:
 
 
 agents = [comarl.AgentConfig(model="tiny", max_new_tokens=6) for _ in range(2)]
-config = comarl.TrainConfig(algorithm="magrpo", num_generations=2, batch_size=2, max_steps=2,
-                            progress_bar=False, report_to=[])
+config = comarl.TrainConfig(algorithm="magrpo", rollout=comarl.RolloutConfig(num_generations=2),
+                            run=comarl.RunConfig(batch_size=2, max_steps=2, progress_bar=False, report_to=[]))
 
 history = comarl.Trainer(agents, RhymeTask(), [{"topic": "rain"}, {"topic": "night"}], config).train()
 print(f"env/rhyme {history[-1]['env/rhyme']:.3f}, env/on_topic {history[-1]['env/on_topic']:.3f}")

@@ -40,12 +40,14 @@ def build_trainer(wl: W.Workload, model: str, batch_size: int, n_items: int, see
     agents = [comarl.AgentConfig(model=model, max_new_tokens=wl.max_new_tokens, temperature=wl.temperature,
                                  top_p=1.0, top_k=0, lr=wl.lr, chat_template=False)
               for _ in range(wl.num_agents)]
-    cfg = comarl.TrainConfig(
-        algorithm="magrpo", num_generations=wl.num_generations, joint_mode=wl.joint_mode,
-        num_turns=wl.num_turns, batch_size=batch_size, epochs=wl.epochs, seed=seed,
-        scale_advantages=True, loss_normalization="sequence", num_iterations=1, shuffle=False,
-        output_dir=None, save_steps=0, report_to=[], progress_bar=False, log_samples_steps=0,
-        logging_steps=10**9)
+    cfg = comarl.TrainConfig(algorithm="magrpo",
+                             rollout=comarl.RolloutConfig(num_generations=wl.num_generations, joint_mode=wl.joint_mode,
+                                                          num_turns=wl.num_turns),
+                             run=comarl.RunConfig(batch_size=batch_size, epochs=wl.epochs, seed=seed, shuffle=False,
+                                                  output_dir=None, save_steps=0, report_to=[], progress_bar=False,
+                                                  log_samples_steps=0, logging_steps=10**9),
+                             loss=comarl.LossConfig(scale_advantages=True, loss_normalization="sequence",
+                                                    num_iterations=1))
     return comarl.Trainer(agents=agents, env=env, train_dataset=W.make_items(n_items), config=cfg)
 
 

@@ -1,7 +1,7 @@
 """Which generator samples a run's completions (``--generator hf|vllm``), and vLLM for agents without a trainer.
 
 ``hf`` is Hugging Face ``generate`` (comarl's default). ``vllm`` samples with vLLM engines in the run's process
-(docs/vllm.md): a trained run sets ``TrainConfig(generator="vllm")`` and scores with the trainer's generator, whose
+(docs/vllm.md): a trained run sets ``train.hardware.generator: vllm`` and scores with the trainer's generator, whose
 engines follow the optimiser steps; a prompt-only run builds one :class:`VLLMGenerator` per agent
 (:class:`PerAgentVLLM`), so the pipeline baseline can ask its agents one at a time. A condition vLLM serves
 slower keeps HF, and its row says why (:func:`generator_for`).

@@ -119,23 +119,27 @@ def _tiny_kwargs(opts: RunOptions, seed: int) -> dict:
 
 
 def train_config(task: Task, cond, opts: RunOptions, seed: int, generator: str = "hf"):
-    """The TrainConfig of a trained run, from flat keys (plus the critic section of IAC/MAAC); ``generator``
-    vllm: the engines of :func:`generators.engine_settings`."""
-    from comarl import TrainConfig
+    """The TrainConfig of a trained run (plus the task's ``train_extra`` keys and the critic section of IAC/MAAC);
+    ``generator`` vllm: the engines of :func:`generators.engine_settings`."""
+    from comarl import HardwareConfig, RolloutConfig, RunConfig, TrainConfig
 
     kind = "tiny" if opts.model == "tiny" else "smollm2"
-    keys = dict(algorithm=cond.algorithm, num_generations=task.num_generations, batch_size=task.batch_size,
-                num_turns=task.num_turns, max_steps=opts.steps, seed=seed, output_dir=None, report_to=[],
-                log_samples_steps=0, save_steps=0, eval_steps=opts.eval_every,
-                eval_num_generations=opts.heldout_samples, progress_bar=True, **task.train_extra)
+    cfg = TrainConfig(algorithm=cond.algorithm,
+                      rollout=RolloutConfig(num_generations=task.num_generations, num_turns=task.num_turns),
+                      run=RunConfig(batch_size=task.batch_size, max_steps=opts.steps, seed=seed, output_dir=None,
+                                    report_to=[], log_samples_steps=0, save_steps=0, eval_steps=opts.eval_every,
+                                    eval_num_generations=opts.heldout_samples, progress_bar=True))
+    for section, keys in task.train_extra.items():
+        for key, value in keys.items():
+            setattr(getattr(cfg, section), key, value)
     if generator == "vllm":
-        keys.update(generator="vllm", vllm=engine_settings(opts, seed))
+        cfg.hardware = HardwareConfig(generator="vllm", vllm=engine_settings(opts, seed))
     if cond.critic is not None:
         from comarl.critics.settings import CriticSettings
 
         critic_model = (opts.model_path or opts.model) if cond.critic == "model" else None
-        keys["critic"] = CriticSettings(model=critic_model, lr=CRITIC_LR[kind], device=opts.device)
-    return TrainConfig(**keys)
+        cfg.critic = CriticSettings(model=critic_model, lr=CRITIC_LR[kind], device=opts.device)
+    return cfg
 
 
 def load_average() -> list[float]:

@@ -36,8 +36,8 @@ def team_score(agents: Sequence, env, items: Sequence[dict], samples: int = 4, g
             and agent 2 is prompted with its text (the reference's pipeline baseline); None: all agents at once.
         max_turns: turns to play; a branch that the environment ends earlier keeps its last transition.
         share_prefix: prefill each first-turn prompt once for its ``samples`` completions, as training does
-            (``TrainConfig.share_prefix``); the same distributions, a quarter of the prefill at 4 samples. False
-            draws exactly what ``heldout_score`` draws (tested).
+            (``TrainConfig.hardware.share_prefix``); the same distributions, a quarter of the prefill at 4
+            samples. False draws exactly what ``heldout_score`` draws (tested).
         generator: the team generator (``comarl.generation.team`` contract) every call goes through; None:
             Hugging Face ``generate``. A vLLM generator samples from its engines' own random stream, not under
             ``seed``, and ignores ``share_prefix`` (its prefix cache shares prompt blocks).

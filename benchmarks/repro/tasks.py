@@ -139,6 +139,7 @@ class Task:
     num_generations: int = 4
     batch_size: int = 4
     train_extra: dict = field(default_factory=dict)
+    """More train keys by section ({"loss": {"scale_advantages": True}})."""
     reward_max: dict = field(default_factory=dict)
     notes: str = ""
 
@@ -299,7 +300,7 @@ def coding_task(data_dir: Path, name: str = "coophumaneval", heldout: int = 16, 
     return Task(name, train, held, build, pipeline_prompt, headline="pass_rate",
                 metrics=("pass_rate", "passed_all", "compiled"), max_new_tokens=128, temperature=0.6, top_p=0.6,
                 num_turns=2, num_generations=2, batch_size=2,
-                train_extra=dict(early_stop_sibling_mean=-0.2, scale_advantages=True),
+                train_extra={"rollout": {"early_stop_sibling_mean": -0.2}, "loss": {"scale_advantages": True}},
                 reward_max={1: 2.1, 2: 4.0}, notes="paper preset, 2 turns, level_feedback; score after the last turn")
 
 

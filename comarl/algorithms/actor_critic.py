@@ -18,5 +18,5 @@ def check_actor_critic(config, agents) -> None:
 
     config.critic.validate(num_generations=config.rollout.num_generations)
     if config.loss.kl_beta > 0 and config.loss.kl_mode == "reward":
-        raise ConfigError(f"train.kl_mode: {config.algorithm} takes the KL in the loss (kl_mode=loss); the critic's "
-                          f"GAE is computed before the KL-in-reward would change the rewards")
+        raise ConfigError(f"train.loss.kl_mode: {config.algorithm} takes the KL in the loss (kl_mode=loss); the "
+                          f"critic's GAE is computed before the KL-in-reward would change the rewards")

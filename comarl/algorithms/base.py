@@ -10,13 +10,13 @@ A record names:
 - ``greedy_baseline``: the rollout also decodes one greedy joint response per node (MAReMax);
 - ``critic``: the critic the run builds, ``independent`` (IAC) or ``central`` (MAAC), or None;
 - ``reference(config)``: whether the update needs each agent's frozen reference policy (DPO does, unless
-  reference-free; any algorithm does when ``train.kl_beta`` > 0);
+  reference-free; any algorithm does when ``train.loss.kl_beta`` > 0);
 - ``update(parts) -> Update``: what each step does (``comarl/updates/``; default: the policy gradient with
   this record's estimator and critic);
 - ``source(parts) -> StepSource``: where each step's batch comes from (``comarl/sources.py``; default: prompt
   batches; the iterative preference algorithms name their rounds, ``madpo_offline`` a pairs file);
 - ``steps_with(config) -> Algorithm``: for a record whose steps are another algorithm's (``marlhf_iter``
-  runs ``train.preference.rl_algorithm`` on a reward model's score): that algorithm supplies the estimator,
+  runs ``train.preference.iterative.rl_algorithm`` on a reward model's score): that algorithm supplies the estimator,
   critic and update;
 - ``check(config, agents)``: every check that can be made from the config (and the agents' configs), run
   when the config is loaded, before any model is built.
@@ -45,8 +45,8 @@ class Parts:
 
     Attributes:
         config: the run's ``TrainConfig``.
-        lockstep: the ranks' lockstep while sharded agents are gathered one at a time (``train.fsdp_gather:
-            agent``), else None.
+        lockstep: the ranks' lockstep while sharded agents are gathered one at a time
+            (``train.hardware.fsdp_gather: agent``), else None.
         env: the environment.
         items: the training items.
         algorithm: the record whose estimator, critic and greedy baseline the steps use (for ``marlhf_iter``
@@ -90,7 +90,7 @@ def policy_gradient(parts: Parts) -> "Update":
         raise ValueError(f"algorithm {parts.algorithm.name}: a policy-gradient update needs an advantage estimator")
     cfg = parts.config
     return PolicyGradient(cfg.loss, cfg.hardware, cfg.run.gradient_accumulation_steps, advantage,
-                          parts.rollout_settings(), parts.critic, entropy_coef=cfg.critic.entropy_coef,
+                          parts.rollout_settings(), parts.critic, entropy_coef=cfg.loss.entropy_coef,
                           algorithm=parts.algorithm.name)
 
 
@@ -103,7 +103,7 @@ def no_check(config, agents) -> None:
 
 
 def no_reference(config) -> bool:
-    """The update itself needs no reference (the KL term adds one when ``train.kl_beta`` > 0)."""
+    """The update itself needs no reference (the KL term adds one when ``train.loss.kl_beta`` > 0)."""
     return False
 
 
@@ -126,7 +126,7 @@ class Algorithm:
         return self.steps_with(config) if self.steps_with is not None else self
 
     def generations_needed(self, config) -> int:
-        """The smallest K (``train.num_generations``) this algorithm and the one its steps run accept."""
+        """The smallest K (``train.rollout.num_generations``) this algorithm and the one its steps run accept."""
         return max(self.min_generations, self.step_algorithm(config).min_generations)
 
     def needs_reference(self, config) -> bool:
@@ -137,6 +137,9 @@ class Algorithm:
         """Every check of this record (and of the one its steps run), before any model is built."""
         self.check(config, agents)
         inner = self.step_algorithm(config)
+        if config.loss.entropy_coef > 0 and inner.update is not policy_gradient:  # a term of the policy-gradient loss
+            raise ConfigError(f"train.loss.entropy_coef: the entropy bonus is a term of the policy-gradient loss, "
+                              f"and {config.algorithm} takes no policy-gradient step (leave it 0)")
         if inner is not self:
             inner.check(config, agents)
 

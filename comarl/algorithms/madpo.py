@@ -3,7 +3,7 @@
 Every step the current policy's rollout (K samples per agent, aligned or
 cross joint actions, single- or multi-turn) gives each tree node J scored
 joint actions; ``comarl.preference.tree_pairs`` turns them into (chosen,
-rejected) joint pairs (``train.preference.pair_selection``, ties dropped,
+rejected) joint pairs (``train.preference.pairs.pair_selection``, ties dropped,
 ``pairs_per_item`` per node), and every agent takes one optimizer step on
 
     -log sigmoid(beta * sum_i [(log pi_i(y_w) - log ref_i(y_w)) - (log pi_i(y_l) - log ref_i(y_l))])
@@ -15,7 +15,7 @@ The reference is the agent's starting policy (``comarl.reference``: a frozen
 copy, or the LoRA base with the adapter off).
 
 Departures from CoMLRL 1.4.3's MADPO: CoMLRL's MADPO (and MADPO-iter) is
-reference-free, comarl's default is not; ``train.preference.reference_free:
+reference-free, comarl's default is not; ``train.preference.dpo.reference_free:
 true`` gives CoMLRL's loss. Pairs come from the same breadth-first
 rollout tree as every other algorithm (CoMLRL samples a separate candidate pool
 per item) and are rebuilt from the current policy every step (online); pairs
@@ -29,7 +29,7 @@ else: ``madpo`` takes the step's rollout and learns from its pairs
 from rounds with pairs on disk, replay of earlier rounds (``replay: decay_sample``
 is CoMLRL's ``lambda_decay`` draw, ``comarl.preference.replay``) and a refreshed
 reference (``preference.rounds.DPORounds``) and learns with ``updates.PairDPO``;
-``madpo_offline`` walks a pairs file (``train.preference.pairs_in``,
+``madpo_offline`` walks a pairs file (``train.preference.pairs.pairs_in``,
 ``sources.PairsFile``) without sampling. None has an advantage estimator.
 """
 from __future__ import annotations
@@ -39,27 +39,27 @@ from .base import Algorithm, Parts, register_algorithm
 
 
 def check_dpo(config, agents) -> None:
-    """DPO keeps to its reference through its own loss: no KL term (``train.kl_beta`` must be 0), and it has no
-    per-token policy loss for truncated importance sampling to weigh (``train.tis_cap``)."""
+    """DPO keeps to its reference through its own loss: no KL term (``train.loss.kl_beta`` must be 0), and it has no
+    per-token policy loss for truncated importance sampling to weigh (``train.loss.tis_cap``)."""
     if config.loss.kl_beta > 0:
-        raise ConfigError(f"train.kl_beta: {config.algorithm} keeps to its reference through the DPO loss; "
-                          f"set train.preference.beta instead (kl_beta must be 0)")
+        raise ConfigError(f"train.loss.kl_beta: {config.algorithm} keeps to its reference through the DPO loss; "
+                          f"set train.preference.dpo.beta instead (kl_beta must be 0)")
     if config.loss.tis_cap is not None:
-        raise ConfigError(f"train.tis_cap: {config.algorithm} learns from a sequence-level DPO loss, which truncated "
-                          f"importance sampling does not weigh; leave tis_cap null")
+        raise ConfigError(f"train.loss.tis_cap: {config.algorithm} learns from a sequence-level DPO loss, which "
+                          f"truncated importance sampling does not weigh; leave tis_cap null")
 
 
 def check_rounds(config, agents) -> None:
-    """Rounds write their pairs and checkpoints to ``train.output_dir``; ``reference: current`` copies the
+    """Rounds write their pairs and checkpoints to ``train.run.output_dir``; ``reference: current`` copies the
     policy, which a LoRA agent's reference (its base with the adapter off) cannot be."""
     check_dpo(config, agents)
     if not config.run.output_dir:
-        raise ConfigError(f"train.output_dir: {config.algorithm} writes each round's pairs and checkpoints there; "
+        raise ConfigError(f"train.run.output_dir: {config.algorithm} writes each round's pairs and checkpoints there; "
                           f"set it")
     pref = config.preference
     if pref.iterative.reference == "current" and not pref.dpo.reference_free and any(_is_lora(a) for a in agents):
-        raise ConfigError("train.preference.reference: 'current' needs a frozen copy of the policy; LoRA agents' "
-                          "reference is the base with the adapter off (use reference: initial)")
+        raise ConfigError("train.preference.iterative.reference: 'current' needs a frozen copy of the policy; LoRA "
+                          "agents' reference is the base with the adapter off (use reference: initial)")
 
 
 def check_offline(config, agents) -> None:
@@ -68,7 +68,7 @@ def check_offline(config, agents) -> None:
 
     check_dpo(config, agents)
     if config.hardware.generator == "vllm":
-        raise ConfigError("train.generator: madpo_offline learns from a pairs file and samples nothing; "
+        raise ConfigError("train.hardware.generator: madpo_offline learns from a pairs file and samples nothing; "
                           "use generator: hf")
     load_pairs_file(config.preference.pairs.pairs_in)
 
@@ -126,4 +126,4 @@ MADPO_ITER = register_algorithm(Algorithm("madpo_iter", min_generations=2, updat
                                           summary="rounds of sampling, pairs written to disk, DPO with replay"))
 MADPO_OFFLINE = register_algorithm(Algorithm("madpo_offline", min_generations=1, update=pair_update,
                                              source=pairs_file, check=check_offline, reference=dpo_reference,
-                                             summary="DPO on a pairs JSONL file (train.preference.pairs_in)"))
+                                             summary="DPO on a pairs JSONL file (train.preference.pairs.pairs_in)"))

@@ -2,13 +2,13 @@
 
 Each agent's advantage for sample k of a node is its credited return minus the
 mean over that agent's K samples at the node (optionally divided by their std,
-``train.scale_advantages``). Departures from the MAGRPO paper (Liu et al.,
+``train.loss.scale_advantages``). Departures from the MAGRPO paper (Liu et al.,
 2025): the std division is *off* by default, following Dr. GRPO's finding that
 it up-weights groups whose returns barely differ (nearly solved or hopeless
 items); turn it on to get the paper's normalised form. Cross-mode credit uses
 the mean return of the joint actions that contain a sample (see
 ``comarl.rollout``). The loss normalisation is a config choice
-(``train.loss_normalization``), default per-sequence mean as in GRPO.
+(``train.loss.loss_normalization``), default per-sequence mean as in GRPO.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """MAREINFORCE: multi-agent REINFORCE without a baseline; with one agent, REINFORCE.
 
 Each agent's advantage for a sample is its credited return, ``A = R``
-(``train.scale_advantages`` divides by the group std of the returns; it is off
+(``train.loss.scale_advantages`` divides by the group std of the returns; it is off
 by default). Departures from REINFORCE (Williams, 1992) as used for LLMs
 (Ahmadian et al., 2024, "Back to Basics"): no value baseline and no moving
 average baseline at all, so the variance is the highest of the family; the

@@ -11,7 +11,7 @@ the node; the best sample gets 0, every other one a negative advantage. It
 costs nothing extra but is a different estimator: the baseline depends on
 the sample itself (biased, unlike the greedy one), and only ever pushes down.
 
-``train.scale_advantages`` divides by the group std of the returns (off by
+``train.loss.scale_advantages`` divides by the group std of the returns (off by
 default; groups whose returns all agree stay unscaled).
 
 Departures from ReMax (Li et al., 2024): ReMax is single-agent and

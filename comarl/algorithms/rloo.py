@@ -3,7 +3,7 @@
 Agent i's sample k at a node gets ``A_k = R_k - mean_{j != k} R_j`` over the
 agent's other K-1 samples of that node (K >= 2). That equals
 ``K/(K-1) * (R_k - mean_j R_j)``, i.e. MAGRPO's advantage times K/(K-1);
-so with ``train.scale_advantages`` on, MARLOO is MAGRPO-with-std up to that
+so with ``train.loss.scale_advantages`` on, MARLOO is MAGRPO-with-std up to that
 constant factor (which Adam all but cancels), and the option is off by default.
 
 Departures from RLOO (Kool et al., 2019; Ahmadian et al., 2024): RLOO samples

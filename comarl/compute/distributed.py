@@ -12,7 +12,7 @@ single-process gradient of the global batch::
 
 A rank that gets no item (last batch of an epoch) still joins every
 collective: its gradient is zero and its metrics carry weight 0.
-Backend: ``nccl`` when CUDA is available, else ``gloo`` (``train.dist_backend``
+Backend: ``nccl`` when CUDA is available, else ``gloo`` (``train.hardware.dist_backend``
 overrides). Under nccl every collective runs on this rank's GPU (LOCAL_RANK).
 """
 from __future__ import annotations
@@ -64,7 +64,7 @@ def init_from_env(backend: str | None = None) -> bool:
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if backend == "nccl":
         if not torch.cuda.is_available():
-            raise RuntimeError("train.dist_backend=nccl needs CUDA; use gloo on CPU")
+            raise RuntimeError("train.hardware.dist_backend=nccl needs CUDA; use gloo on CPU")
         torch.cuda.set_device(local_rank())
     dist.init_process_group(backend=backend)
     atexit.register(cleanup)

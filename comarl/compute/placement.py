@@ -1,6 +1,6 @@
 """Per-agent device placement in one process.
 
-``train.agent_devices`` puts agent i's model on ``agent_devices[i]`` (it
+``train.hardware.agent_devices`` puts agent i's model on ``agent_devices[i]`` (it
 overrides ``agents.<i>.device``), so two 7B agents can sit on two GPUs of one
 machine. Under ``torchrun`` a bare ``cuda`` means this rank's GPU
 (``cuda:LOCAL_RANK``); an indexed ``cuda:j`` is taken literally.
@@ -29,7 +29,7 @@ def agent_device_names(agent_configs, agent_devices) -> list[str]:
     out = []
     for i, c in enumerate(agent_configs):
         if agent_devices is not None:
-            out.append(resolve_device(agent_devices[i], f"train.agent_devices[{i}]"))
+            out.append(resolve_device(agent_devices[i], f"train.hardware.agent_devices[{i}]"))
         else:
             out.append(resolve_device(c.device, f"agents.{i}.device"))
     return out
@@ -40,8 +40,8 @@ def check_shared_devices(agent_configs, devices: list[str]) -> None:
     for i, c in enumerate(agent_configs):
         j = getattr(c, "share_weights_with", None)
         if j is not None and 0 <= j < len(devices) and devices[j] != devices[i]:
-            raise ConfigError(f"train.agent_devices: agent {i} shares agent {j}'s weights (share_weights_with) "
-                              f"but they are placed on {devices[i]} and {devices[j]}")
+            raise ConfigError(f"train.hardware.agent_devices: agent {i} shares agent {j}'s weights "
+                              f"(share_weights_with) but they are placed on {devices[i]} and {devices[j]}")
 
 
 class ReferenceOnDevice:
@@ -60,7 +60,7 @@ class ReferenceOnDevice:
 
 
 def place_references(references, device_name: str | None, agents=None) -> list:
-    """Move the frozen reference copies to ``train.reference_device``; returns the references to use.
+    """Move the frozen reference copies to ``train.hardware.reference_device``; returns the references to use.
 
     Moved ones are wrapped so that their log-probs return on their agent's
     device (``agents[i].device``). LoRA references (the agent's base with the
@@ -69,7 +69,7 @@ def place_references(references, device_name: str | None, agents=None) -> list:
     references = list(references)
     if device_name is None:
         return references
-    dev = resolve_device(device_name, "train.reference_device")
+    dev = resolve_device(device_name, "train.hardware.reference_device")
     out = []
     for i, ref in enumerate(references):
         model = getattr(ref, "model", None) if ref is not None else None

@@ -1,6 +1,6 @@
 """Memory savers for the training forward/backward: autocast, fp16 loss scaling, gradient checkpointing.
 
-``train.mixed_precision``:
+``train.hardware.mixed_precision``:
   * ``no``: the forward runs in the weights' dtype (``agents.<i>.dtype``).
   * ``bf16``: the training forward runs under ``torch.autocast(dtype=bfloat16)``
     with float32 master weights: matmul activations (and the memory kept for
@@ -10,7 +10,7 @@
     sharding: unscaled once per step, ``LossScaler(sharded=True)``).
 Log-probs are always computed in float32 from the logits (``logprobs.py``).
 
-``train.gradient_checkpointing``: keep only each decoder layer's input during
+``train.hardware.gradient_checkpointing``: keep only each decoder layer's input during
 the forward and recompute the layer in backward; activation memory falls from
 O(layers x seq x hidden x ~10-30) to O(layers x seq x hidden) for ~30% more
 compute. The loss and gradients are unchanged.
@@ -42,8 +42,8 @@ def enable_gradient_checkpointing(model, where: str) -> None:
     elif hasattr(model, "gradient_checkpointing_enable"):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     else:
-        raise ConfigError(f"train.gradient_checkpointing: {where}'s model ({type(model).__name__}) supports no "
-                          f"activation/gradient checkpointing; turn the key off")
+        raise ConfigError(f"train.hardware.gradient_checkpointing: {where}'s model ({type(model).__name__}) supports "
+                          f"no activation/gradient checkpointing; turn the key off")
 
 
 class LossScaler:

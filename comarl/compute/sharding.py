@@ -1,4 +1,4 @@
-"""FSDP2 sharding of the agents (``train.sharding: fsdp``), with data parallelism over the same ranks.
+"""FSDP2 sharding of the agents (``train.hardware.sharding: fsdp``), with data parallelism over the same ranks.
 
 Every agent's model (a LoRA base with all its adapters, and a full
 fine-tuning agent's frozen reference copy) is wrapped with
@@ -7,7 +7,7 @@ classes the model names in ``_no_split_modules``) and once at the root. Each
 rank then keeps 1/S of every parameter, gradient and optimiser state, where S
 is the shard group size. The mesh is
 
-* 1-D ``(W,)`` over all W ranks when ``train.fsdp_shard_size`` is 0, or
+* 1-D ``(W,)`` over all W ranks when ``train.hardware.fsdp_shard_size`` is 0, or
 * 2-D ``(W / S, S)`` (HSDP: shard within groups of S ranks, replicate across
   the W / S groups) when ``fsdp_shard_size`` = S.
 
@@ -26,7 +26,7 @@ same number of them:
   rollout (no gradients or optimiser states), zero communication per token.
   Gathering per block while decoding would all-gather the whole model once
   per generated token and would hang as soon as two ranks stop decoding at
-  different lengths. ``train.fsdp_gather: agent`` gathers one agent per
+  different lengths. ``train.hardware.fsdp_gather: agent`` gathers one agent per
   generate call instead, the ranks in lockstep (:class:`AgentAtATime`).
 * **The update** runs the same number of micro-batches on every rank
   (:func:`lockstep_count`); a rank with fewer runs :func:`idle_backward`
@@ -62,7 +62,8 @@ def mesh_shape(world_size: int, shard_size: int) -> tuple[int, ...]:
     if shard_size == 0:
         return (world_size,)
     if shard_size < 0 or world_size % shard_size:
-        raise ConfigError(f"train.fsdp_shard_size: must divide the number of ranks ({world_size}), got {shard_size}")
+        raise ConfigError(f"train.hardware.fsdp_shard_size: must divide the number of ranks ({world_size}), "
+                          f"got {shard_size}")
     return (world_size // shard_size, shard_size)
 
 
@@ -83,7 +84,7 @@ def build_mesh(shard_size: int, device_type: str):
 
 
 def mixed_precision_policy(mode: str):
-    """``train.mixed_precision`` -> FSDP2 ``MixedPrecisionPolicy`` (None for ``no``).
+    """``train.hardware.mixed_precision`` -> FSDP2 ``MixedPrecisionPolicy`` (None for ``no``).
 
     bf16 / fp16: parameters are all-gathered and computed in that dtype, gradients
     are reduced in float32 into the float32 sharded master weights (fp16: the loss
@@ -104,8 +105,8 @@ def block_modules(model: torch.nn.Module, where: str) -> list[torch.nn.Module]:
         names.update(getattr(m, "_no_split_modules", None) or ())
     blocks = [m for m in model.modules() if type(m).__name__ in names]
     if not blocks:
-        raise ConfigError(f"train.sharding=fsdp: {where}'s model ({type(model).__name__}) names no transformer "
-                          f"block class (_no_split_modules) to shard by")
+        raise ConfigError(f"train.hardware.sharding=fsdp: {where}'s model ({type(model).__name__}) names no "
+                          f"transformer block class (_no_split_modules) to shard by")
     return blocks
 
 
@@ -205,7 +206,7 @@ class Sharding:
 
 
 class AgentAtATime:
-    """``RolloutSettings.lockstep`` for ``train.fsdp_gather: agent``: generation gathers one agent (one
+    """``RolloutSettings.lockstep`` for ``train.hardware.fsdp_gather: agent``: generation gathers one agent (one
     shared LoRA base) per call instead of the whole team per step, and the ranks keep in step.
 
     Every rank must enter the same scopes in the same order, so a rank with nothing left to generate
@@ -251,7 +252,7 @@ def built_on_rank0(build, configs: list) -> list:
 
 
 def shard_agents(agents, references, cfg) -> Sharding | None:
-    """Shard every distinct agent model and reference copy (``train.sharding``); None when not sharding.
+    """Shard every distinct agent model and reference copy (``train.hardware.sharding``); None when not sharding.
 
     A single process has nothing to shard with: models stay whole (a sharded
     checkpoint still loads into them).

@@ -89,7 +89,7 @@ def critic_optimizers(models: list[ValueModel], settings: CriticSettings) -> lis
 
 
 def shard_critic(critic: Critic, sharding) -> None:
-    """Put the critic on the agents' FSDP mesh (``train.sharding: fsdp``); every rank calls it, after
+    """Put the critic on the agents' FSDP mesh (``train.hardware.sharding: fsdp``); every rank calls it, after
     ``shard_agents``.
 
     A separate critic's backbone is sharded by transformer block and at its

@@ -155,8 +155,8 @@ class Critic:
         if self._warned_q_cut:
             return
         self._warned_q_cut = True
-        warnings.warn("train.critic.critic_type=q: a branch cut by train.num_turns (the environment would go on) "
-                      "is treated as terminal: a Q critic has no sampled action at the next prompts to value, so "
+        warnings.warn("train.critic.critic_type=q: a branch cut by train.rollout.num_turns (the environment would go "
+                      "on) is treated as terminal: a Q critic has no sampled action at the next prompts to value, so "
                       "those returns miss the rest of the episode (bootstrap_truncated applies to v critics only; "
                       "use critic_type: v, or raise num_turns). Warned once.", RuntimeWarning, stacklevel=3)
 
@@ -301,7 +301,7 @@ class Critic:
 
     def load_state_dict(self, state: dict) -> None:
         if len(state["models"]) != len(self.models):
-            raise ValueError(f"train.resume: the checkpoint has {len(state['models'])} critics, this run "
+            raise ValueError(f"train.run.resume: the checkpoint has {len(state['models'])} critics, this run "
                              f"{len(self.models)} (iac vs maac?)")
         for vm, saved in zip(self.models, state["models"]):
             if vm.head is not None:

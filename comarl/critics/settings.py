@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from ..config_io import ConfigError
+from ..config_io import ConfigError, aliased
 
 CRITIC_TYPES = ("v", "q")
 
 
+@aliased
 @dataclass
 class CriticSettings:
     """How the critic is built and trained. One docstring line per field."""
@@ -41,8 +42,9 @@ class CriticSettings:
     """maac: "module:function" (or a callable) writing the central critic's text; None: role-marker template."""
     max_length: int = 0
     """Keep only the last this many tokens of a critic input (0: no limit)."""
-    entropy_coef: float = 0.0
-    """Entropy bonus on the actors' sampled tokens (losses.entropy_bonus); 0: off."""
+
+    MOVED_OUT: ClassVar[dict[str, str]] = {"entropy_coef": "train.loss.entropy_coef"}
+    """Keywords that moved to another section (deprecated until comarl 0.2): ``TrainConfig`` places their values."""
 
     def validate(self, where: str = "train.critic", num_generations: int | None = None) -> None:
         """Check every field; with ``num_generations`` (K, given when an algorithm uses the critic) also that a Q
@@ -51,8 +53,8 @@ class CriticSettings:
         if self.critic_type not in CRITIC_TYPES:
             raise ConfigError(f"{where}.critic_type: must be v or q, got {self.critic_type!r}")
         if self.critic_type == "q" and num_generations is not None and num_generations < 2:
-            raise ConfigError(f"{where}.critic_type: q needs train.num_generations >= 2 (a sample's baseline is "
-                              f"the mean Q of the node's other samples; with K={num_generations} there are none, "
+            raise ConfigError(f"{where}.critic_type: q needs train.rollout.num_generations >= 2 (a sample's baseline "
+                              f"is the mean Q of the node's other samples; with K={num_generations} there are none, "
                               f"and Q(h, a) itself leaves Q's own TD error as the advantage); use critic_type: v")
         if not 0 <= self.gae_lambda <= 1:
             raise ConfigError(f"{where}.gae_lambda: must be in [0, 1], got {self.gae_lambda}")
@@ -62,6 +64,6 @@ class CriticSettings:
             raise ConfigError(f"{where}.value_loss_coef: must be >= 0, got {self.value_loss_coef}")
         if self.value_clip is not None and self.value_clip <= 0:
             raise ConfigError(f"{where}.value_clip: must be > 0 or null, got {self.value_clip}")
-        for key in ("head_hidden_dim", "max_length", "entropy_coef"):
+        for key in ("head_hidden_dim", "max_length"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"{where}.{key}: must be >= 0, got {getattr(self, key)}")

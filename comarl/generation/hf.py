@@ -7,7 +7,7 @@ searched for EOS, so a prompt that contains EOS/pad ids (chat templates) is
 never cut. With ``share_prefix`` each prompt is prefilled once and its cache
 expanded to its K samples (``shared_prefix.py``).
 
-A model sharded with FSDP2 (``train.sharding=fsdp``) must be whole when
+A model sharded with FSDP2 (``train.hardware.sharding=fsdp``) must be whole when
 ``generate`` runs: the trainer gathers it once per step around the rollout
 (``comarl.compute.sharding.Sharding.gathered``), so decoding does no
 communication and ranks may decode different numbers of tokens. A sharded
@@ -98,7 +98,7 @@ def _check_whole(agent) -> None:
     from torch.distributed.tensor import DTensor
 
     if isinstance(next(agent.model.parameters()), DTensor):
-        raise RuntimeError(f"{agent.name} is sharded (train.sharding=fsdp): generate on it inside "
+        raise RuntimeError(f"{agent.name} is sharded (train.hardware.sharding=fsdp): generate on it inside "
                            f"Sharding.gathered(), which makes it whole on every rank first")
 
 

@@ -6,7 +6,7 @@
   share it); all LoRA agents on one :class:`~comarl.lora.SharedBase` share ONE engine serving the frozen
   base, with one adapter per agent;
 * :meth:`VLLMGenerator.generate_for_agents` (also the object's ``__call__``: it is a team generator,
-  ``generation/team.py``, the rollout's and ``train.generator: vllm``'s) has the signature of
+  ``generation/team.py``, the rollout's and ``train.hardware.generator: vllm``'s) has the signature of
   ``rollout.generate_for_agents`` and
   returns the same per-agent :class:`~comarl.generation.hf.Completions` (as
   :class:`~comarl.generation.vllm_engine.EngineCompletions`, with the engine's log-probs); the agents
@@ -53,8 +53,8 @@ def check_agent(agent) -> None:
         raise ValueError(f"{agent.name}: its model is on the meta device (a sharded run's rank > 0 before its shards "
                          f"are filled); build the vLLM engines inside Sharding.gathered()")
     if isinstance(first, DTensor):
-        raise ValueError(f"{agent.name}: its model is sharded (train.sharding=fsdp); build the vLLM engines and push "
-                         f"weights inside Sharding.gathered()")
+        raise ValueError(f"{agent.name}: its model is sharded (train.hardware.sharding=fsdp); build the vLLM engines "
+                         f"and push weights inside Sharding.gathered()")
     check_device(first.device, agent.name)
 
 

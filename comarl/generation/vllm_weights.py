@@ -29,7 +29,7 @@ def _check_whole(tensor: torch.Tensor, name: str) -> None:
     from torch.distributed.tensor import DTensor
 
     if isinstance(tensor, DTensor):
-        raise RuntimeError(f"vLLM weight push: parameter {name} is sharded (train.sharding=fsdp); push inside "
+        raise RuntimeError(f"vLLM weight push: parameter {name} is sharded (train.hardware.sharding=fsdp); push inside "
                            f"Sharding.gathered(), where every rank holds the whole model")
 
 

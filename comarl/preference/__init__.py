@@ -2,7 +2,8 @@
 from .centralized import CentralizedEnv, ParseError, TaggedFormat
 from .pairs import JointPair, joint_returns, select_pairs, tree_pairs
 from .reward_model import JointRewardModel, RewardModelEnv
-from .settings import PreferenceSettings
+from .settings import DPOSettings, IterativeSettings, PairSettings, PreferenceSettings
 
-__all__ = ["CentralizedEnv", "JointPair", "JointRewardModel", "ParseError", "PreferenceSettings", "RewardModelEnv",
-           "TaggedFormat", "joint_returns", "select_pairs", "tree_pairs"]
+__all__ = ["CentralizedEnv", "DPOSettings", "IterativeSettings", "JointPair", "JointRewardModel", "PairSettings",
+           "ParseError", "PreferenceSettings", "RewardModelEnv", "TaggedFormat", "joint_returns", "select_pairs",
+           "tree_pairs"]

@@ -1,4 +1,4 @@
-"""Who writes the other side of an iterative preference round's pairs (``train.preference.comparator``).
+"""Who writes the other side of an iterative preference round's pairs (``train.preference.iterative.comparator``).
 
 One record per kind, chosen once when the rounds are built (``comparator_for``); the round asks it for round r's
 comparator agents and hands them back after sampling (``release``), so a comparator that lives for one round is
@@ -106,7 +106,8 @@ class FixedCheckpoint:
 
     def agents(self, team: "TeamView", r: int) -> list | None:
         if self.held is None:
-            self.held = shard_like_agents(team, load_folder(team, self.path, "train.preference.comparator_path"))
+            self.held = shard_like_agents(team, load_folder(team, self.path,
+                                                            "train.preference.iterative.comparator_path"))
         return self.held
 
     def release(self) -> None:
@@ -140,7 +141,7 @@ class EarlierRound:
         if dist.is_distributed():  # the other ranks load rank 0's snapshot
             torch.distributed.barrier()
         self.loaded = shard_like_agents(team, load_folder(team, self.out / f"round-{max(0, r - k)}" / "policy",
-                                                          "train.preference.comparator"))
+                                                          "train.preference.iterative.comparator"))
         return self.loaded
 
     def release(self) -> None:
@@ -150,7 +151,7 @@ class EarlierRound:
 
 
 def comparator_for(settings: "IterativeSettings", out: Path) -> Comparator:
-    """The record of ``train.preference.comparator`` (settings validated: ``PreferenceSettings.validate``)."""
+    """The record of ``train.preference.iterative.comparator`` (settings validated: ``PreferenceSettings.validate``)."""
     kind = settings.comparator
     if kind == "none":
         return NoComparator()
@@ -163,7 +164,7 @@ def comparator_for(settings: "IterativeSettings", out: Path) -> Comparator:
         if settings.comparator_path:
             return FixedCheckpoint(Path(settings.comparator_path))
         return EarlierRound(out, settings.comparator_rounds_back)
-    raise ConfigError(f"train.preference.comparator: no comparator {kind!r}")
+    raise ConfigError(f"train.preference.iterative.comparator: no comparator {kind!r}")
 
 
 # ----------------------------------------------------------------- built and placed as the agents are

@@ -9,7 +9,7 @@ the pairs, and returns the environment with the model's score as the reward
 Under torchrun ``experiment.py`` passes ``parallel``
 (``preference.parallel_fit.ParallelFit``): the fit is data parallel (every rank
 reads the whole file and trains on its share of each batch) and, with the run's
-sharding (``train.sharding: fsdp``, built before the trainer), the model is
+sharding (``train.hardware.sharding: fsdp``, built before the trainer), the model is
 sharded before it is fitted, so no rank ever trains it whole.
 """
 from __future__ import annotations

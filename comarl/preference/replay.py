@@ -1,4 +1,4 @@
-"""The pool an iterative round trains on: its own pairs and earlier rounds' (``train.preference.replay``).
+"""The pool an iterative round trains on: its own pairs and earlier rounds' (``train.preference.iterative.replay``).
 
 Two rules for the older rounds:
 
@@ -12,9 +12,12 @@ Two rules for the older rounds:
 from __future__ import annotations
 
 import random
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from .pairs import replay_weights
+
+if TYPE_CHECKING:
+    from .settings import IterativeSettings
 
 
 def sampled_round_probabilities(sizes: dict[int, int], decay: float) -> dict[int, float]:
@@ -71,8 +74,9 @@ def sample_replay(pairs_by_round: dict[int, list], size: int, decay: float, rng:
     return out
 
 
-def replay_pool(current: int, pairs_of: Callable[[int], list], settings, seed: int) -> tuple[list, list[float]]:
-    """Round ``current``'s pool and each pair's weight under ``settings`` (``train.preference``).
+def replay_pool(current: int, pairs_of: Callable[[int], list], settings: IterativeSettings,
+                seed: int) -> tuple[list, list[float]]:
+    """Round ``current``'s pool and each pair's weight under ``settings`` (``train.preference.iterative``).
 
     ``pairs_of(r)``: round r's pairs (r <= current). ``decay_sample`` draws with a stream seeded by
     (``seed``, ``current``), so every rank and a resumed run draw the same pool.

@@ -10,7 +10,7 @@ library (MAGRPO, MARLOO, MAReMax, IAC, MAAC) trains on it; the environment's own
 reward is still logged as ``env/env_reward``.
 
 A pair is a dict ``{"prompts": [N], "chosen": [N], "rejected": [N]}`` (the
-format ``train.preference.pairs_out`` writes).
+format ``train.preference.pairs.pairs_out`` writes).
 
 Under torchrun, :meth:`JointRewardModel.data_parallel` makes ``fit`` and
 ``accuracy`` collectives: every rank holds the same pairs and takes its share
@@ -18,7 +18,7 @@ of each batch (pairs r, r+W, ...), the loss is normalised by the whole batch's
 weight and the gradients are summed over ranks, so W ranks train the model a
 single process would. The ranks are the business of the component passed in
 (``preference/parallel_fit.py``: this module sits below the training loop). With
-``train.sharding: fsdp`` the model is sharded first (FSDP2, per decoder block
+``train.hardware.sharding: fsdp`` the model is sharded first (FSDP2, per decoder block
 and at the root, on the agents' mesh); a rank with no pair in a batch then runs
 a zero-loss forward/backward to join the collectives, and a sharded model
 scores (``accuracy``, :class:`RewardModelEnv`) only whole, which the trainer
@@ -234,7 +234,7 @@ class RewardModelEnv:
     def step_batch(self, states: Sequence[EnvState], responses: Sequence[Sequence[str]]) -> list[Transition]:
         trs = self.env.step_batch(states, responses)
         if self.reward_model.sharded and _is_sharded(self.reward_model.model):
-            raise RuntimeError("the reward model is sharded (train.sharding=fsdp): score with it inside "
+            raise RuntimeError("the reward model is sharded (train.hardware.sharding=fsdp): score with it inside "
                                "Sharding.gathered() (the trainer gathers the env's rollout_modules())")
         with torch.no_grad():
             scores = self.reward_model.scores([s.prompts for s in states], responses).cpu().tolist()

@@ -106,8 +106,8 @@ def text_pairs(ro, pairs, step: int, r: int | None = None,
     out = []
     if ro.tree.staged:
         raise ValueError("preference pairs of a team graph (env.stages) cannot be written as text pairs yet: an "
-                         "agent that does not act at a node has no text in them (drop train.preference.pairs_out, "
-                         "or use the one-stage team)")
+                         "agent that does not act at a node has no text in them (drop "
+                         "train.preference.pairs.pairs_out, or use the one-stage team)")
     for p in pairs:
         pair = {"step": step, **({"round": r} if r is not None else {}), "prompts": ro.tree.prompts[p.group],
                 "chosen": [ro.agents[i].texts[s] for i, s in enumerate(p.chosen_samples)],

@@ -2,11 +2,11 @@
 ``RewardModelRounds`` (``marlhf_iter``), sharing one ``RoundSampler``.
 
 Round r covers training steps ``[r*S, (r+1)*S)`` (S = ``steps_per_round``;
-``train.max_steps`` caps the total, default ``rounds * S``). At its first step:
+``train.run.max_steps`` caps the total, default ``rounds * S``). At its first step:
 
 1. ``madpo_iter`` with ``reference: current``: the DPO reference becomes a frozen copy of the policy;
 2. the current policy samples ``round_batches`` batches with the *environment's* reward; with a comparator
-   (``train.preference.comparator``) the comparator samples the same items and candidate j of the policy
+   (``train.preference.iterative.comparator``) the comparator samples the same items and candidate j of the policy
    meets candidate j of the comparator at each root node; else pairs are taken among the policy's own
    candidates at every node (``preference.tree_pairs``);
 3. every rank's pairs go to ``<output_dir>/round-<r>/pairs.jsonl``; the pool is these plus the replayed earlier
@@ -15,7 +15,7 @@ Round r covers training steps ``[r*S, (r+1)*S)`` (S = ``steps_per_round``;
    the reward of the round's steps (``RewardModelEnv``).
 
 Every step of the round is then a DPO step on the pool (``DPORounds`` hands the update a ``PairBatch``) or
-one step of ``train.preference.rl_algorithm`` on the reward model's score (``RewardModelRounds`` hands it a
+one step of ``train.preference.iterative.rl_algorithm`` on the reward model's score (``RewardModelRounds`` hands it a
 ``PromptBatch``). The round's last step is followed by a checkpoint and ``rounds.json``. The loop drives this
 one step at a time, so logging, ``eval_steps``, ``save_steps``, Ctrl-C and ``max_steps`` are the loop's.
 
@@ -82,7 +82,7 @@ class RoundSampler:
         config: the run's ``TrainConfig``.
         prompts: the ``PromptBatches`` whose cursor the rounds' sampling (and, ``marlhf_iter``, the steps)
             walk.
-        lockstep: the team's ``AgentAtATime`` or None (``train.fsdp_gather: agent``).
+        lockstep: the team's ``AgentAtATime`` or None (``train.hardware.fsdp_gather: agent``).
         generator: the team generator (``generation/team.py``); None: Hugging Face's.
     """
 
@@ -171,20 +171,20 @@ class RoundSampler:
         """Round r's pairs from its file (resumed inside the round)."""
         path = self.out / f"round-{r}" / "pairs.jsonl"
         if not path.exists():
-            raise ConfigError(f"train.resume: step {step} is inside round {r}, but {path} is missing")
+            raise ConfigError(f"train.run.resume: step {step} is inside round {r}, but {path} is missing")
         return read_pairs(path)
 
     def pool(self, r: int, pairs: list[dict]) -> tuple[list[dict], torch.Tensor]:
         """Round r's pool (its pairs and the replayed earlier rounds', ``replay.replay_pool``) and a weight
         per pair."""
         pairs_of = lambda past: pairs if past == r else read_pairs(self.out / f"round-{past}" / "pairs.jsonl")  # noqa: E731
-        pool, weights = replay_pool(r, pairs_of, self.config.preference, self.config.run.seed)
+        pool, weights = replay_pool(r, pairs_of, self.config.preference.iterative, self.config.run.seed)
         return pool, torch.tensor(weights, dtype=torch.float32)
 
     # ----------------------------------------------------------- checkpoints
     def load_extra(self, name: str):
         if self.resumed_from is None:
-            raise ConfigError(f"train.resume: resuming inside a round needs the checkpoint's {name}")
+            raise ConfigError(f"train.run.resume: resuming inside a round needs the checkpoint's {name}")
         return ckpt.load_extra(self.resumed_from, name)
 
 
@@ -248,7 +248,7 @@ class DPORounds:
             elif team.sharding is None:
                 ref.model.load_state_dict(self.sampler.load_extra(f"reference{i}.pt"))
             else:
-                raise ConfigError(f"train.resume: resuming inside a round under sharding needs {folder}/dcp "
+                raise ConfigError(f"train.run.resume: resuming inside a round under sharding needs {folder}/dcp "
                                   f"(a checkpoint of a sharded run)")
         team.place_references()
 
@@ -283,7 +283,7 @@ class DPORounds:
 
 class RewardModelRounds:
     """``marlhf_iter``'s source: each round fits the joint reward model on the pool; each step is a prompt
-    batch scored by that model (``RewardModelEnv``), for ``train.preference.rl_algorithm``'s update."""
+    batch scored by that model (``RewardModelEnv``), for ``train.preference.iterative.rl_algorithm``'s update."""
 
     epoch_based = False
 

@@ -1,10 +1,10 @@
 """Settings of the preference algorithms (``train.preference``), one docstring line per field."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ..config_io import ConfigError, aliased
+from ..config_io import ConfigError, Moved, aliased
 from .marlhf import RewardModelSettings
 from .pairs import SELECTIONS
 
@@ -45,7 +45,7 @@ class IterativeSettings:
     rounds: int = 2
     """madpo_iter, marlhf_iter: rounds of (sample the current policy, build pairs, train on them)."""
     round_batches: int = 1
-    """madpo_iter, marlhf_iter: rollout batches (train.batch_size items each) sampled per round for its pairs."""
+    """madpo_iter, marlhf_iter: rollout batches (train.run.batch_size items each) sampled per round for its pairs."""
     steps_per_round: int = 1
     """Training steps per round: madpo_iter DPO steps on the whole pool; marlhf_iter RL steps on the RM's score."""
     replay: str = "none"
@@ -76,15 +76,12 @@ class IterativeSettings:
     """marlhf_iter: fresh (a new reward model each round) | continue (go on training last round's)."""
 
 
-SECTIONS = {"pairs": PairSettings, "dpo": DPOSettings, "iterative": IterativeSettings}
-
-
 @aliased
 @dataclass
 class PreferenceSettings:
-    """``train.preference``: pairs, the DPO loss, and the rounds of the iterative algorithms. The keys that were
-    flat before the sections (``train.preference.beta``) are aliases of their section's
-    (``train.preference.dpo.beta``), in YAML, overrides, keyword arguments and attributes."""
+    """``train.preference``: pairs, the DPO loss, and the rounds of the iterative algorithms. The keys written
+    flat before the sections (``beta`` for ``dpo.beta``) are deprecated names of their section's keys until
+    comarl 0.2, in YAML, overrides, keyword arguments and attributes."""
 
     pairs: PairSettings = field(default_factory=PairSettings)
     """Which pairs are kept, and the pair files."""
@@ -93,53 +90,77 @@ class PreferenceSettings:
     iterative: IterativeSettings = field(default_factory=IterativeSettings)
     """Rounds of madpo_iter and marlhf_iter."""
 
-    ALIASES: ClassVar[dict[str, str]] = {f.name: f"{sec}.{f.name}" for sec, cls in SECTIONS.items()
-                                         for f in fields(cls)}
+    ALIASES: ClassVar[dict[str, str]] = {}
+    """Old key -> its path (filled by ``aliased`` from the ``Moved`` names below)."""
+
+    # The keys written flat before the sections, deprecated until comarl 0.2: each reads and sets its section's
+    # key, with a warning.
+    pair_selection = Moved[str]("pairs.pair_selection")
+    pairs_per_item = Moved[int | None]("pairs.pairs_per_item")
+    pairs_out = Moved[str | None]("pairs.pairs_out")
+    pairs_in = Moved[str | None]("pairs.pairs_in")
+    beta = Moved[float]("dpo.beta")
+    reference_free = Moved[bool]("dpo.reference_free")
+    rounds = Moved[int]("iterative.rounds")
+    round_batches = Moved[int]("iterative.round_batches")
+    steps_per_round = Moved[int]("iterative.steps_per_round")
+    replay = Moved[str]("iterative.replay")
+    replay_rounds = Moved[int]("iterative.replay_rounds")
+    replay_decay = Moved[float]("iterative.replay_decay")
+    replay_sample_size = Moved[int | None]("iterative.replay_sample_size")
+    reference = Moved[str]("iterative.reference")
+    comparator = Moved[str]("iterative.comparator")
+    comparator_rounds_back = Moved[int]("iterative.comparator_rounds_back")
+    comparator_path = Moved[str | None]("iterative.comparator_path")
+    comparator_model = Moved[str | None]("iterative.comparator_model")
+    rl_algorithm = Moved[str]("iterative.rl_algorithm")
+    reward_model = Moved[RewardModelSettings | None]("iterative.reward_model")
+    reward_model_refit = Moved[str]("iterative.reward_model_refit")
 
     def validate(self) -> None:
         p, it = self.pairs, self.iterative
         if p.pair_selection not in SELECTIONS:
-            raise ConfigError(f"train.preference.pair_selection: must be one of {list(SELECTIONS)}, "
+            raise ConfigError(f"train.preference.pairs.pair_selection: must be one of {list(SELECTIONS)}, "
                               f"got {p.pair_selection!r}")
         if p.pair_selection == "all" and p.pairs_per_item is not None:
-            raise ConfigError("train.preference.pairs_per_item: must be null with pair_selection=all "
+            raise ConfigError("train.preference.pairs.pairs_per_item: must be null with pair_selection=all "
                               "(all keeps every positive-gap pair)")
         if p.pairs_per_item is not None and p.pairs_per_item < 1:
-            raise ConfigError(f"train.preference.pairs_per_item: must be >= 1 or null, got {p.pairs_per_item}")
+            raise ConfigError(f"train.preference.pairs.pairs_per_item: must be >= 1 or null, got {p.pairs_per_item}")
         if it.replay not in REPLAY:
-            raise ConfigError(f"train.preference.replay: must be one of {list(REPLAY)}, got {it.replay!r}")
+            raise ConfigError(f"train.preference.iterative.replay: must be one of {list(REPLAY)}, got {it.replay!r}")
         if it.reference not in ("current", "initial"):
-            raise ConfigError(f"train.preference.reference: must be current or initial, got {it.reference!r}")
+            raise ConfigError(f"train.preference.iterative.reference: must be current or initial, got {it.reference!r}")
         for key in ("rounds", "round_batches", "steps_per_round", "replay_rounds"):
             if getattr(it, key) < 1:
                 raise ConfigError(f"train.preference.{key}: must be >= 1, got {getattr(it, key)}")
         if it.replay == "decay_sample" and not 0 <= it.replay_decay <= 1:
-            raise ConfigError(f"train.preference.replay_decay: must be in [0, 1] with replay=decay_sample, "
+            raise ConfigError(f"train.preference.iterative.replay_decay: must be in [0, 1] with replay=decay_sample, "
                               f"got {it.replay_decay}")
         if it.replay != "decay_sample" and not 0 < it.replay_decay <= 1:
-            raise ConfigError(f"train.preference.replay_decay: must be in (0, 1], got {it.replay_decay}")
+            raise ConfigError(f"train.preference.iterative.replay_decay: must be in (0, 1], got {it.replay_decay}")
         if it.replay_sample_size is not None and (it.replay != "decay_sample" or it.replay_sample_size < 1):
-            raise ConfigError(f"train.preference.replay_sample_size: must be null, or >= 1 with "
+            raise ConfigError(f"train.preference.iterative.replay_sample_size: must be null, or >= 1 with "
                               f"replay=decay_sample (replay is {it.replay!r}), got {it.replay_sample_size}")
         if not self.dpo.beta > 0:
-            raise ConfigError(f"train.preference.beta: must be > 0, got {self.dpo.beta}")
+            raise ConfigError(f"train.preference.dpo.beta: must be > 0, got {self.dpo.beta}")
         if it.comparator not in COMPARATORS:
-            raise ConfigError(f"train.preference.comparator: must be one of {list(COMPARATORS)}, "
+            raise ConfigError(f"train.preference.iterative.comparator: must be one of {list(COMPARATORS)}, "
                               f"got {it.comparator!r}")
         if it.comparator_rounds_back < 1:
-            raise ConfigError("train.preference.comparator_rounds_back: must be >= 1, "
+            raise ConfigError("train.preference.iterative.comparator_rounds_back: must be >= 1, "
                               f"got {it.comparator_rounds_back}")
         if it.comparator == "model" and not it.comparator_model:
-            raise ConfigError("train.preference.comparator_model: comparator=model needs a model "
+            raise ConfigError("train.preference.iterative.comparator_model: comparator=model needs a model "
                               "(hub id, local folder or tiny)")
         if it.comparator_model and it.comparator != "model":
-            raise ConfigError(f"train.preference.comparator_model: only read with comparator=model "
+            raise ConfigError(f"train.preference.iterative.comparator_model: only read with comparator=model "
                               f"(comparator is {it.comparator!r})")
         if it.comparator_path and it.comparator != "checkpoint":
-            raise ConfigError(f"train.preference.comparator_path: only read with comparator=checkpoint "
+            raise ConfigError(f"train.preference.iterative.comparator_path: only read with comparator=checkpoint "
                               f"(comparator is {it.comparator!r})")
         if it.reward_model_refit not in REFITS:
-            raise ConfigError(f"train.preference.reward_model_refit: must be one of {list(REFITS)}, "
+            raise ConfigError(f"train.preference.iterative.reward_model_refit: must be one of {list(REFITS)}, "
                               f"got {it.reward_model_refit!r}")
         if it.reward_model is not None:
-            it.reward_model.validate("train.preference.reward_model", needs_pairs=False)
+            it.reward_model.validate("train.preference.iterative.reward_model", needs_pairs=False)

@@ -6,7 +6,7 @@ minutes a 7B model takes to load and shard); ``build_run`` then builds, for the 
 
     agents (rank 0 reads them under sharding, the others build on meta) -> the critic the record names
     -> fp16 scalers, memory savers -> references (the KL term, or an update that learns against one)
-    -> FSDP2 sharding of agents, references and critic -> optimisers -> the generator (``train.generator:
+    -> FSDP2 sharding of agents, references and critic -> optimisers -> the generator (``train.hardware.generator:
     vllm``: engines built from the final weights) -> the source (the run's length) -> schedulers -> the Team,
     in one constructor call with every part -> the update
 """
@@ -76,15 +76,15 @@ def check_run(cfg, algorithm: Algorithm, agents: Sequence, env: Environment, gen
                     cfg.rollout.max_samples_per_item, stage_graph(env, len(agents)))  # and the team graph (stages.py)
     algorithm.check_config(cfg, list(agents))
     if generator is not None and cfg.hardware.generator != "hf":
-        raise ConfigError(f"train.generator: {cfg.hardware.generator} and Trainer(generator=...) both choose the "
-                          f"generator; give one")
+        raise ConfigError(f"train.hardware.generator: {cfg.hardware.generator} and Trainer(generator=...) both "
+                          f"choose the generator; give one")
     cfg.check_generator(generator)  # tis_cap, vllm importable, one process (after the algorithm's own reasons)
     if getattr(env, "num_agents", len(agents)) != len(agents):
         raise ConfigError(f"agents: the environment expects {env.num_agents} agents, {len(agents)} given")
 
 
 def place_agents(agents: Sequence, cfg, rank0_build: bool) -> list[Agent]:
-    """Build agents on their devices (``train.agent_devices`` over ``agents.<i>.device``), or move built ones.
+    """Build agents on their devices (``train.hardware.agent_devices`` over ``agents.<i>.device``), or move built ones.
 
     ``rank0_build`` (sharded under torchrun): rank 0 builds the models on the CPU, the other ranks on
     ``meta``; ``Sharding.add`` later fills every rank's shards from rank 0's weights."""
@@ -96,8 +96,8 @@ def place_agents(agents: Sequence, cfg, rank0_build: bool) -> list[Agent]:
             for i, (a, d) in enumerate(zip(built, devices)):
                 j = owner.setdefault(id(a.model), i)
                 if devices[j] != d:
-                    raise ConfigError(f"train.agent_devices: agents {j} and {i} share one model object but are "
-                                      f"placed on {devices[j]} and {d}")
+                    raise ConfigError(f"train.hardware.agent_devices: agents {j} and {i} share one model object "
+                                      f"but are placed on {devices[j]} and {d}")
                 a.model.to(d)
                 a.config = dataclasses.replace(a.config, device=d)
         return built
@@ -121,7 +121,7 @@ def kept_random_state():
 
 def build_generator(agents: Sequence, cfg, given=None):
     """The rollouts' team generator: ``given`` (``Trainer(generator=...)``), else a ``VLLMGenerator`` over the
-    built agents when ``train.generator`` is vllm (its engines start from the agents' current weights; their
+    built agents when ``train.hardware.generator`` is vllm (its engines start from the agents' current weights; their
     seed is ``train.hardware.vllm.seed``, else the run's), else None (Hugging Face ``generate``)."""
     if given is not None or cfg.hardware.generator != "vllm":
         return given
@@ -149,7 +149,7 @@ def build_run(agents: Sequence, env: Environment, items: list[dict], cfg, algori
               generator=None) -> Run:
     """The Team, critic, update and source of ``algorithm`` (``check_run`` has passed; the process group, if
     any, is up). Every rank calls it. ``generator``: the team generator of the rollouts (None: Hugging
-    Face's; ``train.generator: vllm`` builds one)."""
+    Face's; ``train.hardware.generator: vllm`` builds one)."""
     step_alg = algorithm.step_algorithm(cfg)
     # sharded: rank 0 builds the models on the CPU, the other ranks on `meta`, and every module is sharded
     # with rank 0's weights (Sharding.add), so no rank holds an agent whole on its device

@@ -1,6 +1,6 @@
 """Ctrl-C during training: stop with the step reached and the last checkpoint, optionally saving one first.
 
-Without ``train.save_on_interrupt`` Ctrl-C stops at once. With it, the first
+Without ``train.run.save_on_interrupt`` Ctrl-C stops at once. With it, the first
 Ctrl-C lets the current step finish (a checkpoint taken mid-step would hold
 some agents updated and others not), then a checkpoint is written; a second
 Ctrl-C stops at once.
@@ -23,7 +23,7 @@ class TrainingInterrupted(KeyboardInterrupt):
 
     def summary(self) -> str:
         last = f"last checkpoint {self.checkpoint}" if self.checkpoint else \
-            "no checkpoint yet (train.save_steps or train.save_on_interrupt=true write one)"
+            "no checkpoint yet (train.run.save_steps or train.run.save_on_interrupt=true write one)"
         return f"interrupted after step {self.step} of {self.total}; {last}"
 
 

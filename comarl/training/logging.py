@@ -42,7 +42,7 @@ class MetricsLogger:
             try:
                 import wandb
             except ImportError as e:
-                raise ImportError("train.report_to has wandb but the wandb package is not installed "
+                raise ImportError("train.run.report_to has wandb but the wandb package is not installed "
                                   "(pip install wandb)") from e
             self._wandb = wandb.init(project=wandb_project, config=run_config or {}, dir=str(self.dir))
 

@@ -38,7 +38,7 @@ from .skips import SkipStreak
 @contextmanager
 def user_terms(config: TrainConfig):
     """Errors (and a Ctrl-C's summary) raised inside, reworded for a Python user (``TrainConfig(resume=
-    "latest")`` for ``train.resume=latest``) unless ``config`` came from a config file or overrides, whose
+    "latest")`` for ``train.run.resume=latest``) unless ``config`` came from a config file or overrides, whose
     users write dotted keys (``config.from_config``)."""
     try:
         yield
@@ -75,7 +75,7 @@ class Trainer:
         config: :class:`TrainConfig`.
         eval_dataset: optional items for :meth:`evaluate`.
         generator: the team generator rollouts use (``comarl.generation.team`` contract; e.g. a scripted
-            one in a test); None: the config's ``train.generator`` (Hugging Face ``generate``, or vLLM engines,
+            one in a test); None: the config's ``train.hardware.generator`` (Hugging Face ``generate``, or vLLM engines,
             closed by :meth:`close`). One with a ``sync(agents)`` method gets the trained weights after every
             optimiser step that changed them, after a resume, and before the first rollout.
     """
@@ -173,7 +173,7 @@ class Trainer:
                 skips.before_step()
                 metrics = self._one_step()
                 step = self.state.step
-                if skips.after_step(step):  # train.max_consecutive_skips: stop with a checkpoint
+                if skips.after_step(step):  # train.run.max_consecutive_skips: stop with a checkpoint
                     self.history.append(metrics)
                     logger.log(step, metrics)
                     path = self.save_checkpoint() if cfg.run.output_dir else None
@@ -192,7 +192,7 @@ class Trainer:
                 if cfg.run.output_dir and ((cfg.run.save_steps and step % cfg.run.save_steps == 0) or round_end):
                     path, saved_at = self.save_checkpoint(), step
                     self.source.saved(path, step)  # rounds: rounds.json
-                if stop.requested_on_all_ranks():  # train.save_on_interrupt: checkpoint at a step boundary
+                if stop.requested_on_all_ranks():  # train.run.save_on_interrupt: checkpoint at a step boundary
                     if saved_at != step:
                         self.save_checkpoint()
                     raise KeyboardInterrupt
@@ -270,7 +270,7 @@ class Trainer:
         run_files.resume(self, where)
 
     def close(self) -> None:
-        """Stop the generator's engines (``train.generator: vllm``); a no-op for Hugging Face's. Training and
+        """Stop the generator's engines (``train.hardware.generator: vllm``); a no-op for Hugging Face's. Training and
         evaluation need a new Trainer afterwards."""
         close = getattr(self.generator, "close", None)
         if close is not None:

@@ -25,7 +25,7 @@ def save_checkpoint(trainer: Trainer) -> Path | None:
     the update and the source need to resume. Returns the folder on the main rank, None on the others."""
     st, team, cfg = trainer.state, trainer.team, trainer.config
     if cfg.run.output_dir is None:
-        raise ValueError("save_checkpoint: train.output_dir is not set (no folder to write checkpoints to)")
+        raise ValueError("save_checkpoint: train.run.output_dir is not set (no folder to write checkpoints to)")
     state = {**trainer.source.cursor.state(), "counters": st.counters, "world_size": dist.world_size(),
              "global_batch": trainer.global_batch, "run_id": trainer.run_id}
     modules, extra = {}, {}

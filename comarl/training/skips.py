@@ -1,4 +1,4 @@
-"""Stop a run that has gone wrong: ``train.max_consecutive_skips`` steps in a row without an update.
+"""Stop a run that has gone wrong: ``train.run.max_consecutive_skips`` steps in a row without an update.
 
 A step is *skipped* when it tried to update and no agent's optimizer stepped: every agent's update was dropped
 for a non-finite loss or gradient (``count/nonfinite_skips``), an empty batch (``count/empty_batch_skips``), or
@@ -25,7 +25,7 @@ class SkipStreak:
     """Counts consecutive skipped steps from the Team's counters.
 
     Args:
-        limit: ``train.max_consecutive_skips`` (0 = never stop).
+        limit: ``train.run.max_consecutive_skips`` (0 = never stop).
         counters: the Team's counters (read, never written).
     """
 
@@ -56,14 +56,14 @@ class SkipStreak:
     def stop(self, step: int, checkpoint) -> RunStopped:
         """The one-line error a run stops with at ``step``; ``checkpoint``: the folder just saved, or None."""
         c = self.counts
-        saved = (f"its state is saved in {checkpoint} (resume with train.resume=latest)" if checkpoint is not None
-                 else "no checkpoint was written (train.output_dir is not set)")
+        saved = (f"its state is saved in {checkpoint} (resume with train.run.resume=latest)" if checkpoint is not None
+                 else "no checkpoint was written (train.run.output_dir is not set)")
         return RunStopped(
             f"{self.length} steps in a row took no update (steps {self.first}-{step}: {c['nonfinite_skips']} "
             f"non-finite losses or gradients, {c['empty_batch_skips']} empty batches, "
             f"{c['critic_nonfinite_skips']} non-finite critic losses), so the weights are those of step "
             f"{self.first - 1}; {saved}. Look for NaN or inf rewards, lower the learning rate, or check "
-            f"max_new_tokens under mask_truncated; train.max_consecutive_skips={self.limit} (0 = never stop)")
+            f"max_new_tokens under mask_truncated; train.run.max_consecutive_skips={self.limit} (0 = never stop)")
 
 
 __all__ = ["RunStopped", "SKIP_COUNTERS", "SkipStreak"]

@@ -46,7 +46,7 @@ class Team:
         references: [N] each agent's frozen reference policy (``comarl.reference``), or None where no
             KL or DPO needs one.
         optimizers, schedulers: [N] one of each per agent.
-        scalers: id(model) -> fp16 ``LossScaler`` (``train.mixed_precision: fp16``).
+        scalers: id(model) -> fp16 ``LossScaler`` (``train.hardware.mixed_precision: fp16``).
         sharding: the run's FSDP2 sharding, or None.
         max_grad_norm: gradient clipping per agent (0 = off).
         fsdp_gather: ``team`` | ``agent``: what is whole during generation under sharding.

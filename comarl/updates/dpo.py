@@ -15,7 +15,7 @@ Two updates share it: ``OnlineDPO`` (``madpo``: the step's own rollout gives the
 Structured generation: tokens a schema forced (``AgentPairs.forced``) are left
 out of the sequence log-probs, of the policy and of the reference alike.
 
-FSDP sharding (``train.sharding: fsdp``): the reference and no-grad policy
+FSDP sharding (``train.hardware.sharding: fsdp``): the reference and no-grad policy
 log-probs (a count that differs per rank) run with the models gathered whole;
 the backward (``compute.stepping.micro_batched_backward``) runs the same number
 of micro-batches on every rank (an idle backward for a rank out of samples),

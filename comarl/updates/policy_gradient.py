@@ -50,7 +50,7 @@ class LossBatch:
             normaliser.
         forced: None, or per completion token True where a schema forced it (structured generation).
         engine: None, or per completion token the log-prob the generator's engine sampled it with (vLLM): for
-            the gap metric and ``train.tis_cap``.
+            the gap metric and ``train.loss.tis_cap``.
     """
 
     prompts: list[list[int]]
@@ -84,7 +84,7 @@ class PolicyGradient:
         loss_fn: ``(logp, old_logp, adv [S, T], weights, clip_low, clip_high, ratio_level) -> (loss, stats)``,
             the per-micro-batch policy loss (``losses.clipped_policy_loss``).
         weights: the token weights of the loss normalisation (``losses.token_weights``).
-        entropy_coef: the actor-critic entropy bonus's coefficient (with a critic only).
+        entropy_coef: the entropy bonus's coefficient (``train.loss.entropy_coef``; 0: no bonus).
         algorithm: the algorithm's name, for error messages.
     """
 
@@ -175,10 +175,10 @@ class PolicyGradient:
         first update, whenever a later pass or the KL-in-reward needs them;
         reference log-probs once, when ``kl_beta`` > 0. Sampling, old and
         reference log-probs run without dropout, and so does the update unless
-        ``train.disable_dropout`` is false, so pass one has ratio 1 exactly. A
+        ``train.loss.disable_dropout`` is false, so pass one has ratio 1 exactly. A
         batch with no token in the loss (every completion truncated under
         ``mask_truncated``) skips the update (``count/empty_batch_skips``). Samples from an engine (vLLM)
-        add their log-prob gap to ``gaps`` and, with ``train.tis_cap``, weigh the loss (``engine_mismatch``).
+        add their log-prob gap to ``gaps`` and, with ``train.loss.tis_cap``, weigh the loss (``engine_mismatch``).
         ``critic_adv``: per rollout chunk, the critic's advantages (``Critic.prepare``), or None. ``batch``: the
         samples as :meth:`loss_batch` gives them (None: built here); ``behaviour``: the sampling policy's
         log-probs taken before any agent of the step stepped (an agent sharing its weights with another), used as
@@ -269,7 +269,7 @@ class PolicyGradient:
             nonlocal kl_sum, kl_tokens, clip_tokens
             a, b = batch.spans[m]
             forced = {"forced": batch.forced[a:b]} if batch.forced is not None else {}  # structured generation
-            with autocast(hw.mixed_precision, agent.device):  # train.mixed_precision (precision.py)
+            with autocast(hw.mixed_precision, agent.device):  # train.hardware.mixed_precision (precision.py)
                 logp, cmask = completion_logprobs(model, batch.prompts[a:b], batch.comps[a:b], pad, temp,
                                                   share, **forced)
             in_loss = {"mask": cmask.cpu() * (batch.lengths[a:b] > 0).unsqueeze(1)} if forced else {}
@@ -292,7 +292,7 @@ class PolicyGradient:
                     kl_tokens += int(cmask.sum())
                 if lc.kl_mode == "loss":
                     loss = loss + self.kl_penalty(logp, ref_lp[m], w, lc.kl_beta, lc.kl_estimator)
-            if self.critic is not None and self.entropy_coef > 0:  # actor-critic entropy bonus
+            if self.entropy_coef > 0:  # entropy bonus
                 loss = loss + self.entropy_bonus(logp, w, self.entropy_coef)
             if torch.isfinite(loss):
                 n = float(st["tokens"])
@@ -346,7 +346,7 @@ class PolicyGradient:
             return
         modules = self.critic.checkpoint_modules()
         if written != sorted(modules):
-            raise ValueError(f"train.resume: {path} holds critics {written}, this run has {sorted(modules)} "
+            raise ValueError(f"train.run.resume: {path} holds critics {written}, this run has {sorted(modules)} "
                              f"(iac vs maac?)")
         for name, (module, optimizer) in modules.items():
             ckpt.load_sharded_module(path / name, module, optimizer)

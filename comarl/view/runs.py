@@ -53,7 +53,7 @@ def find_runs(folders: list[str]) -> list[Run]:
     A folder without run files is refused, naming the runs inside it when it holds some (``runs/demo`` holds a
     run per demo)."""
     if not folders:
-        raise ViewError("comarl view: give at least one run folder (the train.output_dir of a run)")
+        raise ViewError("comarl view: give at least one run folder (the train.run.output_dir of a run)")
     paths = []
     for f in folders:
         p = Path(f).expanduser()

@@ -10,6 +10,7 @@ from comarl.critics import CriticSettings
 from comarl.envs.base import AgentRewards
 from comarl.rollout import collect_rollout
 from toy_tasks import same_word
+from config_keys import set_keys
 
 
 def toy_env(reward=same_word, transition=None, max_turns=1):
@@ -21,13 +22,14 @@ def toy_env(reward=same_word, transition=None, max_turns=1):
 ITEMS = [{"n": i} for i in range(8)]
 
 
-def trainer(algorithm="iac", steps=2, critic=None, agents=None, env=None, k=4, lr=2e-2, **train):
+def trainer(algorithm="iac", steps=2, critic=None, agents=None, env=None, k=4, lr=2e-2, **sections):
     agents = agents or [comarl.AgentConfig(model="tiny", max_new_tokens=2, lr=lr, chat_template=False)
                         for _ in range(2)]
-    cfg = comarl.TrainConfig(algorithm=algorithm, num_generations=k, batch_size=4, max_steps=steps,
-                             progress_bar=False, report_to=[], seed=0, **train)
+    cfg = comarl.TrainConfig(algorithm=algorithm, rollout=comarl.RolloutConfig(num_generations=k),
+                             run=comarl.RunConfig(batch_size=4, max_steps=steps, progress_bar=False, report_to=[],
+                                                  seed=0))
     cfg.critic = critic or CriticSettings(lr=1e-3)
-    return comarl.Trainer(agents, env or toy_env(), ITEMS, cfg)
+    return comarl.Trainer(agents, env or toy_env(), ITEMS, set_keys(cfg, **sections))
 
 
 def rise(hist, n=8):
@@ -81,13 +83,13 @@ def test_joint_input_from_an_import_path_and_the_default_template():
         resolve_joint_input("no_such_module_xyz:f")
 
 
-@pytest.mark.parametrize("critic, k", [
-    (CriticSettings(lr=1e-2), 4),  # value head, V(h)
-    (CriticSettings(lr=1e-2, critic_type="q", head_hidden_dim=8), 2),  # value head with a hidden layer, Q
-    (CriticSettings(model="tiny", lr=1e-2, value_clip=0.2, entropy_coef=0.01), 1),  # separate critic per agent, K=1
+@pytest.mark.parametrize("critic, k, entropy_coef", [
+    (CriticSettings(lr=1e-2), 4, 0.0),  # value head, V(h)
+    (CriticSettings(lr=1e-2, critic_type="q", head_hidden_dim=8), 2, 0.0),  # value head with a hidden layer, Q
+    (CriticSettings(model="tiny", lr=1e-2, value_clip=0.2), 1, 0.01),  # separate critic per agent, K=1, entropy bonus
 ], ids=["head_v", "head_q", "separate_v_k1"])
-def test_value_head_and_separate_critic_variants_train(critic, k):
-    t = trainer("iac", steps=2, critic=critic, k=k)
+def test_value_head_and_separate_critic_variants_train(critic, k, entropy_coef):
+    t = trainer("iac", steps=2, critic=critic, k=k, loss={"entropy_coef": entropy_coef})
     before = [[p.detach().clone() for p in vm.parameters()] for vm in t.critic.models]
     hist = t.train()
     for vm, old in zip(t.critic.models, before):
@@ -133,7 +135,7 @@ def test_a_branch_cut_by_num_turns_bootstraps_from_the_next_prompts(bootstrap):
     """The env would go on (a transition exists) but num_turns = 1: target = r + gamma * V(next prompts)."""
     env = toy_env(reward=lambda responses, item: 0.5, transition=lambda state, responses: ["next A", "next B"],
                   max_turns=3)
-    t = trainer("iac", env=env, k=2, discount=0.5, critic=CriticSettings(bootstrap_truncated=bootstrap))
+    t = trainer("iac", env=env, k=2, rollout={"discount": 0.5}, critic=CriticSettings(bootstrap_truncated=bootstrap))
     rollout = collect_rollout(t.agents, t.env, ITEMS[:1], t.settings)
     assert rollout.tree.truncated.all() and rollout.tree.next_prompts[(0, 0)] == ["next A", "next B"]
     t.critic.prepare([rollout])
@@ -148,7 +150,8 @@ def test_a_branch_cut_by_num_turns_bootstraps_from_the_next_prompts(bootstrap):
 def test_multi_turn_gae_runs_over_each_branch():
     env = toy_env(transition=lambda state, responses: [f"again: {responses[1]}", f"again: {responses[0]}"],
                   max_turns=2)
-    t = trainer("maac", steps=2, env=env, k=2, num_turns=2, critic=CriticSettings(model="tiny", gae_lambda=0.5))
+    t = trainer("maac", steps=2, env=env, k=2, rollout={"num_turns": 2},
+                critic=CriticSettings(model="tiny", gae_lambda=0.5))
     hist = t.train()
     assert hist[-1]["tree/nodes"] == 4 * 3  # a root and K=2 children per item
     assert np.isfinite(hist[-1]["critic/value_loss"])
@@ -161,14 +164,14 @@ def _critic_weights(t):
 @pytest.mark.parametrize("algorithm, critic", [("iac", CriticSettings(lr=1e-2)),
                                                ("maac", CriticSettings(model="tiny", lr=1e-2))])
 def test_resume_with_critics_is_exact(tmp_path, algorithm, critic):
-    straight = trainer(algorithm, steps=4, critic=critic, k=2, output_dir=str(tmp_path / "a"))
+    straight = trainer(algorithm, steps=4, critic=critic, k=2, run={"output_dir": str(tmp_path / "a")})
     straight.train()
-    first = trainer(algorithm, steps=4, critic=critic, k=2, output_dir=str(tmp_path / "b"), save_steps=2)
+    first = trainer(algorithm, steps=4, critic=critic, k=2, run={"output_dir": str(tmp_path / "b"), "save_steps": 2})
     first.total_steps = 2
     first.train()
     assert (tmp_path / "b" / "checkpoint-2" / "critic.pt").exists()
-    resumed = trainer(algorithm, steps=4, critic=critic, k=2, output_dir=str(tmp_path / "b"), save_steps=2,
-                      resume="latest")
+    resumed = trainer(algorithm, steps=4, critic=critic, k=2,
+                      run={"output_dir": str(tmp_path / "b"), "save_steps": 2, "resume": "latest"})
     resumed.train()
     for a, b in zip(_critic_weights(straight), _critic_weights(resumed)):
         assert torch.allclose(a, b, atol=1e-6)
@@ -185,7 +188,7 @@ def test_bad_critic_settings_are_errors_that_name_the_key():
     with pytest.raises(ConfigError, match="critic_type"):
         load_config(None, ["train.algorithm=iac", "train.critic.critic_type=w"])
     with pytest.raises(ConfigError, match="kl_mode"):
-        trainer("iac", kl_beta=0.1, kl_mode="reward")
+        trainer("iac", loss={"kl_beta": 0.1, "kl_mode": "reward"})
 
 
 def test_a_sequence_classification_model_is_its_own_critic_head():

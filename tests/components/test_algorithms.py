@@ -12,6 +12,7 @@ from comarl.generation import Completions
 from comarl.generation.team import scripted
 from comarl.losses import clipped_policy_loss
 from comarl.rollout import RolloutSettings, collect_rollout
+from config_keys import set_keys
 
 # the reward table of tests/unit/test_advantages.py: 2 groups x 4 samples
 R = torch.tensor([[1.0, 2.0, 3.0, 6.0],
@@ -136,10 +137,11 @@ def test_greedy_baseline_runs_greedy_chains_to_the_end():
 
 
 # ---------------------------------------------------------------- end to end
-def _tiny_trainer(algorithm, n_agents=2, **over):
-    kw = dict(algorithm=algorithm, num_generations=2, batch_size=2, max_steps=2, progress_bar=False, report_to=[],
-              micro_batch_size=8, log_samples_steps=0)
-    cfg = comarl.TrainConfig(**{**kw, **over})
+def _tiny_trainer(algorithm, n_agents=2, **sections):
+    cfg = set_keys(comarl.TrainConfig(algorithm=algorithm, rollout=comarl.RolloutConfig(num_generations=2),
+                                      run=comarl.RunConfig(batch_size=2, max_steps=2, progress_bar=False, report_to=[],
+                                                           log_samples_steps=0),
+                                      hardware=comarl.HardwareConfig(micro_batch_size=8)), **sections)
     agents = [comarl.AgentConfig(model="tiny", max_new_tokens=6, lr=1e-3) for _ in range(n_agents)]
     env = FunctionEnv([(lambda it, i=i: f"agent {i}: {it['q']}") for i in range(n_agents)],
                       lambda resps, it: sum(len(r) for r in resps) / 10.0)
@@ -171,7 +173,8 @@ def test_each_algorithm_trains_two_steps(algorithm):
 
 def test_num_iterations_uses_old_logprobs_from_before_the_first_update():
     seen = []
-    t = _tiny_trainer("marloo", n_agents=1, num_iterations=3, max_steps=1, clip_low=0.5, clip_high=0.5)
+    t = _tiny_trainer("marloo", n_agents=1, loss={"num_iterations": 3, "clip_low": 0.5, "clip_high": 0.5},
+                      run={"max_steps": 1})
     real = t.update.loss_fn
 
     def spy(logp, old_logp, *a, **k):  # the update's policy loss, watched

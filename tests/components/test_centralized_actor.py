@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import comarl
-from comarl.preference import CentralizedEnv, ParseError, PreferenceSettings, TaggedFormat
+from comarl.preference import CentralizedEnv, DPOSettings, PairSettings, ParseError, PreferenceSettings, TaggedFormat
 
 
 def both_say_yes(responses, item):
@@ -51,9 +51,9 @@ def test_centralized_actor_trains_and_logs_parse_failures(algorithm):
     same = comarl.FunctionEnv(formatters=[lambda it: f"Pick ({it['n']}):", lambda it: f"Match ({it['n']}):"],
                               reward_fn=lambda r, it: float(ord(r[0]) % 3 == ord(r[1]) % 3))
     env = CentralizedEnv(same, parser=first_chars, failure_reward=-0.5)
-    cfg = comarl.TrainConfig(algorithm=algorithm, num_generations=4, batch_size=4, max_steps=2, progress_bar=False,
-                             report_to=[], seed=0)
-    cfg.preference = PreferenceSettings(beta=0.5, pairs_per_item=2)
+    cfg = comarl.TrainConfig(algorithm=algorithm, rollout=comarl.RolloutConfig(num_generations=4),
+                             run=comarl.RunConfig(batch_size=4, max_steps=2, progress_bar=False, report_to=[], seed=0))
+    cfg.preference = PreferenceSettings(dpo=DPOSettings(beta=0.5), pairs=PairSettings(pairs_per_item=2))
     t = comarl.Trainer([comarl.AgentConfig(model="tiny", max_new_tokens=3, lr=1e-2, chat_template=False)], env,
                        [{"n": i} for i in range(8)], cfg)
     w0 = [p.detach().clone() for p in t.agents[0].model.parameters()]

@@ -1,7 +1,7 @@
 """Checkpoints that cannot be read or written (issue #33): a truncated file or a missing shard is named; resume=latest
 falls back to the newest checkpoint that verifies and warns about the broken one; a save that runs out of disk space
 keeps the previous checkpoint and says how much space it needed; resume=latest in a folder whose run died before its
-first checkpoint says so and names train.overwrite=true. docs/faults.md describes each for users."""
+first checkpoint says so and names train.run.overwrite=true. docs/faults.md describes each for users."""
 import errno
 import json
 import re
@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DEMO = str(ROOT / "configs/demo/writing.yaml")
 
 
-def _trainer(out, **over):
-    return demo_trainer(out, steps=4, **over)
+def _trainer(out, **run):
+    return demo_trainer(out, steps=4, **run)
 
 
 def _save_at(trainer, *steps):
@@ -29,7 +29,7 @@ def _save_at(trainer, *steps):
     for s in steps:
         trainer.state.step = s
         trainer.save_checkpoint()
-    return [trainer.config.output_dir + f"/checkpoint-{s}" for s in steps]
+    return [trainer.config.run.output_dir + f"/checkpoint-{s}" for s in steps]
 
 
 def _truncate(f: Path, keep: float = 0.5) -> None:
@@ -45,7 +45,7 @@ def test_manifest_lists_every_file_with_its_size_and_is_written_last(tmp_path):
     assert sorted(manifest["files"]) == files and "agent0/model.safetensors" in files
     assert all(manifest["files"][f]["size"] == (path / f).stat().st_size for f in files)
     assert manifest["bytes"] == sum(e["size"] for e in manifest["files"].values())
-    assert "crc32" not in manifest["files"]["rng.pt"]  # checksums only with train.checkpoint_checksums
+    assert "crc32" not in manifest["files"]["rng.pt"]  # checksums only with train.run.checkpoint_checksums
     assert not list(tmp_path.glob("*.tmp"))
 
 
@@ -79,7 +79,7 @@ def test_resume_latest_falls_back_to_the_newest_checkpoint_that_verifies(tmp_pat
     with pytest.warns(UserWarning) as warned:
         resumed = _trainer(tmp_path, resume="latest")
     assert resumed.state.step == 2 and resumed.resumed_from == str(c2)
-    said = [str(w.message) for w in warned if "train.resume=latest" in str(w.message)]
+    said = [str(w.message) for w in warned if "train.run.resume=latest" in str(w.message)]
     assert len(said) == 2
     assert "skipping checkpoint-4" in said[0] and str(c4 / "agent1" / "model.safetensors") in said[0]
     assert "skipping checkpoint-3" in said[1] and f"{c3 / 'rng.pt'}: missing" in said[1]
@@ -222,19 +222,19 @@ def test_other_save_errors_are_not_called_a_full_disk(tmp_path):
 
 
 def test_resume_latest_after_a_run_died_before_its_first_checkpoint(tmp_path, capsys):
-    """The CLI prints one line naming train.overwrite=true (status 2), before any model loads."""
+    """The CLI prints one line naming train.run.overwrite=true (status 2), before any model loads."""
     out = tmp_path / "run"
     out.mkdir()
     (out / "run.json").write_text('{"run_id": "abc"}')
     (out / "metrics.jsonl").write_text('{"step": 1}\n')
     (out / "checkpoint-2.tmp").mkdir()  # killed while writing its first checkpoint
-    assert main(["train", DEMO, f"train.output_dir={out}", "train.resume=latest"]) == 2
+    assert main(["train", DEMO, f"train.run.output_dir={out}", "train.run.resume=latest"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "the run in" in err and "stopped before its first checkpoint (checkpoint-2.tmp is a save that never " \
-                                   "finished)" in err and "train.overwrite=true" in err
+                                   "finished)" in err and "train.run.overwrite=true" in err
 
 
 def test_resume_latest_in_an_empty_folder_says_there_is_no_run(tmp_path):
-    with pytest.raises(ConfigError, match="holds no run to continue .* drop train.resume"):
+    with pytest.raises(ConfigError, match="holds no run to continue .* drop train.run.resume"):
         _trainer(tmp_path / "new", resume="latest")

@@ -17,7 +17,7 @@ def test_env_by_import_path_trains(tmp_path, monkeypatch):
 agents: [{{model: tiny, max_new_tokens: 4}}, {{model: tiny, max_new_tokens: 4}}]
 env: {{name: "my_task:build", args: {{greeting: Hi}}}}
 data: {{train: {{source: {HERE / 'data' / 'custom' / 'items.jsonl'}, limit: 2}}}}
-train: {{num_generations: 2, batch_size: 2, max_steps: 1, progress_bar: false}}
+train: {{rollout: {{num_generations: 2}}, run: {{batch_size: 2, max_steps: 1, progress_bar: false}}}}
 """)
     trainer = build_trainer(load_config(cfg_file))
     assert [it["q"] for it in trainer.train_items] == ["one", "two"]

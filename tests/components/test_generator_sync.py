@@ -1,6 +1,6 @@
 """A generator that samples from its own copy of the weights (as a vLLM engine does) follows training through
 ``sync``, its log-probs are measured against the trainer's (``gen/logprob_gap_*``) and can weigh the loss
-(``train.tis_cap``). A fake engine stands in for vLLM here: HF ``generate`` on a deep copy of each agent."""
+(``train.loss.tis_cap``). A fake engine stands in for vLLM here: HF ``generate`` on a deep copy of each agent."""
 import copy
 import dataclasses
 
@@ -58,11 +58,12 @@ def agents(n=2):
                                                    model_kwargs={"seed": i}) for i in range(n)])
 
 
-def train(engine_of, steps=2, **cfg):
+def train(engine_of, steps=2, loss=None, **run):
     team = agents()
     engine = engine_of(team)
-    config = comarl.TrainConfig(num_generations=2, batch_size=2, max_steps=steps, progress_bar=False, report_to=[],
-                                seed=0, **cfg)
+    config = comarl.TrainConfig(rollout=comarl.RolloutConfig(num_generations=2),
+                                run=comarl.RunConfig(batch_size=2, max_steps=steps, progress_bar=False, report_to=[],
+                                                     seed=0, **run), loss=loss or comarl.LossConfig())
     trainer = comarl.Trainer(team, toy_env(), ITEMS, config, generator=engine)
     return trainer, engine, trainer.train()
 
@@ -84,7 +85,8 @@ def test_a_stale_engine_shows_in_the_gap_metric():
 def test_only_the_agents_whose_optimiser_stepped_are_pushed():
     team = agents()
     engine = CopyEngine(team)
-    config = comarl.TrainConfig(num_generations=2, batch_size=2, max_steps=1, progress_bar=False, report_to=[])
+    config = comarl.TrainConfig(rollout=comarl.RolloutConfig(num_generations=2),
+                                run=comarl.RunConfig(batch_size=2, max_steps=1, progress_bar=False, report_to=[]))
     trainer = comarl.Trainer(team, toy_env(), ITEMS, config, generator=engine)
     engine.synced.clear()
     trainer.team.changed.clear()
@@ -97,8 +99,8 @@ def test_truncated_importance_sampling_weighs_the_loss_by_the_capped_ratio():
     """The engine sees every sampled token 0.1 nats likelier than the trainer: ratio exp(-0.1) = 0.905 per token
     (cap 2 leaves it), so the first step's loss is 0.905 x the loss without TIS; with cap 0.5 every weight is 0.5."""
     _, _, plain = train(lambda team: CopyEngine(team, shift=-0.1), steps=1)
-    _, _, tis = train(lambda team: CopyEngine(team, shift=-0.1), steps=1, tis_cap=2.0)
-    _, _, capped = train(lambda team: CopyEngine(team, shift=-0.1), steps=1, tis_cap=0.5)
+    _, _, tis = train(lambda team: CopyEngine(team, shift=-0.1), steps=1, loss=comarl.LossConfig(tis_cap=2.0))
+    _, _, capped = train(lambda team: CopyEngine(team, shift=-0.1), steps=1, loss=comarl.LossConfig(tis_cap=0.5))
     ratio = torch.exp(torch.tensor(-0.1)).item()
     assert "gen/tis_weight_mean" not in plain[0]
     assert tis[0]["gen/tis_weight_mean"] == pytest.approx(ratio, abs=1e-5)
@@ -110,13 +112,13 @@ def test_truncated_importance_sampling_weighs_the_loss_by_the_capped_ratio():
 
 
 def test_resume_pushes_the_loaded_weights(tmp_path):
-    cfg = {"output_dir": str(tmp_path), "save_steps": 1}
-    trainer, _, _ = train(CopyEngine, steps=1, **cfg)
+    trainer, _, _ = train(CopyEngine, steps=1, output_dir=str(tmp_path), save_steps=1)
     trained = [{k: v.clone() for k, v in a.model.state_dict().items()} for a in trainer.agents]
     team = agents()
     engine = CopyEngine(team)
-    config = comarl.TrainConfig(num_generations=2, batch_size=2, max_steps=2, progress_bar=False, report_to=[],
-                                resume="latest", **cfg)
+    config = comarl.TrainConfig(rollout=comarl.RolloutConfig(num_generations=2),
+                                run=comarl.RunConfig(batch_size=2, max_steps=2, progress_bar=False, report_to=[],
+                                                     resume="latest", output_dir=str(tmp_path), save_steps=1))
     comarl.Trainer(team, toy_env(), ITEMS, config, generator=engine)
     assert engine.synced == [[a.name for a in team]]
     for want, c in zip(trained, engine.copies):
@@ -145,8 +147,9 @@ def test_truncated_is_weighs_the_policy_term_only():
     penalty the plain token weights (issue #41: they were multiplied into every term)."""
     team = agents()
     engine = CopyEngine(team, shift=-0.1)
-    config = comarl.TrainConfig(num_generations=2, batch_size=2, max_steps=2, progress_bar=False, report_to=[],
-                                seed=0, tis_cap=2.0, kl_beta=0.5)
+    config = comarl.TrainConfig(rollout=comarl.RolloutConfig(num_generations=2),
+                                run=comarl.RunConfig(batch_size=2, max_steps=2, progress_bar=False, report_to=[],
+                                                     seed=0), loss=comarl.LossConfig(tis_cap=2.0, kl_beta=0.5))
     trainer = comarl.Trainer(team, toy_env(), ITEMS, config, generator=engine)
     seen = {"policy": [], "kl": []}
     loss_fn, penalty = trainer.update.loss_fn, trainer.update.kl_penalty

@@ -77,16 +77,18 @@ def test_k3_in_the_loss_follows_the_gradient_of_the_reverse_kl():
 def test_k1_in_the_loss_has_zero_expected_gradient_and_is_refused():
     # grad k1 = grad logp, and E_pi[grad logp] = sum_a p_a (e_a - p) = 0
     assert torch.allclose(_expected_penalty_gradient("k1"), torch.zeros(3), atol=1e-7)
-    with pytest.raises(comarl.ConfigError, match=r"train.kl_estimator: k1 as a loss term .* k3.* kl_mode: reward"):
-        comarl.TrainConfig(kl_beta=0.1, kl_estimator="k1", kl_mode="loss").validate(1)
-    comarl.TrainConfig(kl_beta=0.1, kl_estimator="k1", kl_mode="reward").validate(1)
-    comarl.TrainConfig(kl_beta=0.1, kl_estimator="k3", kl_mode="loss").validate(1)
-    comarl.TrainConfig(kl_beta=0.0, kl_estimator="k1", kl_mode="loss").validate(1)  # no KL term at all
+    with pytest.raises(comarl.ConfigError, match=r"train.loss.kl_estimator: k1 as a loss term .* k3.* kl_mode: reward"):
+        comarl.TrainConfig(loss=comarl.LossConfig(kl_beta=0.1, kl_estimator="k1", kl_mode="loss")).validate(1)
+    comarl.TrainConfig(loss=comarl.LossConfig(kl_beta=0.1, kl_estimator="k1", kl_mode="reward")).validate(1)
+    comarl.TrainConfig(loss=comarl.LossConfig(kl_beta=0.1, kl_estimator="k3", kl_mode="loss")).validate(1)
+    comarl.TrainConfig(loss=comarl.LossConfig(kl_beta=0.0, kl_estimator="k1", kl_mode="loss")).validate(1)  # no KL
 
 
 def _kl_trainer(beta, mode="loss", lora=False, steps=2):
-    cfg = comarl.TrainConfig(algorithm="magrpo", num_generations=2, batch_size=2, max_steps=steps,
-                             progress_bar=False, report_to=[], log_samples_steps=0, kl_beta=beta, kl_mode=mode)
+    cfg = comarl.TrainConfig(algorithm="magrpo", rollout=comarl.RolloutConfig(num_generations=2),
+                             run=comarl.RunConfig(batch_size=2, max_steps=steps, progress_bar=False, report_to=[],
+                                                  log_samples_steps=0),
+                             loss=comarl.LossConfig(kl_beta=beta, kl_mode=mode))
     agents = [comarl.AgentConfig(model="tiny", max_new_tokens=6, lr=1e-2, lora=LoraSettings(r=4) if lora else None)]
     env = FunctionEnv([lambda it: f"say {it['q']}"], lambda resps, it: len(resps[0]) / 10.0)
     return comarl.Trainer(agents, env, [{"q": "a"}, {"q": "b"}], cfg)

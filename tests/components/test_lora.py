@@ -53,9 +53,10 @@ def test_forward_uses_only_the_agents_own_adapter():
     assert torch.equal(lp_a, lp_a2)
 
 
-def _team_trainer(tmp_path, lora_flags=(True, True), steps=2, **over):
-    cfg = comarl.TrainConfig(algorithm="magrpo", num_generations=2, batch_size=2, max_steps=steps, progress_bar=False,
-                             report_to=[], log_samples_steps=0, output_dir=str(tmp_path), **over)
+def _team_trainer(tmp_path, lora_flags=(True, True), steps=2, **run):
+    cfg = comarl.TrainConfig(algorithm="magrpo", rollout=comarl.RolloutConfig(num_generations=2),
+                             run=comarl.RunConfig(batch_size=2, max_steps=steps, progress_bar=False, report_to=[],
+                                                  log_samples_steps=0, output_dir=str(tmp_path), **run))
     agents = [AgentConfig(model="tiny", max_new_tokens=6, lr=1e-2, lora=LoraSettings(r=4) if f else None)
               for f in lora_flags]
     env = FunctionEnv([lambda it: f"A {it['q']}", lambda it: f"B {it['q']}"],

@@ -95,8 +95,9 @@ def test_groups_need_one_base_and_equal_settings():
 
 def test_mixed_team_trains_with_one_call_per_base(tmp_path, monkeypatch):
     """[LoRA, full, LoRA] with MAReMax: per turn one sampled + one greedy call on the base, same for the full agent."""
-    cfg = comarl.TrainConfig(algorithm="maremax", num_generations=2, batch_size=2, max_steps=2, progress_bar=False,
-                             report_to=[], log_samples_steps=0, output_dir=str(tmp_path))
+    cfg = comarl.TrainConfig(algorithm="maremax", rollout=comarl.RolloutConfig(num_generations=2),
+                             run=comarl.RunConfig(batch_size=2, max_steps=2, progress_bar=False, report_to=[],
+                                                  log_samples_steps=0, output_dir=str(tmp_path)))
     agents = [AgentConfig(model="tiny", max_new_tokens=6, lr=1e-2, lora=LoraSettings(r=4) if f else None)
               for f in (True, False, True)]
     env = FunctionEnv([lambda it, c=c: f"{c} {it['q']}" for c in "ABC"],
@@ -110,7 +111,7 @@ def test_mixed_team_trains_with_one_call_per_base(tmp_path, monkeypatch):
     # per step: greedy call (2 items x 2 adapters = 4 rows), sampled call (2 items x K=2 x 2 adapters = 8 rows)
     assert lora_calls == [4, 8, 4, 8]
     # greedy: 2 rows; sampled: the 2 prompts are prefilled once and their cache expanded to 2 x K=2 rows
-    # (train.share_prefix; with it off num_return_sequences would expand the 2 rows inside generate)
+    # (train.hardware.share_prefix; with it off num_return_sequences would expand the 2 rows inside generate)
     assert full_calls == [2, 4, 2, 4]
     for agent, b in zip(t.agents, before):
         assert any(not torch.equal(p, b[n]) for n, p in agent.model.named_parameters()), agent.name
@@ -118,8 +119,10 @@ def test_mixed_team_trains_with_one_call_per_base(tmp_path, monkeypatch):
 
 
 def test_switch_off_keeps_one_call_per_agent(tmp_path, monkeypatch):
-    cfg = comarl.TrainConfig(num_generations=2, batch_size=2, max_steps=1, progress_bar=False, report_to=[],
-                             log_samples_steps=0, batch_adapters=False)
+    cfg = comarl.TrainConfig(rollout=comarl.RolloutConfig(num_generations=2),
+                             run=comarl.RunConfig(batch_size=2, max_steps=1, progress_bar=False, report_to=[],
+                                                  log_samples_steps=0),
+                             hardware=comarl.HardwareConfig(batch_adapters=False))
     agents = [AgentConfig(model="tiny", max_new_tokens=4, lora=LoraSettings(r=2)) for _ in range(2)]
     env = FunctionEnv([lambda it: f"A {it['q']}", lambda it: f"B {it['q']}"], lambda resps, it: 0.5)
     t = comarl.Trainer(agents, env, [{"q": "a"}, {"q": "b"}], cfg)

@@ -11,12 +11,14 @@ from comarl.envs.base import FunctionEnv
 from comarl.generation.team import generate_for_agents
 from comarl.lora import LoraSettings
 from comarl.compute.dropout import dropout_disabled
+from config_keys import set_keys
 
 
-def _trainer(lora=None, generator=None, **over):
-    kw = dict(algorithm="magrpo", num_generations=2, batch_size=2, max_steps=1, progress_bar=False, report_to=[],
-              micro_batch_size=8, log_samples_steps=0)
-    cfg = comarl.TrainConfig(**{**kw, **over})
+def _trainer(lora=None, generator=None, **sections):
+    cfg = set_keys(comarl.TrainConfig(algorithm="magrpo", rollout=comarl.RolloutConfig(num_generations=2),
+                                      run=comarl.RunConfig(batch_size=2, max_steps=1, progress_bar=False, report_to=[],
+                                                           log_samples_steps=0),
+                                      hardware=comarl.HardwareConfig(micro_batch_size=8)), **sections)
     agent = comarl.AgentConfig(model="tiny", max_new_tokens=5, lr=1e-2, lora=lora,
                                model_kwargs={"hidden_size": 32, "num_layers": 1})
     env = FunctionEnv([lambda it: f"say {it['q']}"], lambda resps, it: len(resps[0]) / 10.0)
@@ -36,7 +38,7 @@ def _truncating(which):
 
 
 def test_fully_masked_batch_is_a_clean_skip():
-    t = _trainer(mask_truncated=True, generator=_truncating(lambda n: torch.ones(n, dtype=torch.bool)))
+    t = _trainer(loss={"mask_truncated": True}, generator=_truncating(lambda n: torch.ones(n, dtype=torch.bool)))
     before = [p.detach().clone() for p in t.agents[0].model.parameters()]
     with pytest.warns(RuntimeWarning, match=r"agent0 has no completion in the loss \(4 sequences") as rec:
         hist = t.train()
@@ -52,7 +54,8 @@ def test_fully_masked_batch_is_a_clean_skip():
 def test_constant_normaliser_counts_truncated_sequences(mode, expected):
     """4 sequences (2 items x K=2), the first of the chunk truncated: constant divides by all 4, sequence by 3."""
     seen = []
-    t = _trainer(mask_truncated=True, loss_normalization=mode, generator=_truncating(lambda n: torch.arange(n) == 0))
+    t = _trainer(loss={"mask_truncated": True, "loss_normalization": mode},
+                 generator=_truncating(lambda n: torch.arange(n) == 0))
     real = t.update.weights
 
     def spy(lengths, width, m, num_sequences, *a):  # the update's token weighting, watched
@@ -68,7 +71,7 @@ def test_clip_metrics_are_token_means_averaged_over_passes():
     """2 passes x 2 micro-batches (n1, n2 real tokens). Pass 1 clips nothing; pass 2 clips every token of
     micro-batch 1 low and every token of micro-batch 2 high. Per pass: token means; then the mean of passes:
     low = n1 / (n1 + n2) / 2, high = n2 / (n1 + n2) / 2, region = (0 + 1) / 2."""
-    t = _trainer(num_iterations=2, micro_batch_size=2)
+    t = _trainer(loss={"num_iterations": 2}, hardware={"micro_batch_size": 2})
     real = t.update.loss_fn
     calls = []
 
@@ -101,7 +104,7 @@ def test_pass_one_ratio_is_one_with_lora_dropout(disable):
     """
     seen = []
     torch.manual_seed(0)
-    t = _trainer(lora=LoraSettings(r=4, dropout=0.3), num_iterations=2, disable_dropout=disable)
+    t = _trainer(lora=LoraSettings(r=4, dropout=0.3), loss={"num_iterations": 2, "disable_dropout": disable})
     real = t.update.loss_fn
 
     def spy(logp, old_logp, *a, **k):  # the update's policy loss, watched
@@ -146,14 +149,17 @@ def test_agents_sharing_weights_are_judged_against_the_policy_that_sampled_them(
     sampling policy's, taken before that step (issue #41: they were taken after it, so agent 1's first ratio was
     exactly 1 and its clip range centred on weights that never sampled its tokens), also with one iteration."""
     for iterations in (2, 1):
-        kw = dict(algorithm="magrpo", num_generations=2, batch_size=2, max_steps=1, progress_bar=False, report_to=[],
-                  micro_batch_size=16, log_samples_steps=0, num_iterations=iterations)
+        cfg = comarl.TrainConfig(algorithm="magrpo", rollout=comarl.RolloutConfig(num_generations=2),
+                                 run=comarl.RunConfig(batch_size=2, max_steps=1, progress_bar=False, report_to=[],
+                                                      log_samples_steps=0),
+                                 hardware=comarl.HardwareConfig(micro_batch_size=16),
+                                 loss=comarl.LossConfig(num_iterations=iterations))
         agents = [comarl.AgentConfig(model="tiny", max_new_tokens=5, lr=0.5, optimizer="sgd",
                                      model_kwargs={"hidden_size": 32, "num_layers": 1}),
                   comarl.AgentConfig(model="tiny", max_new_tokens=5, lr=0.5, optimizer="sgd", share_weights_with=0)]
         env = FunctionEnv([lambda it: f"say {it['q']}", lambda it: f"echo {it['q']}"],
                           lambda resps, it: len(resps[0]) / 10.0 - len(resps[1]) / 20.0)
-        t = comarl.Trainer(agents, env, [{"q": "a"}, {"q": "b"}], comarl.TrainConfig(**kw))
+        t = comarl.Trainer(agents, env, [{"q": "a"}, {"q": "b"}], cfg)
         assert t.agents[0].model is t.agents[1].model
         real, calls = t.update.loss_fn, []
 
@@ -166,3 +172,19 @@ def test_agents_sharing_weights_are_judged_against_the_policy_that_sampled_them(
         agent0_first, agent1_first = calls[0], calls[iterations]
         assert torch.allclose(agent0_first[0], agent0_first[1])  # nothing stepped before agent 0: ratio 1
         assert not torch.allclose(agent1_first[0], agent1_first[1], atol=1e-4), iterations  # the shared model moved
+
+
+@pytest.mark.parametrize("coef", [0.0, 0.05])
+def test_every_policy_gradient_algorithm_adds_the_entropy_bonus_it_is_given(coef):
+    """``train.loss.entropy_coef`` is a term of the policy-gradient loss, not only the actor-critic ones': MAGRPO
+    with 0.05 adds it on every micro-batch (with that coefficient), with 0 never."""
+    t = _trainer(loss={"entropy_coef": coef})
+    calls, real = [], t.update.entropy_bonus
+
+    def watched(logp, weights, c):
+        calls.append(c)
+        return real(logp, weights, c)
+
+    t.update.entropy_bonus = watched
+    t.train()
+    assert calls == ([] if coef == 0 else [coef] * len(calls)) and (coef == 0 or calls)

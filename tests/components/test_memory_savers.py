@@ -5,7 +5,7 @@ import importlib.util
 import pytest
 import torch
 
-from comarl import AgentConfig, ConfigError, FunctionEnv, TrainConfig, Trainer
+from comarl import AgentConfig, ConfigError, FunctionEnv, HardwareConfig, RolloutConfig, RunConfig, TrainConfig, Trainer
 from comarl.logprobs import completion_logprobs
 from comarl.tiny_model import tiny_model
 from comarl.runtime import check_mixed_precision
@@ -48,8 +48,8 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients():
 
 
 def test_trainer_turns_gradient_checkpointing_on():
-    cfg = TrainConfig(gradient_checkpointing=True, num_generations=2, batch_size=1, max_steps=1,
-                      progress_bar=False, report_to=[])
+    cfg = TrainConfig(hardware=HardwareConfig(gradient_checkpointing=True), rollout=RolloutConfig(num_generations=2),
+                      run=RunConfig(batch_size=1, max_steps=1, progress_bar=False, report_to=[]))
     env = FunctionEnv([lambda it: "q " + it["q"]], lambda r, it: float(len(r[0]) % 2))
     t = Trainer([AgentConfig(model="tiny", max_new_tokens=4, model_kwargs={"hidden_size": 32, "num_layers": 1})],
                 env, [{"q": "x"}], cfg)
@@ -71,10 +71,10 @@ def test_bf16_autocast_works_on_cpu_and_is_close_to_float32():
 
 
 def test_fp16_is_refused_off_cuda_and_unknown_modes_are_errors():
-    with pytest.raises(ConfigError, match="train.mixed_precision=fp16: agent 0 is on cpu; fp16 autocast"):
+    with pytest.raises(ConfigError, match="train.hardware.mixed_precision=fp16: agent 0 is on cpu; fp16 autocast"):
         check_mixed_precision("fp16", ["cpu", "cpu"])
-    with pytest.raises(ConfigError, match="train.mixed_precision: must be one of"):
-        TrainConfig(mixed_precision="fp8").validate(1)
+    with pytest.raises(ConfigError, match="train.hardware.mixed_precision: must be one of"):
+        TrainConfig(hardware=HardwareConfig(mixed_precision="fp8")).validate(1)
     check_mixed_precision("bf16", ["cpu"])
     check_mixed_precision("no", ["cpu"])
 
@@ -109,8 +109,8 @@ def test_loss_scaler_unscales_gradients_and_backs_off_on_overflow():
 
 
 def test_trainer_with_bf16_on_cpu_runs_a_step():
-    cfg = TrainConfig(mixed_precision="bf16", num_generations=2, batch_size=1, max_steps=1,
-                      progress_bar=False, report_to=[])
+    cfg = TrainConfig(hardware=HardwareConfig(mixed_precision="bf16"), rollout=RolloutConfig(num_generations=2),
+                      run=RunConfig(batch_size=1, max_steps=1, progress_bar=False, report_to=[]))
     env = FunctionEnv([lambda it: "q " + it["q"]], lambda r, it: float(len(r[0]) % 3))
     t = Trainer([AgentConfig(model="tiny", max_new_tokens=6, model_kwargs={"hidden_size": 32, "num_layers": 1})],
                 env, [{"q": "x"}], cfg)
@@ -123,7 +123,7 @@ def test_trainer_with_bf16_on_cpu_runs_a_step():
 def test_bitsandbytes_optimizer_without_the_package_is_a_clear_error(name):
     with pytest.raises(ConfigError, match=rf'agents\[0\].optimizer = "{name}" needs the optional bitsandbytes package'):
         Trainer([AgentConfig(model="tiny", optimizer=name)], FunctionEnv([lambda it: "q"], lambda r, it: 0.0),
-                [{"q": "x"}], TrainConfig(progress_bar=False, report_to=[]))
+                [{"q": "x"}], TrainConfig(run=RunConfig(progress_bar=False, report_to=[])))
 
 
 def test_unknown_optimizer_names_the_key():

@@ -36,9 +36,9 @@ def test_second_fresh_run_is_refused_before_models_load(tmp_path):
     """The agents name a model that does not exist: building one first would fail with another error."""
     (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')
     agents, env, items, cfg = demo_setup("tiny", "writing", 2, str(tmp_path), 0)
-    cfg.progress_bar = False
-    with pytest.raises(ConfigError, match=r"already holds a run \(metrics\.jsonl\).*train\.resume=latest.*"
-                                          r"train\.overwrite=true.*new train\.output_dir"):
+    cfg.run.progress_bar = False
+    with pytest.raises(ConfigError, match=r"already holds a run \(metrics\.jsonl\).*train\.run\.resume=latest.*"
+                                          r"train\.run\.overwrite=true.*new train\.run\.output_dir"):
         comarl.Trainer(["/no/such/model"] * len(agents), env, items, cfg)
 
 

@@ -1,11 +1,12 @@
-"""Per-agent device placement: train.agent_devices validation, placement, thread-per-GPU generation."""
+"""Per-agent device placement: train.hardware.agent_devices validation, placement, thread-per-GPU generation."""
 import threading
 
 import pytest
 import torch
 
 from comarl.generation.team import generate_for_agents
-from comarl import AgentConfig, ConfigError, FunctionEnv, TrainConfig, Trainer, load_config
+from comarl import (AgentConfig, ConfigError, FunctionEnv, HardwareConfig, RolloutConfig, RunConfig, TrainConfig,
+                    Trainer, load_config)
 from comarl.generation import Completions, device_groups, overlap_generation
 from comarl.compute.placement import ReferenceOnDevice, check_shared_devices, place_references, resolve_device
 
@@ -22,37 +23,39 @@ def _env():
 
 
 def test_agent_devices_needs_one_entry_per_agent():
-    with pytest.raises(ConfigError, match=r"train.agent_devices: has 1 entries for 2 agents"):
-        TrainConfig(agent_devices=["cpu"]).validate(2)
+    with pytest.raises(ConfigError, match=r"train.hardware.agent_devices: has 1 entries for 2 agents"):
+        TrainConfig(hardware=HardwareConfig(agent_devices=["cpu"])).validate(2)
 
 
 def test_agent_devices_rejects_a_non_device_naming_the_entry():
-    with pytest.raises(ConfigError, match=r"train.agent_devices\[1\]: 'gpu1' is not a device"):
-        TrainConfig(agent_devices=["cpu", "gpu1"]).validate(2)
-    with pytest.raises(ConfigError, match=r"train.agent_devices\[0\]: must be a device string"):
-        TrainConfig(agent_devices=[0, "cpu"]).validate(2)
+    with pytest.raises(ConfigError, match=r"train.hardware.agent_devices\[1\]: 'gpu1' is not a device"):
+        TrainConfig(hardware=HardwareConfig(agent_devices=["cpu", "gpu1"])).validate(2)
+    with pytest.raises(ConfigError, match=r"train.hardware.agent_devices\[0\]: must be a device string"):
+        TrainConfig(hardware=HardwareConfig(agent_devices=[0, "cpu"])).validate(2)
 
 
 def test_agent_devices_from_yaml_override():
-    cfg = load_config(None, ["agents=[{model: tiny}, {model: tiny}]", "train.agent_devices=[cpu, cpu]"])
-    assert cfg.train.agent_devices == ["cpu", "cpu"]
-    with pytest.raises(ConfigError, match="train.agent_devices"):
-        load_config(None, ["agents=[{model: tiny}, {model: tiny}]", "train.agent_devices=[cpu]"])
+    cfg = load_config(None, ["agents=[{model: tiny}, {model: tiny}]", "train.hardware.agent_devices=[cpu, cpu]"])
+    assert cfg.train.hardware.agent_devices == ["cpu", "cpu"]
+    with pytest.raises(ConfigError, match="train.hardware.agent_devices"):
+        load_config(None, ["agents=[{model: tiny}, {model: tiny}]", "train.hardware.agent_devices=[cpu]"])
 
 
 @no_cuda
 def test_cuda_device_without_cuda_is_a_clear_error():
-    cfg = TrainConfig(agent_devices=["cpu", "cuda:1"], progress_bar=False, report_to=[])
-    with pytest.raises(ConfigError, match=r"TrainConfig.agent_devices\[1\]: 'cuda:1' asks for a GPU but CUDA is not"):
+    cfg = TrainConfig(hardware=HardwareConfig(agent_devices=["cpu", "cuda:1"]),
+                      run=RunConfig(progress_bar=False, report_to=[]))
+    with pytest.raises(ConfigError, match=r"TrainConfig.hardware.agent_devices\[1\]: 'cuda:1' asks for a GPU but "
+                                          r"CUDA is not"):
         Trainer([_tiny(0), _tiny(1)], _env(), [{"q": "x"}], cfg)
     with pytest.raises(ConfigError, match=r"agents\[0\]\.device: 'cuda' asks for a GPU"):
         Trainer([AgentConfig(model="tiny", device="cuda"), _tiny(1)], _env(), [{"q": "x"}],
-                TrainConfig(progress_bar=False, report_to=[]))
+                TrainConfig(run=RunConfig(progress_bar=False, report_to=[])))
 
 
 def test_agent_devices_override_the_agent_config_and_place_models():
-    cfg = TrainConfig(agent_devices=["cpu", "cpu"], num_generations=2, batch_size=1, max_steps=1,
-                      progress_bar=False, report_to=[])
+    cfg = TrainConfig(hardware=HardwareConfig(agent_devices=["cpu", "cpu"]), rollout=RolloutConfig(num_generations=2),
+                      run=RunConfig(batch_size=1, max_steps=1, progress_bar=False, report_to=[]))
     a0 = AgentConfig(model="tiny", device="cuda:7", max_new_tokens=4, model_kwargs={"hidden_size": 32})
     t = Trainer([a0, _tiny(1)], _env(), [{"q": "x"}], cfg)  # cuda:7 is overridden, so no error
     assert [str(a.device) for a in t.agents] == ["cpu", "cpu"]
@@ -65,8 +68,9 @@ def test_built_agents_are_moved_and_shared_models_must_stay_together():
     from comarl import build_agents
 
     agents = build_agents([_tiny(0), AgentConfig(model="tiny", share_weights_with=0)])
-    t = Trainer(agents, _env(), [{"q": "x"}], TrainConfig(agent_devices=["cpu", "cpu:0"], num_generations=2,
-                                                             progress_bar=False, report_to=[]))
+    t = Trainer(agents, _env(), [{"q": "x"}], TrainConfig(hardware=HardwareConfig(agent_devices=["cpu", "cpu:0"]),
+                                                          rollout=RolloutConfig(num_generations=2),
+                                                          run=RunConfig(progress_bar=False, report_to=[])))
     assert t.agents[0].model is t.agents[1].model and str(t.agents[1].device) == "cpu"
     with pytest.raises(ConfigError, match="agent 1 shares agent 0's weights"):
         check_shared_devices([_tiny(0), AgentConfig(share_weights_with=0)], ["cpu", "cuda:1"])
@@ -132,7 +136,7 @@ def test_reference_device_moves_reference_copies_and_is_checked():
     assert placed[0] is refs[0] and placed[1] is None  # same device: nothing to wrap
     assert refs[0].model.weight.device.type == "cpu"
     assert place_references(refs, None) == refs
-    with pytest.raises(ConfigError, match="train.reference_device: 'cuda' asks for a GPU"):
+    with pytest.raises(ConfigError, match="train.hardware.reference_device: 'cuda' asks for a GPU"):
         place_references(refs, "cuda", agents)
     # a reference on another device answers on its agent's device ("meta" stands in for a second device)
     wrapped = ReferenceOnDevice(refs[0], torch.device("meta"))

@@ -7,7 +7,7 @@ import torch
 
 import comarl
 from comarl.config_io import ConfigError
-from comarl.preference import PreferenceSettings
+from comarl.preference import DPOSettings, IterativeSettings, PairSettings, PreferenceSettings
 from comarl.preference.pairs import comparator_pairs
 from comarl.tiny_model import tiny_model
 from comarl.checkpoint import save_agent_weights
@@ -27,10 +27,12 @@ def test_comparator_pairs_on_a_hand_table():
         comparator_pairs(policy, other, "all", 1)
 
 
-def trainer(out, **pref):
-    cfg = comarl.TrainConfig(algorithm="madpo_iter", num_generations=2, batch_size=4, progress_bar=False,
-                             report_to=[], seed=0, output_dir=str(out), shuffle=False)
-    cfg.preference = PreferenceSettings(beta=0.5, pairs_per_item=2, rounds=2, **pref)
+def trainer(out, **iterative):
+    cfg = comarl.TrainConfig(algorithm="madpo_iter", rollout=comarl.RolloutConfig(num_generations=2),
+                             run=comarl.RunConfig(batch_size=4, progress_bar=False, report_to=[], seed=0,
+                                                  output_dir=str(out), shuffle=False))
+    cfg.preference = PreferenceSettings(dpo=DPOSettings(beta=0.5), pairs=PairSettings(pairs_per_item=2),
+                                        iterative=IterativeSettings(rounds=2, **iterative))
     agents = [comarl.AgentConfig(model="tiny", max_new_tokens=3, lr=5e-2, chat_template=False) for _ in range(2)]
     return comarl.Trainer(agents, ENV, ITEMS, cfg)
 
@@ -99,17 +101,20 @@ def test_each_comparator_writes_the_other_side_of_the_pairs(kind, tmp_path):
 
 
 def test_comparator_settings_name_the_key():
-    with pytest.raises(ConfigError, match="train.preference.comparator: must be one of"):
-        PreferenceSettings(comparator="judge").validate()
-    with pytest.raises(ConfigError, match="train.preference.comparator_model: comparator=model needs"):
-        PreferenceSettings(comparator="model").validate()
-    with pytest.raises(ConfigError, match="train.preference.comparator_path: only read with comparator=checkpoint"):
-        PreferenceSettings(comparator="model", comparator_model="tiny", comparator_path="x").validate()
+    with pytest.raises(ConfigError, match="train.preference.iterative.comparator: must be one of"):
+        PreferenceSettings(iterative=IterativeSettings(comparator="judge")).validate()
+    with pytest.raises(ConfigError, match="train.preference.iterative.comparator_model: comparator=model needs"):
+        PreferenceSettings(iterative=IterativeSettings(comparator="model")).validate()
+    with pytest.raises(ConfigError, match="train.preference.iterative.comparator_path: only read with "
+                                          "comparator=checkpoint"):
+        PreferenceSettings(iterative=IterativeSettings(comparator="model", comparator_model="tiny",
+                                                       comparator_path="x")).validate()
 
 
 def test_a_missing_comparator_checkpoint_is_named(tmp_path):
     t = trainer(tmp_path / "run", comparator="checkpoint", comparator_path=str(tmp_path / "nowhere"))
-    with pytest.raises(ConfigError, match=r"TrainConfig\.preference\.comparator_path: .*nowhere/agent0 does not exist"):
+    with pytest.raises(ConfigError, match=r"TrainConfig\.preference\.iterative\.comparator_path: "
+                                          r".*nowhere/agent0 does not exist"):
         t.train()
 
 
@@ -137,7 +142,7 @@ def test_a_rounds_comparator_snapshot_is_freed_before_the_rounds_training(tmp_pa
 
 
 def test_each_comparator_kind_is_one_record_chosen_once(tmp_path):
-    """The five cases of ``train.preference.comparator`` map to records (``preference/comparators.py``); a
+    """The five cases of ``train.preference.iterative.comparator`` map to records (``preference/comparators.py``); a
     round-only comparator frees itself on release, a fixed one keeps what it built."""
     from comarl.preference.comparators import (CurrentPolicy, EarlierRound, FixedCheckpoint, FixedModel,
                                                NoComparator, comparator_for)

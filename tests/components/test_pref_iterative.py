@@ -6,7 +6,7 @@ import torch
 
 import comarl
 from comarl.config_io import ConfigError
-from comarl.preference import PreferenceSettings
+from comarl.preference import DPOSettings, IterativeSettings, PairSettings, PreferenceSettings
 
 ENV = comarl.FunctionEnv(formatters=[lambda it: f"Name a colour ({it['n']}):", lambda it: f"Pick one ({it['n']}):"],
                          reward_fn=lambda r, it: float(bool(r[0].strip()) and bool(r[1].strip())
@@ -14,11 +14,13 @@ ENV = comarl.FunctionEnv(formatters=[lambda it: f"Name a colour ({it['n']}):", l
 ITEMS = [{"n": i} for i in range(8)]
 
 
-def trainer(out, rounds=2, resume=None, **pref):
-    cfg = comarl.TrainConfig(algorithm="madpo_iter", num_generations=3, joint_mode="cross", batch_size=4,
-                             progress_bar=False, report_to=["jsonl"], seed=0, output_dir=str(out), shuffle=False,
-                             resume=resume)
-    cfg.preference = PreferenceSettings(beta=0.5, pairs_per_item=2, rounds=rounds, **pref)
+def trainer(out, rounds=2, resume=None, **iterative):
+    cfg = comarl.TrainConfig(algorithm="madpo_iter",
+                             rollout=comarl.RolloutConfig(num_generations=3, joint_mode="cross"),
+                             run=comarl.RunConfig(batch_size=4, progress_bar=False, report_to=["jsonl"], seed=0,
+                                                  output_dir=str(out), shuffle=False, resume=resume))
+    cfg.preference = PreferenceSettings(dpo=DPOSettings(beta=0.5), pairs=PairSettings(pairs_per_item=2),
+                                        iterative=IterativeSettings(rounds=rounds, **iterative))
     agents = [comarl.AgentConfig(model="tiny", max_new_tokens=3, lr=1e-2, chat_template=False) for _ in range(2)]
     return comarl.Trainer(agents, ENV, ITEMS, cfg)
 
@@ -54,51 +56,55 @@ def test_two_rounds_write_two_pair_files_change_weights_and_resume_after_a_kill(
 
 
 def test_iterative_settings_are_checked():
-    with pytest.raises(ConfigError, match="train.preference.replay"):
-        PreferenceSettings(replay="some").validate()
-    with pytest.raises(ConfigError, match=r"TrainConfig\.output_dir"):  # built in Python: named as its argument
-        cfg = comarl.TrainConfig(algorithm="madpo_iter", num_generations=2, batch_size=2, progress_bar=False,
-                                 report_to=[])
+    with pytest.raises(ConfigError, match="train.preference.iterative.replay"):
+        PreferenceSettings(iterative=IterativeSettings(replay="some")).validate()
+    with pytest.raises(ConfigError, match=r"TrainConfig\.run\.output_dir"):  # built in Python: named as its argument
+        cfg = comarl.TrainConfig(algorithm="madpo_iter", rollout=comarl.RolloutConfig(num_generations=2),
+                                 run=comarl.RunConfig(batch_size=2, progress_bar=False, report_to=[]))
         comarl.Trainer([comarl.AgentConfig(model="tiny", max_new_tokens=2) for _ in range(2)], ENV, ITEMS, cfg).train()
 
 
 def test_offline_madpo_trains_on_the_pairs_an_online_run_wrote(tmp_path):
     out = tmp_path / "pairs.jsonl"
-    cfg = comarl.TrainConfig(algorithm="madpo", num_generations=3, joint_mode="cross", batch_size=4, max_steps=1,
-                             progress_bar=False, report_to=[], seed=0)
-    cfg.preference = PreferenceSettings(beta=0.5, pairs_per_item=2, pairs_out=str(out))
+    cfg = comarl.TrainConfig(algorithm="madpo", rollout=comarl.RolloutConfig(num_generations=3, joint_mode="cross"),
+                             run=comarl.RunConfig(batch_size=4, max_steps=1, progress_bar=False, report_to=[], seed=0))
+    cfg.preference = PreferenceSettings(dpo=DPOSettings(beta=0.5),
+                                        pairs=PairSettings(pairs_per_item=2, pairs_out=str(out)))
     agents = [comarl.AgentConfig(model="tiny", max_new_tokens=3, lr=1e-2, chat_template=False) for _ in range(2)]
     comarl.Trainer(agents, ENV, ITEMS, cfg).train()
     n = len(out.read_text().splitlines())
     assert n > 0
-    cfg = comarl.TrainConfig(algorithm="madpo_offline", batch_size=2, epochs=2, progress_bar=False, report_to=[],
-                             output_dir=str(tmp_path / "offline"))
-    cfg.preference = PreferenceSettings(beta=0.5, pairs_in=str(out))
+    cfg = comarl.TrainConfig(algorithm="madpo_offline",
+                             run=comarl.RunConfig(batch_size=2, epochs=2, progress_bar=False, report_to=[],
+                                                  output_dir=str(tmp_path / "offline")))
+    cfg.preference = PreferenceSettings(dpo=DPOSettings(beta=0.5), pairs=PairSettings(pairs_in=str(out)))
     t = comarl.Trainer(agents, ENV, ITEMS, cfg)
     w0 = weights(t)
     hist = t.train()
     assert len(hist) == 2 * -(-n // 2) and all(h["pref/loss"] > 0 for h in hist)
     assert any(not torch.equal(a, b) for a, b in zip(w0, weights(t)))
     out.write_text(json.dumps({"prompts": ["a"], "chosen": ["x", "y"], "rejected": ["z", "w"]}) + "\n")
-    cfg.output_dir = str(tmp_path / "offline-bad")
+    cfg.run.output_dir = str(tmp_path / "offline-bad")
     with pytest.raises(ConfigError, match="pair 0: 'prompts' needs 2 entries"):
         comarl.Trainer(agents, ENV, ITEMS, cfg).train()
 
 
 def test_max_steps_stops_inside_a_round_eval_steps_evaluate_and_resume_continues_the_round(tmp_path):
-    def run(out, **kw):
-        cfg = comarl.TrainConfig(algorithm="madpo_iter", num_generations=2, joint_mode="cross", batch_size=4,
-                                 progress_bar=False, report_to=["jsonl"], seed=0, output_dir=str(out), shuffle=False,
-                                 eval_steps=2, **kw)
-        cfg.preference = PreferenceSettings(beta=0.5, pairs_per_item=2, rounds=2, steps_per_round=2)
+    def run(out, **run_keys):
+        cfg = comarl.TrainConfig(algorithm="madpo_iter",
+                                 rollout=comarl.RolloutConfig(num_generations=2, joint_mode="cross"),
+                                 run=comarl.RunConfig(batch_size=4, progress_bar=False, report_to=["jsonl"], seed=0,
+                                                      output_dir=str(out), shuffle=False, eval_steps=2, **run_keys))
+        cfg.preference = PreferenceSettings(dpo=DPOSettings(beta=0.5), pairs=PairSettings(pairs_per_item=2),
+                                            iterative=IterativeSettings(rounds=2, steps_per_round=2))
         agents = [comarl.AgentConfig(model="tiny", max_new_tokens=3, lr=1e-2, chat_template=False) for _ in range(2)]
         return comarl.Trainer(agents, ENV, ITEMS, cfg, eval_dataset=[{"n": 9}, {"n": 10}])
 
     straight = run(tmp_path / "straight")
     hist = straight.train()
     assert [h["round"] for h in hist] == [0, 0, 1, 1]
-    assert ["eval/reward/mean" in h for h in hist] == [False, True, False, True]  # train.eval_steps=2
-    stopped = run(tmp_path / "stopped", max_steps=3)  # train.max_steps: 3 DPO steps, inside round 1
+    assert ["eval/reward/mean" in h for h in hist] == [False, True, False, True]  # train.run.eval_steps=2
+    stopped = run(tmp_path / "stopped", max_steps=3)  # train.run.max_steps: 3 DPO steps, inside round 1
     assert len(stopped.train()) == 3
     assert (tmp_path / "stopped" / "checkpoint-3" / "reference0.pt").exists()  # round 1's reference kept
     resumed = run(tmp_path / "stopped", resume="latest")
@@ -113,10 +119,12 @@ def test_offline_position_counts_pairs_and_a_resume_with_another_global_batch_co
                              + "\n" for k in range(12)))
     seen = []
 
-    def run(batch_size, **kw):
-        cfg = comarl.TrainConfig(algorithm="madpo_offline", batch_size=batch_size, epochs=1, shuffle=False,
-                                 progress_bar=False, report_to=[], seed=0, output_dir=str(tmp_path / "run"), **kw)
-        cfg.preference = PreferenceSettings(beta=0.5, pairs_in=str(pairs))
+    def run(batch_size, **run_keys):
+        cfg = comarl.TrainConfig(algorithm="madpo_offline",
+                                 run=comarl.RunConfig(batch_size=batch_size, epochs=1, shuffle=False,
+                                                      progress_bar=False, report_to=[], seed=0,
+                                                      output_dir=str(tmp_path / "run"), **run_keys))
+        cfg.preference = PreferenceSettings(dpo=DPOSettings(beta=0.5), pairs=PairSettings(pairs_in=str(pairs)))
         agents = [comarl.AgentConfig(model="tiny", max_new_tokens=3, lr=1e-2, chat_template=False) for _ in range(2)]
         t = comarl.Trainer(agents, ENV, ITEMS, cfg)
         to_ids = t.source.to_ids  # which pairs each step trains on, watched

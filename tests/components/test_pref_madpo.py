@@ -8,11 +8,12 @@ import torch
 import comarl
 from comarl.config_io import ConfigError
 from comarl.logprobs import completion_logprobs
-from comarl.preference import PreferenceSettings
+from comarl.preference import DPOSettings, PairSettings, PreferenceSettings
 from comarl.rollout import collect_rollout
 from comarl.preference.rollout_pairs import step_pairs
 from comarl.updates.dpo import _pair_indices
 from toy_tasks import same_word
+from config_keys import set_keys
 
 
 ENV = comarl.FunctionEnv(formatters=[lambda it: f"Name a colour ({it['n']}):",
@@ -21,13 +22,14 @@ ENV = comarl.FunctionEnv(formatters=[lambda it: f"Name a colour ({it['n']}):",
 ITEMS = [{"n": i} for i in range(8)]
 
 
-def trainer(steps=2, k=4, lr=1e-2, pref=None, agents=None, **train):
+def trainer(steps=2, k=4, lr=1e-2, pref=None, agents=None, **sections):
     agents = agents or [comarl.AgentConfig(model="tiny", max_new_tokens=3, lr=lr, chat_template=False)
                         for _ in range(2)]
-    cfg = comarl.TrainConfig(algorithm="madpo", num_generations=k, batch_size=4, max_steps=steps,
-                             progress_bar=False, report_to=[], seed=0, **train)
-    cfg.preference = pref or PreferenceSettings(beta=0.5, pairs_per_item=2)
-    return comarl.Trainer(agents, ENV, ITEMS, cfg)
+    cfg = comarl.TrainConfig(algorithm="madpo", rollout=comarl.RolloutConfig(num_generations=k),
+                             run=comarl.RunConfig(batch_size=4, max_steps=steps, progress_bar=False, report_to=[],
+                                                  seed=0))
+    cfg.preference = pref or PreferenceSettings(dpo=DPOSettings(beta=0.5), pairs=PairSettings(pairs_per_item=2))
+    return comarl.Trainer(agents, ENV, ITEMS, set_keys(cfg, **sections))
 
 
 def joint_margins(t, rollouts, pairs):
@@ -47,7 +49,7 @@ def joint_margins(t, rollouts, pairs):
 
 
 def test_dpo_steps_raise_the_chosen_vs_rejected_margin():
-    t = trainer(k=3, joint_mode="cross")
+    t = trainer(k=3, rollout={"joint_mode": "cross"})
     rollouts = [collect_rollout(t.agents, t.env, ITEMS[:4], t.settings)]
     pairs = step_pairs(rollouts, t.config.rollout, t.config.preference.pairs, "0")
     assert sum(len(p) for p in pairs) >= 4  # random tiny agents: some joint actions match, some do not
@@ -64,7 +66,7 @@ def test_micro_batches_do_not_change_the_update():
     """The linear surrogate gives the joint loss's exact gradient whatever the micro-batch size."""
     grads = []
     for micro in (1, 64):
-        t = trainer(micro_batch_size=micro)
+        t = trainer(hardware={"micro_batch_size": micro})
         torch.manual_seed(1)
         rollouts = [collect_rollout(t.agents, t.env, ITEMS[:4], t.settings)]
         seen = []
@@ -79,8 +81,9 @@ def test_micro_batches_do_not_change_the_update():
 
 def test_madpo_trains_in_the_loop_and_writes_pairs(tmp_path):
     out = tmp_path / "pairs.jsonl"
-    t = trainer(steps=2, pref=PreferenceSettings(beta=0.1, pair_selection="all", pairs_per_item=None,
-                                                 pairs_out=str(out)))
+    t = trainer(steps=2, pref=PreferenceSettings(dpo=DPOSettings(beta=0.1),
+                                                 pairs=PairSettings(pair_selection="all", pairs_per_item=None,
+                                                                    pairs_out=str(out))))
     w0 = [p.detach().clone() for p in t.agents[0].model.parameters()]
     hist = t.train()
     assert len(hist) == 2 and all("pref/pairs" in h for h in hist)
@@ -92,7 +95,7 @@ def test_madpo_trains_in_the_loop_and_writes_pairs(tmp_path):
 
 
 def test_reference_free_builds_no_reference_and_lora_uses_the_adapter_off():
-    t = trainer(pref=PreferenceSettings(reference_free=True))
+    t = trainer(pref=PreferenceSettings(dpo=DPOSettings(reference_free=True)))
     assert t.references == [None, None]
     lora = [comarl.AgentConfig(model="tiny", max_new_tokens=3, lr=1e-2, chat_template=False,
                                lora=comarl.LoraSettings(r=4, alpha=8)) for _ in range(2)]
@@ -102,11 +105,11 @@ def test_reference_free_builds_no_reference_and_lora_uses_the_adapter_off():
 
 
 def test_bad_preference_settings_name_the_key():
-    with pytest.raises(ConfigError, match=r"TrainConfig\.preference\.pairs_per_item"):
-        trainer(pref=PreferenceSettings(pair_selection="all", pairs_per_item=2))
-    with pytest.raises(ConfigError, match=r"TrainConfig\.preference\.pair_selection"):
-        trainer(pref=PreferenceSettings(pair_selection="best"))
-    with pytest.raises(ConfigError, match=r"TrainConfig\.kl_beta"):  # a TrainConfig built in Python
-        trainer(kl_beta=0.1)
+    with pytest.raises(ConfigError, match=r"TrainConfig\.preference\.pairs\.pairs_per_item"):
+        trainer(pref=PreferenceSettings(pairs=PairSettings(pair_selection="all", pairs_per_item=2)))
+    with pytest.raises(ConfigError, match=r"TrainConfig\.preference\.pairs\.pair_selection"):
+        trainer(pref=PreferenceSettings(pairs=PairSettings(pair_selection="best")))
+    with pytest.raises(ConfigError, match=r"TrainConfig\.loss\.kl_beta"):  # a TrainConfig built in Python
+        trainer(loss={"kl_beta": 0.1})
     with pytest.raises(ConfigError, match="K >= 2"):
         trainer(k=1)

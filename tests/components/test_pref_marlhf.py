@@ -15,8 +15,8 @@ SMOKE = ROOT / "configs/preference/tldr_marlhf_smoke.yaml"
 
 def test_config_fits_the_reward_model_and_trains_on_its_score(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
-    cfg = load_config(SMOKE, [f"train.output_dir={tmp_path}", "train.max_steps=1", "train.progress_bar=false",
-                              "train.report_to=[]"])
+    cfg = load_config(SMOKE, [f"train.run.output_dir={tmp_path}", "train.run.max_steps=1",
+                              "train.run.progress_bar=false", "train.run.report_to=[]"])
     t = build_trainer(cfg)
     assert isinstance(t.env, RewardModelEnv)
     report = json.loads((tmp_path / "reward_model.json").read_text())
@@ -30,6 +30,6 @@ def test_reward_model_settings_errors_name_the_key(monkeypatch):
     monkeypatch.chdir(ROOT)
     with pytest.raises(ConfigError, match="env.reward_model.held_out"):
         load_config(SMOKE, ["env.reward_model.held_out=1.5"])
-    cfg = load_config(SMOKE, ["env.reward_model.pairs=nowhere.jsonl", "train.report_to=[]"])
+    cfg = load_config(SMOKE, ["env.reward_model.pairs=nowhere.jsonl", "train.run.report_to=[]"])
     with pytest.raises(ConfigError, match="env.reward_model.pairs: nowhere.jsonl does not exist"):
         build_trainer(cfg)

@@ -6,7 +6,7 @@ import torch
 
 import comarl
 from comarl.config_io import ConfigError
-from comarl.preference import PreferenceSettings
+from comarl.preference import IterativeSettings, PairSettings, PreferenceSettings
 from comarl.preference.marlhf import RewardModelSettings
 from toy_tasks import same_word
 
@@ -15,13 +15,16 @@ ENV = comarl.FunctionEnv(formatters=[lambda it: f"Name a colour ({it['n']}):", l
 ITEMS = [{"n": i} for i in range(8)]
 
 
-def trainer(out, rounds=2, max_steps=0, resume=None, **pref):
-    cfg = comarl.TrainConfig(algorithm="marlhf_iter", num_generations=3, joint_mode="cross", batch_size=2,
-                             progress_bar=False, report_to=["jsonl"], seed=0, output_dir=str(out), shuffle=False,
-                             resume=resume, max_steps=max_steps, save_total_limit=4)
+def trainer(out, rounds=2, max_steps=0, resume=None, **iterative):
+    cfg = comarl.TrainConfig(algorithm="marlhf_iter",
+                             rollout=comarl.RolloutConfig(num_generations=3, joint_mode="cross"),
+                             run=comarl.RunConfig(batch_size=2, progress_bar=False, report_to=["jsonl"], seed=0,
+                                                  output_dir=str(out), shuffle=False, resume=resume,
+                                                  max_steps=max_steps, save_total_limit=4))
     rm = RewardModelSettings(model="tiny", epochs=2, batch_size=4, lr=1e-3, held_out=0.25)
-    cfg.preference = PreferenceSettings(pairs_per_item=2, rounds=rounds, steps_per_round=2, replay="decay",
-                                        reward_model=rm, **pref)
+    cfg.preference = PreferenceSettings(pairs=PairSettings(pairs_per_item=2),
+                                        iterative=IterativeSettings(rounds=rounds, steps_per_round=2, replay="decay",
+                                                                    reward_model=rm, **iterative))
     agents = [comarl.AgentConfig(model="tiny", max_new_tokens=3, lr=1e-2, chat_template=False) for _ in range(2)]
     return comarl.Trainer(agents, ENV, ITEMS, cfg)
 
@@ -71,22 +74,25 @@ def test_two_rounds_refit_the_reward_model_train_on_it_and_resume_between_and_in
 
 def test_marlhf_iter_settings_are_checked(tmp_path):
     agents = [comarl.AgentConfig(model="tiny", max_new_tokens=2) for _ in range(2)]
-    cfg = comarl.TrainConfig(algorithm="marlhf_iter", num_generations=2, batch_size=2, progress_bar=False,
-                             report_to=[], output_dir=str(tmp_path / "a"))
-    with pytest.raises(ConfigError, match=r"TrainConfig\.preference\.reward_model: marlhf_iter fits"):
+    cfg = comarl.TrainConfig(algorithm="marlhf_iter", rollout=comarl.RolloutConfig(num_generations=2),
+                             run=comarl.RunConfig(batch_size=2, progress_bar=False, report_to=[],
+                                                  output_dir=str(tmp_path / "a")))
+    with pytest.raises(ConfigError, match=r"TrainConfig\.preference\.iterative\.reward_model: marlhf_iter fits"):
         comarl.Trainer(agents, ENV, ITEMS, cfg)
-    cfg.preference = PreferenceSettings(rl_algorithm="madpo", reward_model=RewardModelSettings())
-    with pytest.raises(ConfigError, match=r"TrainConfig\.preference\.rl_algorithm: marlhf_iter runs an on-policy"):
+    cfg.preference = PreferenceSettings(iterative=IterativeSettings(rl_algorithm="madpo",
+                                                                    reward_model=RewardModelSettings()))
+    with pytest.raises(ConfigError, match=r"TrainConfig\.preference\.iterative\.rl_algorithm: marlhf_iter runs an "
+                                          r"on-policy"):
         comarl.Trainer(agents, ENV, ITEMS, cfg)
-    with pytest.raises(ConfigError, match="train.preference.reward_model.pairs: marlhf_iter builds its pairs"):
-        PreferenceSettings(reward_model=RewardModelSettings(pairs="p.jsonl")).validate()
-    with pytest.raises(ConfigError, match="train.preference.reward_model_refit"):
-        PreferenceSettings(reward_model_refit="again").validate()
+    with pytest.raises(ConfigError, match="train.preference.iterative.reward_model.pairs: marlhf_iter builds its"):
+        PreferenceSettings(iterative=IterativeSettings(reward_model=RewardModelSettings(pairs="p.jsonl"))).validate()
+    with pytest.raises(ConfigError, match="train.preference.iterative.reward_model_refit"):
+        PreferenceSettings(iterative=IterativeSettings(reward_model_refit="again")).validate()
 
 
 def test_continue_keeps_training_one_reward_model_across_rounds(tmp_path):
     t = trainer(tmp_path / "cont", reward_model_refit="continue")
-    t.config.preference.steps_per_round = 1
+    t.config.preference.iterative.steps_per_round = 1
     t.total_steps = 2
     seen = []
     real = t.source.fit_reward_model

@@ -69,8 +69,8 @@ def test_rl_on_the_reward_models_score_logs_the_envs_own_reward():
     with torch.no_grad():
         expected = float(rm.scores([state.prompts], [("good", "fine")])[0])
     assert tr.reward == pytest.approx(expected) and tr.metrics["env_reward"] == 0.25
-    cfg = comarl.TrainConfig(algorithm="magrpo", num_generations=2, batch_size=2, max_steps=1, progress_bar=False,
-                             report_to=[])
+    cfg = comarl.TrainConfig(algorithm="magrpo", rollout=comarl.RolloutConfig(num_generations=2),
+                             run=comarl.RunConfig(batch_size=2, max_steps=1, progress_bar=False, report_to=[]))
     t = comarl.Trainer([comarl.AgentConfig(model="tiny", max_new_tokens=3, chat_template=False) for _ in range(2)],
                        wrapped, [{"n": i} for i in range(2)], cfg)
     hist = t.train()
@@ -111,7 +111,8 @@ def test_evaluate_under_a_reward_model_keeps_the_wrapped_envs_summary():
                       reward_fn=lambda r, it: 0.5)
     wrapped = RewardModelEnv(env, JointRewardModel(model, tok))
     assert wrapped.render_table({"items": 2}) == "| items | 2 |"
-    cfg = comarl.TrainConfig(num_generations=2, batch_size=2, max_steps=1, progress_bar=False, report_to=[])
+    cfg = comarl.TrainConfig(rollout=comarl.RolloutConfig(num_generations=2),
+                             run=comarl.RunConfig(batch_size=2, max_steps=1, progress_bar=False, report_to=[]))
     t = comarl.Trainer([comarl.AgentConfig(model="tiny", max_new_tokens=3, chat_template=False) for _ in range(2)],
                        wrapped, [{"n": i} for i in range(2)], cfg, eval_dataset=[{"n": i} for i in range(3)])
     out = t.evaluate()

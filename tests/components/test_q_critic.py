@@ -13,6 +13,7 @@ from comarl.critics.inputs import AgentInputs, JointInputs
 from comarl.rollout import collect_rollout
 from comarl.tiny_model import tiny_tokenizer
 from toy_tasks import same_word, word
+from config_keys import set_keys
 
 ITEMS = [{"n": i} for i in range(8)]
 
@@ -28,11 +29,11 @@ def agents(optimizer="adamw", lr=2e-2):
             for _ in range(2)]
 
 
-def trainer(algorithm, critic=None, k=4, env=None, agent_list=None, **train):
-    cfg = comarl.TrainConfig(algorithm=algorithm, num_generations=k, batch_size=4, max_steps=1, progress_bar=False,
-                             report_to=[], seed=0, **train)
+def trainer(algorithm, critic=None, k=4, env=None, agent_list=None, **sections):
+    cfg = comarl.TrainConfig(algorithm=algorithm, rollout=comarl.RolloutConfig(num_generations=k),
+                             run=comarl.RunConfig(batch_size=4, max_steps=1, progress_bar=False, report_to=[], seed=0))
     cfg.critic = critic or CriticSettings(lr=1e-3)
-    return comarl.Trainer(agent_list or agents(), env or toy_env(), ITEMS, cfg)
+    return comarl.Trainer(agent_list or agents(), env or toy_env(), ITEMS, set_keys(cfg, **sections))
 
 
 # ---------------------------------------------------------------- fakes
@@ -113,7 +114,7 @@ def test_critics_at_their_targets_give_q_the_advantages_of_v(joint_mode):
     central, V and Q. Single turn, a V critic's target is the node's mean reward, a Q critic's the reward of its
     input (IAC: the mean over the joint actions holding the sample). Q's leave-one-out advantages are V's times
     K/(K-1) = 2, so whitened they are V's (and so is the gradient); subtracting Q(h, a) gave 0 everywhere."""
-    t = trainer("iac", k=2, joint_mode=joint_mode)
+    t = trainer("iac", k=2, rollout={"joint_mode": joint_mode})
     rollout = collect_rollout(t.agents, t.env, ITEMS[:4], t.settings)
     rewards = rollout.tree.rewards[..., 0]
     assert rewards.std() > 0  # the toy rewards differ inside some node
@@ -136,7 +137,7 @@ def test_exact_q_critic_moves_the_agents_as_the_group_mean_does():
                             critic_type="q", joint_input=joint_words, lr=1e-3)
     runs = {}
     for name, algorithm in (("maac_q", "maac"), ("magrpo", "magrpo")):
-        t = trainer(algorithm, critic=critic, agent_list=agents("sgd", lr=0.5), max_grad_norm=0.0)
+        t = trainer(algorithm, critic=critic, agent_list=agents("sgd", lr=0.5), loss={"max_grad_norm": 0.0})
         before = snapshot(t)
         hist = t.train()
         runs[name] = (weight_delta(t, before), hist[-1])
@@ -151,8 +152,8 @@ def test_q_critic_needs_two_samples_before_any_model_loads():
     missing = [comarl.AgentConfig(model="/no/such/model/dir") for _ in range(2)]
     for algorithm, critic in (("iac", CriticSettings(critic_type="q")),
                               ("maac", CriticSettings(model="tiny", critic_type="q"))):
-        with pytest.raises(ConfigError, match=r"TrainConfig.critic.critic_type: q needs TrainConfig.num_generations >= "
-                                              r"2"):
+        with pytest.raises(ConfigError, match=r"TrainConfig.critic.critic_type: q needs "
+                                              r"TrainConfig.rollout.num_generations >= 2"):
             trainer(algorithm, critic=critic, k=1, agent_list=missing)
     with pytest.raises(ConfigError, match="num_generations >= 2"):
         CriticSettings(critic_type="q").validate(num_generations=1)

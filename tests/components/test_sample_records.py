@@ -233,8 +233,8 @@ def test_training_writes_trees_jsonl_and_resume_truncates_it(tmp_path):
     agents, env, items, cfg = demo_setup("tiny", "writing", 2, str(tmp_path), 0)
     for a in agents:
         a.max_new_tokens = 4
-    cfg.progress_bar, cfg.batch_size, cfg.num_generations, cfg.log_samples_steps = False, 2, 2, 1
-    cfg.report_to = ["jsonl"]
+    cfg.run.progress_bar, cfg.run.batch_size, cfg.rollout.num_generations, cfg.run.log_samples_steps = False, 2, 2, 1
+    cfg.run.report_to = ["jsonl"]
     comarl.Trainer(agents, env, items[:4], cfg).train()
     rows = [json.loads(x) for x in (tmp_path / "trees.jsonl").read_text().splitlines()]
     assert [(r["step"], r["item"]) for r in rows] == [(1, 0), (1, 1), (2, 0), (2, 1)]
@@ -243,7 +243,7 @@ def test_training_writes_trees_jsonl_and_resume_truncates_it(tmp_path):
     assert len(adv) == 2 and sum(adv) == pytest.approx(0, abs=1e-5)  # group-relative: sums to 0
     truncate_logs(tmp_path, 1)
     assert {json.loads(x)["step"] for x in (tmp_path / "trees.jsonl").read_text().splitlines()} == {1}
-    cfg.log_samples_max_kb, cfg.output_dir = 0, str(tmp_path / "none")
+    cfg.run.log_samples_max_kb, cfg.run.output_dir = 0, str(tmp_path / "none")
     comarl.Trainer(agents, env, items[:2], cfg).train()
     assert not (tmp_path / "none" / "trees.jsonl").exists()
 
@@ -255,8 +255,8 @@ def test_an_actor_critic_run_logs_its_critics_values(tmp_path):
     agents, env, items, cfg = demo_setup("tiny", "writing", 2, str(tmp_path), 0)
     for a in agents:
         a.max_new_tokens = 4
-    cfg.algorithm, cfg.progress_bar, cfg.batch_size, cfg.num_generations = "iac", False, 2, 2
-    cfg.log_samples_steps, cfg.report_to, cfg.critic.model = 1, ["jsonl"], "tiny"
+    cfg.algorithm, cfg.run.progress_bar, cfg.run.batch_size, cfg.rollout.num_generations = "iac", False, 2, 2
+    cfg.run.log_samples_steps, cfg.run.report_to, cfg.critic.model = 1, ["jsonl"], "tiny"
     comarl.Trainer(agents, env, items[:2], cfg).train()
     rows = [json.loads(x) for x in (tmp_path / "trees.jsonl").read_text().splitlines()]
     joints = rows[0]["nodes"][0]["joints"]

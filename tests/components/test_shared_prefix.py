@@ -13,6 +13,7 @@ from comarl.prefix_cache import unique_prompts, worth_sharing
 from comarl.rollout import collect_rollout
 from comarl.tiny_model import tiny_model
 from comarl.compute.micro_batches import micro_batch_spans
+from config_keys import set_keys
 
 
 def test_unique_prompts_and_when_sharing_is_worth_it():
@@ -135,9 +136,12 @@ def test_models_that_cannot_share_fall_back_with_one_notice(capfd):
     assert "gradient checkpointing turns the cache off" in capfd.readouterr().err
 
 
-def _trainer(agents, micro_batch, **kw):
-    cfg = comarl.TrainConfig(algorithm="magrpo", num_generations=4, batch_size=2, max_steps=1, progress_bar=False,
-                             report_to=[], log_samples_steps=0, micro_batch_size=micro_batch, **kw)
+def _trainer(agents, micro_batch, **sections):
+    cfg = comarl.TrainConfig(algorithm="magrpo", rollout=comarl.RolloutConfig(num_generations=4),
+                             run=comarl.RunConfig(batch_size=2, max_steps=1, progress_bar=False, report_to=[],
+                                                  log_samples_steps=0),
+                             hardware=comarl.HardwareConfig(micro_batch_size=micro_batch))
+    set_keys(cfg, **sections)
     env = FunctionEnv([lambda it: f"write about {it['q']} " * (1 + len(it["q"])),
                        lambda it: f"then {it['q']}"], lambda resps, it: sum(len(r) for r in resps) / 20.0)
     return comarl.Trainer(agents, env, [{"q": "a cat"}, {"q": "the bus"}], cfg)
@@ -145,7 +149,7 @@ def _trainer(agents, micro_batch, **kw):
 
 def _updates(t, rollout, share):
     """Weight change of every agent after its update (SGD: lr x gradient) with share_prefix on or off."""
-    t.config.share_prefix = share
+    t.config.hardware.share_prefix = share
     for ref in t.references:
         if ref is not None:
             ref.share_prefix = share
@@ -169,7 +173,7 @@ def test_trainer_update_equals_the_plain_path(lora, micro_batch):
     agents = [comarl.AgentConfig(model="tiny", max_new_tokens=8, lr=0.05, optimizer="sgd", lora=ls),
               comarl.AgentConfig(model="tiny-llama", max_new_tokens=6, lr=0.05, optimizer="sgd", temperature=0.8,
                                  lora=ls)]
-    t = _trainer(agents, micro_batch, num_iterations=2, kl_beta=0.1, max_grad_norm=0.0)
+    t = _trainer(agents, micro_batch, loss={"num_iterations": 2, "kl_beta": 0.1, "max_grad_norm": 0.0})
     torch.manual_seed(0)
     rollout = collect_rollout(t.agents, t.env, t.train_items, t.settings)
     plain, shared = _updates(t, rollout, False), _updates(t, rollout, True)

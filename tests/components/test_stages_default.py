@@ -48,11 +48,11 @@ def _env(reward=_reward):
                               _transition, max_turns=2)
 
 
-SCENARIOS = {
-    "magrpo_cross_2turn": dict(algorithm="magrpo", joint_mode="cross", num_turns=2, discount=0.9),
-    "maremax_aligned_2turn": dict(algorithm="maremax", joint_mode="aligned", num_turns=2),
-    "iac_cross_2turn": dict(algorithm="iac", joint_mode="cross", num_turns=2, discount=0.8),
-    "madpo_cross_2turn": dict(algorithm="madpo", joint_mode="cross", num_turns=2, team_reward=True),
+SCENARIOS = {  # algorithm, train.rollout keys, team reward
+    "magrpo_cross_2turn": ("magrpo", dict(joint_mode="cross", num_turns=2, discount=0.9), False),
+    "maremax_aligned_2turn": ("maremax", dict(joint_mode="aligned", num_turns=2), False),
+    "iac_cross_2turn": ("iac", dict(joint_mode="cross", num_turns=2, discount=0.8), False),
+    "madpo_cross_2turn": ("madpo", dict(joint_mode="cross", num_turns=2), True),
 }
 
 
@@ -65,8 +65,7 @@ def _digest(chunks) -> str:
 
 def run_scenario(name: str) -> dict:
     """Train 3 steps; returns the token digest of every generate call, the history and the weights."""
-    spec = dict(SCENARIOS[name])
-    team_reward = spec.pop("team_reward", False)
+    algorithm, rollout, team_reward = SCENARIOS[name]
     calls = []
 
     def recording(agents, prompt_ids, k, **kw):
@@ -76,9 +75,9 @@ def run_scenario(name: str) -> dict:
 
     agents = [comarl.AgentConfig(model="tiny", max_new_tokens=3, lr=2e-2, chat_template=False,
                                  model_kwargs={"seed": i}) for i in range(2)]
-    cfg = comarl.TrainConfig(num_generations=2, batch_size=2, max_steps=3, progress_bar=False, report_to=[],
-                             seed=0, **spec)
-    if spec["algorithm"] == "iac":
+    cfg = comarl.TrainConfig(algorithm=algorithm, rollout=comarl.RolloutConfig(num_generations=2, **rollout),
+                             run=comarl.RunConfig(batch_size=2, max_steps=3, progress_bar=False, report_to=[], seed=0))
+    if algorithm == "iac":
         cfg.critic = CriticSettings(lr=1e-3)
     t = comarl.Trainer(agents, _env(_team_reward if team_reward else _reward), ITEMS, cfg, generator=recording)
     hist = t.train()

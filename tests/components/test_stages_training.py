@@ -22,11 +22,12 @@ def staged_env():
     return env
 
 
-def trainer(algorithm, env=None, n_agents=2, steps=2, **train):
+def trainer(algorithm, env=None, n_agents=2, steps=2):
     agents = [comarl.AgentConfig(model="tiny", max_new_tokens=3, lr=1e-2, chat_template=False,
                                  model_kwargs={"seed": i}) for i in range(n_agents)]
-    cfg = comarl.TrainConfig(algorithm=algorithm, num_generations=2, batch_size=2, max_steps=steps,
-                             progress_bar=False, report_to=[], seed=0, **train)
+    cfg = comarl.TrainConfig(algorithm=algorithm, rollout=comarl.RolloutConfig(num_generations=2),
+                             run=comarl.RunConfig(batch_size=2, max_steps=steps, progress_bar=False, report_to=[],
+                                                  seed=0))
     if algorithm == "iac":
         cfg.critic = CriticSettings(lr=1e-3)
     elif algorithm == "maac":
@@ -74,7 +75,7 @@ def test_config_stages_reach_the_rollout(tmp_path):
         "agents:\n  - {model: tiny, name: planner}\n  - {model: tiny, name: coder}\n"
         "env:\n  name: tests.components.test_stages_training:plain_env\n"
         "  stages:\n    - [planner]\n    - {agents: [coder], reads: {coder: [planner]}}\n"
-        "train: {num_generations: 2}\n")
+        "train: {rollout: {num_generations: 2}}\n")
     cfg = load_config(cfg_file)
     env = build_env(cfg)
     assert [s.agents for s in env.stages.stages] == [(0,), (1,)] and env.stages.name(0) == "planner"
@@ -91,6 +92,6 @@ def test_a_centralised_actor_refuses_an_environment_in_stages(tmp_path):
 
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text("agents:\n  - {model: tiny}\nenv: {name: mbpp_chain, centralized_roles: 3}\n"
-                        "train: {num_generations: 2}\n")
+                        "train: {rollout: {num_generations: 2}}\n")
     with pytest.raises(comarl.ConfigError, match="runs its roles in stages"):
         build_env(load_config(cfg_file))

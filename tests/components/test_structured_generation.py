@@ -149,8 +149,9 @@ def test_training_step_with_a_schema_learns_values_only():
                              reward_fn=lambda responses, item: len(json.loads(responses[0])["city"]) / 10)
     trainer = comarl.Trainer(agents=[AgentConfig(model="tiny", max_new_tokens=40)], env=env,
                              train_dataset=[{"t": "Rome"}, {"t": "Oslo"}],
-                             config=comarl.TrainConfig(num_generations=4, batch_size=2, max_steps=1, seed=3,
-                                                       progress_bar=False))
+                             config=comarl.TrainConfig(rollout=comarl.RolloutConfig(num_generations=4),
+                                                       run=comarl.RunConfig(batch_size=2, max_steps=1, seed=3,
+                                                                            progress_bar=False)))
     seen = {}
     real = trainer.update.update_agent
 
@@ -184,8 +185,10 @@ def test_madpo_step_with_a_schema():
                              reward_fn=lambda rs, item: sum(len(json.loads(r)["city"]) for r in rs) / 10)
     trainer = comarl.Trainer(agents=[AgentConfig(model="tiny", max_new_tokens=40) for _ in range(2)], env=env,
                              train_dataset=[{"t": "Rome"}],
-                             config=comarl.TrainConfig(algorithm="madpo", num_generations=2, batch_size=1,
-                                                       max_steps=1, seed=0, progress_bar=False))
+                             config=comarl.TrainConfig(algorithm="madpo",
+                                                       rollout=comarl.RolloutConfig(num_generations=2),
+                                                       run=comarl.RunConfig(batch_size=1, max_steps=1, seed=0,
+                                                                            progress_bar=False)))
     [metrics] = trainer.train()
     assert metrics["pref/pairs"] == 1 and all(metrics[f"agent{i}/grad_norm"] > 0 for i in range(2))
 
@@ -218,7 +221,7 @@ def test_forced_tokens_give_no_gradient_through_the_model(agent):
 
 
 def test_schemas_under_a_shared_prefix_draw_the_same_rows(agent):
-    """The prefill-once path (train.share_prefix) and the plain path give the same constrained samples."""
+    """The prefill-once path (train.hardware.share_prefix) and the plain path give the same constrained samples."""
     prompts = agent.encode_prompts(["Plan a trip.", "a longer prompt about a trip to the sea"])
     schemas = [SCHEMA, None]
     out = []
@@ -232,14 +235,16 @@ def test_schemas_under_a_shared_prefix_draw_the_same_rows(agent):
 def test_madpo_iter_pairs_keep_their_sampled_tokens_and_forced_flags(tmp_path):
     """Round pairs record the sampled ids and the schema's forced flags (preference/pair_tokens.py), so the
     round's DPO scores the sampled tokens and leaves the forced ones out, as online MADPO does."""
-    from comarl.preference import PreferenceSettings
+    from comarl.preference import IterativeSettings, PairSettings, PreferenceSettings
     from comarl.preference.pair_tokens import tokenizer_fingerprint
 
     env = comarl.FunctionEnv(formatters=[lambda it: with_schema(f"Trip to {it['t']}", SCHEMA)] * 2,
                              reward_fn=lambda rs, item: sum(len(json.loads(r)["city"]) for r in rs) / 10)
-    cfg = comarl.TrainConfig(algorithm="madpo_iter", num_generations=3, batch_size=2, seed=0, progress_bar=False,
-                             report_to=[], output_dir=str(tmp_path))
-    cfg.preference = PreferenceSettings(rounds=1, steps_per_round=1, pairs_per_item=2)
+    cfg = comarl.TrainConfig(algorithm="madpo_iter", rollout=comarl.RolloutConfig(num_generations=3),
+                             run=comarl.RunConfig(batch_size=2, seed=0, progress_bar=False, report_to=[],
+                                                  output_dir=str(tmp_path)))
+    cfg.preference = PreferenceSettings(iterative=IterativeSettings(rounds=1, steps_per_round=1),
+                                        pairs=PairSettings(pairs_per_item=2))
     trainer = comarl.Trainer([AgentConfig(model="tiny", max_new_tokens=40) for _ in range(2)], env,
                              [{"t": "Rome"}, {"t": "Oslo"}], cfg)
     trainer.train()

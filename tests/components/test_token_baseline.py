@@ -19,14 +19,16 @@ def _varied_lengths(agents, prompt_ids, k, **kw):
     return out
 
 
-def _trainer(algorithm: str, **over):
-    kw = dict(algorithm=algorithm, num_generations=3, batch_size=2, max_steps=1, progress_bar=False, report_to=[],
-              micro_batch_size=4, log_samples_steps=0)
+def _trainer(algorithm: str):
+    cfg = comarl.TrainConfig(algorithm=algorithm, rollout=comarl.RolloutConfig(num_generations=3),
+                             run=comarl.RunConfig(batch_size=2, max_steps=1, progress_bar=False, report_to=[],
+                                                  log_samples_steps=0),
+                             hardware=comarl.HardwareConfig(micro_batch_size=4))
     agent = comarl.AgentConfig(model="tiny", max_new_tokens=6, lr=1e-2, model_kwargs={"hidden_size": 32,
                                                                                        "num_layers": 1})
     # the reward is the completion's length in characters: samples of one group differ in length and return
     env = FunctionEnv([lambda it: f"say {it['q']}"], lambda resps, it: len(resps[0]) / 10.0)
-    return comarl.Trainer([agent], env, [{"q": "a"}, {"q": "b"}], comarl.TrainConfig(**{**kw, **over}),
+    return comarl.Trainer([agent], env, [{"q": "a"}, {"q": "b"}], cfg,
                           generator=_varied_lengths)
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = str(ROOT / "configs/demo/writing.yaml")
 TLDR = str(ROOT / "configs/writing/tldr_smoke.yaml")
-FAST = ["train.progress_bar=false", "train.num_generations=2", "train.batch_size=2", "agents.*.max_new_tokens=4"]
+FAST = ["train.run.progress_bar=false", "train.rollout.num_generations=2", "train.run.batch_size=2",
+        "agents.*.max_new_tokens=4"]
 
 
 def _env(**extra):
@@ -38,8 +39,8 @@ def _user_error(r, *needles):
 
 def test_yaml_syntax_error_names_file_line_and_column(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("agents:\n  - model: tiny\ntrain:\n  num_generations: 4\n   batch_size: 2\n")
-    _user_error(comarl("train", str(bad)), f"{bad}:5:14", "YAML syntax error")
+    bad.write_text("agents:\n  - model: tiny\ntrain:\n  run:\n    max_steps: 4\n     batch_size: 2\n")
+    _user_error(comarl("train", str(bad)), f"{bad}:6:16", "YAML syntax error")
 
 
 def test_debug_flag_and_env_show_the_traceback(tmp_path, monkeypatch):
@@ -86,8 +87,8 @@ def test_unwritable_output_dir_is_refused_before_any_model_loads(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
     # the model path is wrong too: the output_dir error must come first (no model is loaded before it)
-    _user_error(comarl("train", DEMO, f"train.output_dir={blocker}/run", "agents.0.model=/nonexistent/path"),
-                f"train.output_dir: cannot write to {blocker}/run")
+    _user_error(comarl("train", DEMO, f"train.run.output_dir={blocker}/run", "agents.0.model=/nonexistent/path"),
+                f"train.run.output_dir: cannot write to {blocker}/run")
 
 
 def test_hub_dataset_offline_fails_fast_without_traceback():
@@ -117,7 +118,7 @@ def test_hub_probe_is_quick_on_a_closed_port(monkeypatch):
 def test_ctrl_c_prints_step_checkpoint_and_resume_command(tmp_path):
     """(The resumed run's message is tested in-process in test_output_dirs.py.)"""
     out = tmp_path / "run"
-    args = [DEMO, f"train.output_dir={out}", "train.max_steps=500", "train.save_on_interrupt=true", *FAST]
+    args = [DEMO, f"train.run.output_dir={out}", "train.run.max_steps=500", "train.run.save_on_interrupt=true", *FAST]
     p = subprocess.Popen([sys.executable, "-m", "comarl", "train", *args], cwd=ROOT, env=_env(),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     metrics = out / "metrics.jsonl"
@@ -132,25 +133,26 @@ def test_ctrl_c_prints_step_checkpoint_and_resume_command(tmp_path):
     step = json.loads(metrics.read_text().splitlines()[-1])["step"]
     last = stderr.strip().splitlines()[-1]
     assert f"interrupted after step {step} of 500; last checkpoint {out}/checkpoint-{step}" in last, stderr
-    assert "resume with: comarl train" in last and "train.resume=latest" in last
-    assert (out / f"checkpoint-{step}" / "trainer_state.json").exists()  # train.save_on_interrupt
+    assert "resume with: comarl train" in last and "train.run.resume=latest" in last
+    assert (out / f"checkpoint-{step}" / "trainer_state.json").exists()  # train.run.save_on_interrupt
 
 
-def _python_trainer(out, **train):
+def _python_trainer(out, **run):
     """The README's Python example, small: a TrainConfig built in Python."""
     import comarl
 
     env = comarl.FunctionEnv(formatters=[lambda it: f"A {it['t']}", lambda it: f"B {it['t']}"],
                              reward_fn=lambda responses, item: 1.0)
     agents = [comarl.AgentConfig(model="tiny", max_new_tokens=4) for _ in range(2)]
-    cfg = comarl.TrainConfig(num_generations=2, batch_size=2, max_steps=1, output_dir=str(out), progress_bar=False,
-                             report_to=["jsonl"], **train)
+    cfg = comarl.TrainConfig(rollout=comarl.RolloutConfig(num_generations=2),
+                             run=comarl.RunConfig(batch_size=2, max_steps=1, output_dir=str(out), progress_bar=False,
+                                                  report_to=["jsonl"], **run))
     return comarl.Trainer(agents, env, [{"t": "x"}, {"t": "y"}], cfg)
 
 
 def test_python_errors_name_the_python_argument_and_config_errors_the_key(tmp_path):
     """A second run of the README's example into the same folder: the advice is Python for a Python user
-    (TrainConfig(resume="latest")), dotted keys for one whose TrainConfig came from a config file."""
+    (TrainConfig(run=RunConfig(resume="latest"))), dotted keys for one whose TrainConfig came from a config file."""
     import pytest
 
     from comarl.config import load_config
@@ -161,13 +163,14 @@ def test_python_errors_name_the_python_argument_and_config_errors_the_key(tmp_pa
     with pytest.raises(ConfigError) as e:
         _python_trainer(tmp_path)
     said = str(e.value)
-    assert 'TrainConfig(resume="latest")' in said and "TrainConfig(overwrite=True)" in said, said
-    assert "train.resume" not in said and "train.overwrite" not in said
-    with pytest.raises(ConfigError, match=r"holds no run to continue .*drop TrainConfig\.resume"):
+    assert 'TrainConfig(run=RunConfig(resume="latest"))' in said, said
+    assert "TrainConfig(run=RunConfig(overwrite=True))" in said, said
+    assert "train.run.resume" not in said and "train.run.overwrite" not in said
+    with pytest.raises(ConfigError, match=r"holds no run to continue .*drop TrainConfig\.run\.resume"):
         _python_trainer(tmp_path / "empty", resume="latest")
     with pytest.raises(ConfigError) as e:
-        build_trainer(load_config(DEMO, [f"train.output_dir={tmp_path}"]))
-    assert "train.resume=latest" in str(e.value) and "train.overwrite=true" in str(e.value)
+        build_trainer(load_config(DEMO, [f"train.run.output_dir={tmp_path}"]))
+    assert "train.run.resume=latest" in str(e.value) and "train.run.overwrite=true" in str(e.value)
 
 
 def test_a_mistyped_key_gets_did_you_mean_not_sixty_keys(tmp_path):
@@ -176,17 +179,17 @@ def test_a_mistyped_key_gets_did_you_mean_not_sixty_keys(tmp_path):
     from comarl import TrainConfig
 
     r = comarl("train", DEMO, "train.num_generation=8")
-    _user_error(r, "unknown config key train.num_generation (did you mean train.num_generations")
+    _user_error(r, "unknown config key train.num_generation (did you mean train.rollout.num_generations")
     assert len(r.stderr) < 200, r.stderr
     from comarl.config import load_config
     from comarl.config_io import ConfigError
 
-    with pytest.raises(ConfigError, match=r"did you mean train\.run\.batch_size, or train\.batch_size\?"):
+    with pytest.raises(ConfigError, match=r"train\.rollout\.batch_size \(did you mean train\.run\.batch_size\?\)"):
         load_config(DEMO, ["train.rollout.batch_size=8"])  # a key of another section
     with pytest.raises(ConfigError) as e:  # nothing close: the sections, not every key
         load_config(DEMO, ["train.colour=red"])
     assert "none of train's keys is close; it has algorithm, critic, hardware, loss, preference, rollout, run" in \
         str(e.value) and len(str(e.value)) < 250
     with pytest.raises(TypeError, match=r"TrainConfig\(\) got an unknown argument 'num_generation' \(did you mean "
-                                        r"num_generations"):
+                                        r"rollout=RolloutConfig\(num_generations=\.\.\.\)"):
         TrainConfig(num_generation=4)

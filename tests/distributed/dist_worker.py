@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
-from comarl import AgentConfig, FunctionEnv, TrainConfig, Trainer  # noqa: E402
+from comarl import AgentConfig, FunctionEnv, HardwareConfig, RolloutConfig, RunConfig, TrainConfig, Trainer  # noqa: E402
 from comarl.generation import Completions, generate  # noqa: E402
 from comarl.generation.team import generate_for_agents  # noqa: E402
 from comarl.compute import distributed as dist  # noqa: E402
@@ -70,8 +70,9 @@ def main() -> None:
               for i in range(2)]
     env = FunctionEnv([lambda it: f"Say {it['x']} in few words.", lambda it: f"Say {it['x']} at length."], reward)
     items = [{"x": x} for x in range(5)]
-    cfg = TrainConfig(num_generations=2, batch_size=args.batch_size, max_steps=args.steps, shuffle=False,
-                      micro_batch_size=3, progress_bar=False, report_to=[], seed=0, output_dir=None)
+    cfg = TrainConfig(rollout=RolloutConfig(num_generations=2),
+                      run=RunConfig(batch_size=args.batch_size, max_steps=args.steps, shuffle=False, progress_bar=False,
+                                    report_to=[], seed=0, output_dir=None), hardware=HardwareConfig(micro_batch_size=3))
     trainer = Trainer(agents, env, items, cfg, generator=seeded)
     first_draw = float(torch.rand(()))  # the sampling stream right after init: must differ per rank
     counts = []

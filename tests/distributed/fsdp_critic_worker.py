@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-from comarl import AgentConfig, FunctionEnv, TrainConfig, Trainer  # noqa: E402
+from comarl import (AgentConfig, FunctionEnv, HardwareConfig, LossConfig, RolloutConfig, RunConfig,  # noqa: E402
+                    TrainConfig, Trainer)
 from comarl.critics import CriticSettings  # noqa: E402
 from comarl.compute import distributed as dist  # noqa: E402
 from comarl.compute.sharding import full_state_dict  # noqa: E402
@@ -54,20 +55,21 @@ def critic_settings(name: str, rank: int) -> CriticSettings:
 
 def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
     r = int(os.environ.get("RANK", "0"))
-    kw = dict(num_generations=2, batch_size=batch_size, max_steps=3, shuffle=False, micro_batch_size=3,
-              progress_bar=False, report_to=[], seed=0, sharding="fsdp", batch_adapters=False, num_iterations=2,
-              output_dir=str(out / name / "run"))
+    cfg = TrainConfig(rollout=RolloutConfig(num_generations=2), loss=LossConfig(num_iterations=2),
+                      run=RunConfig(batch_size=batch_size, max_steps=3, shuffle=False, progress_bar=False, report_to=[],
+                                    seed=0, output_dir=str(out / name / "run")),
+                      hardware=HardwareConfig(micro_batch_size=3, sharding="fsdp", batch_adapters=False))
     if name in ("iac", "resume", "iac_agent"):
-        kw.update(algorithm="iac", save_steps=2)
+        cfg.algorithm, cfg.run.save_steps = "iac", 2
         if name == "iac_agent":  # one agent gathered at a time: rollout, then each value head with its agent
-            kw.update(fsdp_gather="agent")
+            cfg.hardware.fsdp_gather = "agent"
         if name == "resume":
-            kw.update(resume=str(Path(resume_from or out) / "iac" / "run" / "checkpoint-2"))
+            cfg.run.resume = str(Path(resume_from or out) / "iac" / "run" / "checkpoint-2")
     else:
-        kw.update(algorithm="maac", max_grad_norm=0.1, sharding="none" if name == "dp_maac" else "fsdp")
+        cfg.algorithm, cfg.loss.max_grad_norm = "maac", 0.1
+        cfg.hardware.sharding = "none" if name == "dp_maac" else "fsdp"
         if name == "bf16":
-            kw.update(mixed_precision="bf16", max_steps=1)
-    cfg = TrainConfig(**kw)
+            cfg.hardware.mixed_precision, cfg.run.max_steps = "bf16", 1
     cfg.critic = critic_settings(name, r)
     prompts = [lambda it: f"Say {it['x']} in few words.", lambda it: f"Say {it['x']} at length."]
     score = reward if cfg.algorithm == "iac" else nan_on_item_4

@@ -46,8 +46,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 from torch.distributed.fsdp import FSDPModule  # noqa: E402
 
-from comarl import FunctionEnv, TrainConfig, Trainer  # noqa: E402
-from comarl.preference import CentralizedEnv, ParseError, PreferenceSettings  # noqa: E402
+from comarl import FunctionEnv, HardwareConfig, LossConfig, RolloutConfig, RunConfig, TrainConfig, Trainer  # noqa: E402
+from comarl.preference import (CentralizedEnv, IterativeSettings, PairSettings, ParseError,  # noqa: E402
+                               PreferenceSettings)
 from comarl.compute import distributed as dist  # noqa: E402
 from comarl.compute.sharding import full_state_dict  # noqa: E402
 from dist_worker import seeded  # noqa: E402
@@ -94,47 +95,56 @@ def write_pairs(path: Path, n: int = 5) -> None:
 
 def run(name: str, out: Path, batch_size: int, resume_from: Path | None = None) -> None:
     r = int(os.environ.get("RANK", "0"))
-    kw = dict(num_generations=2, batch_size=batch_size, max_steps=3, shuffle=False, micro_batch_size=1,
-              progress_bar=False, report_to=[], seed=0, sharding="fsdp", batch_adapters=False,
-              output_dir=str(out / name / "run"))
+    cfg = TrainConfig(rollout=RolloutConfig(num_generations=2),
+                      run=RunConfig(batch_size=batch_size, max_steps=3, shuffle=False, progress_bar=False, report_to=[],
+                                    seed=0, output_dir=str(out / name / "run")),
+                      hardware=HardwareConfig(micro_batch_size=1, sharding="fsdp", batch_adapters=False))
     agents = [agent(0, False, r), agent(1, True, r)]
     env = FunctionEnv(PROMPTS, reward)
     if name == "madpo":
-        kw.update(algorithm="madpo", num_iterations=2, max_grad_norm=0.5, joint_mode="cross",
-                  preference=PreferenceSettings(pairs_out=str(out / name / "pairs_out.jsonl"),
-                                                pair_selection="random", pairs_per_item=2))
+        cfg.algorithm = "madpo"
+        cfg.loss = LossConfig(num_iterations=2, max_grad_norm=0.5)
+        cfg.rollout.joint_mode = "cross"
+        cfg.preference = PreferenceSettings(pairs=PairSettings(pairs_out=str(out / name / "pairs_out.jsonl"),
+                                                               pair_selection="random", pairs_per_item=2))
     elif name == "iter_agent":  # madpo_iter gathering one agent at a time (round sampling and steps)
         agents = [agent(0, False, r), agent(1, False, r)]
-        kw.update(algorithm="madpo_iter", max_steps=0, fsdp_gather="agent",
-                  preference=PreferenceSettings(reference="current", rounds=2, steps_per_round=2, replay="all"))
+        cfg.algorithm, cfg.run.max_steps, cfg.hardware.fsdp_gather = "madpo_iter", 0, "agent"
+        cfg.preference = PreferenceSettings(iterative=IterativeSettings(reference="current", rounds=2,
+                                                                        steps_per_round=2, replay="all"))
     elif name in ("iter", "iter_resume"):
         agents = [agent(0, False, r), agent(1, False, r)]
         folder = Path(resume_from or out) / "iter" / "run"
-        kw.update(algorithm="madpo_iter", max_steps=0, save_steps=3, output_dir=str(folder),
-                  preference=PreferenceSettings(reference="current", rounds=2, steps_per_round=2, replay="all"))
+        cfg.algorithm, cfg.run.max_steps, cfg.run.save_steps, cfg.run.output_dir = "madpo_iter", 0, 3, str(folder)
+        cfg.preference = PreferenceSettings(iterative=IterativeSettings(reference="current", rounds=2,
+                                                                        steps_per_round=2, replay="all"))
         if name == "iter_resume":
-            kw.update(resume=str(folder / "checkpoint-3"))
+            cfg.run.resume = str(folder / "checkpoint-3")
     elif name in ("iter_ckpt", "iter_ckpt_lora"):
         if name == "iter_ckpt":
             agents, env = [agent(0, False, r)], FunctionEnv(PROMPTS[:1], reward)
-        kw.update(algorithm="madpo_iter", max_steps=0, preference=PreferenceSettings(
-            reference="initial", comparator="checkpoint", rounds=1, steps_per_round=1, pair_selection="random"))
+        cfg.algorithm, cfg.run.max_steps = "madpo_iter", 0
+        cfg.preference = PreferenceSettings(iterative=IterativeSettings(reference="initial", comparator="checkpoint",
+                                                                        rounds=1, steps_per_round=1),
+                                            pairs=PairSettings(pair_selection="random"))
     elif name == "iter_model":  # a fixed comparator model, sharded like the agents; one agent gathered at a time
         # lr 1e-3: at 1e-2 Adam turned float noise in near-zero gradients (3e-6 relative in the grad norm) into
         # 2e-4 weight differences by step 2; the pair files are byte-identical either way
         agents, env = [dataclasses.replace(agent(0, False, r), lr=1e-3)], FunctionEnv(PROMPTS[:1], reward)
-        kw.update(algorithm="madpo_iter", max_steps=0, fsdp_gather="agent", preference=PreferenceSettings(
-            reference="initial", comparator="model", comparator_model="tiny", rounds=2, steps_per_round=1))
+        cfg.algorithm, cfg.run.max_steps, cfg.hardware.fsdp_gather = "madpo_iter", 0, "agent"
+        cfg.preference = PreferenceSettings(iterative=IterativeSettings(reference="initial", comparator="model",
+                                                                        comparator_model="tiny", rounds=2,
+                                                                        steps_per_round=1))
     elif name == "offline":
-        kw.update(algorithm="madpo_offline", shuffle=True,
-                  preference=PreferenceSettings(pairs_in=str(out / "pairs.jsonl")))
+        cfg.algorithm, cfg.run.shuffle = "madpo_offline", True
+        cfg.preference = PreferenceSettings(pairs=PairSettings(pairs_in=str(out / "pairs.jsonl")))
     elif name == "central":
         agents = [agent(0, False, r)]
         env = CentralizedEnv(FunctionEnv(PROMPTS, char_reward), parser=first_chars, failure_reward=0.0)
-        kw.update(algorithm="madpo", max_steps=2)
+        cfg.algorithm, cfg.run.max_steps = "madpo", 2
     else:
         raise SystemExit(f"unknown scenario {name}")
-    trainer = Trainer(agents, env, [{"x": x} for x in range(5)], TrainConfig(**kw), generator=seeded)
+    trainer = Trainer(agents, env, [{"x": x} for x in range(5)], cfg, generator=seeded)
     if name == "central":
         nan_loss_on_call(trainer.update, 1)
     with record_meta_adds() as later:

@@ -34,10 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
-from comarl import FunctionEnv, TrainConfig, Trainer  # noqa: E402
+from comarl import FunctionEnv, HardwareConfig, RolloutConfig, RunConfig, TrainConfig, Trainer  # noqa: E402
 from comarl.config import EnvConfig, ExperimentConfig  # noqa: E402
 from comarl.experiment import _reward_model_env  # noqa: E402
-from comarl.preference import PreferenceSettings  # noqa: E402
+from comarl.preference import IterativeSettings, PreferenceSettings  # noqa: E402
 from comarl.preference.marlhf import RewardModelSettings  # noqa: E402
 from comarl.compute import distributed as dist  # noqa: E402
 from comarl.compute.sharding import full_state_dict, is_sharded  # noqa: E402
@@ -64,27 +64,30 @@ def write_pairs(path: Path, n: int = 12) -> None:
 def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
     r = int(os.environ.get("RANK", "0"))
     scenario, ddp = name.removesuffix("_ddp"), name.endswith("_ddp")
-    kw = dict(num_generations=2, batch_size=batch_size, shuffle=False, micro_batch_size=3, progress_bar=False,
-              report_to=[], seed=0, sharding="none" if ddp else "fsdp", batch_adapters=False,
-              output_dir=str(out / name / "run"))
+    train = TrainConfig(rollout=RolloutConfig(num_generations=2),
+                        run=RunConfig(batch_size=batch_size, shuffle=False, progress_bar=False, report_to=[], seed=0,
+                                      output_dir=str(out / name / "run")),
+                        hardware=HardwareConfig(micro_batch_size=3, sharding="none" if ddp else "fsdp",
+                                                batch_adapters=False))
     agents = [agent(0, False, r), agent(1, True, r)]
     env = FunctionEnv(PROMPTS, reward)
     if scenario in ("iter", "iter_resume"):
         rm = RewardModelSettings(model="tiny", epochs=2, batch_size=2, lr=1e-4, held_out=0.25)
-        kw.update(algorithm="marlhf_iter", save_steps=1, save_total_limit=4, preference=PreferenceSettings(
+        train.algorithm, train.run.save_steps, train.run.save_total_limit = "marlhf_iter", 1, 4
+        train.preference = PreferenceSettings(iterative=IterativeSettings(
             rounds=2, steps_per_round=2, replay="decay", reward_model=rm, reward_model_refit="continue",
             comparator="checkpoint"))
         if name == "iter_resume":  # in iter's own folder, which holds the rounds' pair files
             run_dir = Path(resume_from or out) / "iter" / "run"
-            kw.update(output_dir=str(run_dir), resume=str(run_dir / "checkpoint-3"))
-        trainer = Trainer(agents, env, [{"x": x} for x in range(8)], TrainConfig(**kw), generator=seeded)
+            train.run.output_dir, train.run.resume = str(run_dir), str(run_dir / "checkpoint-3")
+        trainer = Trainer(agents, env, [{"x": x} for x in range(8)], train, generator=seeded)
         history = trainer.train()
         rm_model = trainer.source.reward_model.model
     elif scenario == "rlhf":
-        kw.update(max_steps=2)
+        train.run.max_steps = 2
         cfg = ExperimentConfig(env=EnvConfig(reward_model=RewardModelSettings(
             model="tiny", pairs=str(out / "pairs.jsonl"), held_out=0.25, epochs=1, batch_size=4, lr=1e-3)),
-            train=TrainConfig(**kw))
+            train=train)
         trainer = Trainer(agents, _reward_model_env(env, cfg), [{"x": x} for x in range(8)], cfg.train,
                           generator=seeded)
         history = trainer.train()

@@ -53,7 +53,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
-from comarl import AgentConfig, FunctionEnv, TrainConfig, Trainer  # noqa: E402
+from comarl import (AgentConfig, FunctionEnv, HardwareConfig, LossConfig, RolloutConfig, RunConfig,  # noqa: E402
+                    TrainConfig, Trainer)
 from comarl.lora import LoraSettings  # noqa: E402
 from comarl.compute import distributed as dist  # noqa: E402
 from comarl.compute.sharding import full_state_dict  # noqa: E402
@@ -79,46 +80,46 @@ def agent(i: int, lora: bool, rank: int) -> AgentConfig:
 
 def run(name: str, out: Path, batch_size: int, resume_from: str | None) -> None:
     r = int(os.environ.get("RANK", "0"))
-    kw = dict(num_generations=2, batch_size=batch_size, max_steps=3, shuffle=False, micro_batch_size=3,
-              progress_bar=False, report_to=[], seed=0, sharding="fsdp", batch_adapters=False,
-              output_dir=str(out / name / "run"))
+    cfg = TrainConfig(rollout=RolloutConfig(num_generations=2),
+                      run=RunConfig(batch_size=batch_size, max_steps=3, shuffle=False, progress_bar=False, report_to=[],
+                                    seed=0, output_dir=str(out / name / "run")),
+                      hardware=HardwareConfig(micro_batch_size=3, sharding="fsdp", batch_adapters=False))
     if name == "agent":  # one agent gathered at a time, 2 turns that end early for odd items, ReMax greedy runs
         agents = [agent(0, False, r), agent(1, True, r)]
         prompts = [lambda it: f"Say {it['x']} in few words.", lambda it: f"Say {it['x']} at length."]
         env = FunctionEnv(prompts, reward, max_turns=2,
                           transition_fn=lambda st, resp: None if st.item["x"] % 2 else (f"Again {st.item['x']}.",
                                                                                         f"More {st.item['x']}."))
-        kw.update(fsdp_gather="agent", algorithm="maremax", num_turns=2, eval_steps=3)
-        trainer = Trainer(agents, env, [{"x": x} for x in range(5)], TrainConfig(**kw),
+        cfg.hardware.fsdp_gather, cfg.algorithm, cfg.rollout.num_turns, cfg.run.eval_steps = "agent", "maremax", 2, 3
+        trainer = Trainer(agents, env, [{"x": x} for x in range(5)], cfg,
                           eval_dataset=[{"x": x} for x in range(5)], generator=seeded)
         _finish(trainer, name, out)
         return
     if name in ("two", "resume", "plain", "from_plain"):
         agents = [agent(0, False, r), agent(1, True, r)]
         prompts = [lambda it: f"Say {it['x']} in few words.", lambda it: f"Say {it['x']} at length."]
-        kw.update(save_steps=2, kl_beta=0.05, num_iterations=2)
+        cfg.run.save_steps, cfg.loss.kl_beta, cfg.loss.num_iterations = 2, 0.05, 2
         if name == "resume":
-            kw.update(resume=str(Path(resume_from or out) / "two" / "run" / "checkpoint-2"))
+            cfg.run.resume = str(Path(resume_from or out) / "two" / "run" / "checkpoint-2")
         if name == "plain":  # data parallel, unsharded checkpoints
-            kw.update(sharding="none")
+            cfg.hardware.sharding = "none"
         if name == "from_plain":
-            kw.update(resume=str(out / "plain" / "run" / "checkpoint-2"))
+            cfg.run.resume = str(out / "plain" / "run" / "checkpoint-2")
     else:
         agents = [agent(0, False, r)]
         prompts = [lambda it: f"Say {it['x']} in few words."]
-        kw.update(kl_beta=0.1, num_iterations=2, max_grad_norm=0.1)
+        cfg.loss = LossConfig(kl_beta=0.1, num_iterations=2, max_grad_norm=0.1)
         if name.startswith("hsdp"):
-            kw.update(fsdp_shard_size=int(name[-1]))
+            cfg.hardware.fsdp_shard_size = int(name[-1])
         if name == "bf16":
-            kw.update(mixed_precision="bf16", max_steps=1)
+            cfg.hardware.mixed_precision, cfg.run.max_steps = "bf16", 1
         if name == "fp16":  # fp16 is CUDA-only in the library; CPU autocast runs it here (fp16_on_cpu)
-            kw.update(mixed_precision="fp16")
+            cfg.hardware.mixed_precision = "fp16"
         if name == "gc":  # activation checkpointing: FSDP re-gathers each block for the recomputation
-            kw.update(gradient_checkpointing=True)
+            cfg.hardware.gradient_checkpointing = True
     score = reward if len(agents) == 2 else nan_on_item_4
     with fp16_on_cpu() if name == "fp16" else contextlib.nullcontext(), record_meta_adds() as meta_adds:
-        trainer = Trainer(agents, FunctionEnv(prompts, score), [{"x": x} for x in range(5)], TrainConfig(**kw),
-                          generator=seeded)
+        trainer = Trainer(agents, FunctionEnv(prompts, score), [{"x": x} for x in range(5)], cfg, generator=seeded)
     trainer.meta_adds = meta_adds
     if name == "two":
         trainer.train()

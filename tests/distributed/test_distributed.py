@@ -86,8 +86,9 @@ def test_python_m_comarl_under_torchrun_writes_once(tmp_path):
         "agents": [{"model": "tiny", "max_new_tokens": 6, "model_kwargs": {"hidden_size": 32, "num_layers": 1,
                                                                             "seed": i}} for i in range(2)],
         "env": {"name": "demo_writing"},
-        "train": {"num_generations": 2, "batch_size": 1, "max_steps": 2, "save_steps": 1, "progress_bar": False,
-                  "report_to": ["jsonl"], "output_dir": str(tmp_path / "run")}}))
+        "train": {"rollout": {"num_generations": 2},
+                  "run": {"batch_size": 1, "max_steps": 2, "save_steps": 1, "progress_bar": False,
+                          "report_to": ["jsonl"], "output_dir": str(tmp_path / "run")}}}))
     log = open(tmp_path / "cli.log", "w")
     proc = _launch([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                     "-m", "comarl", "train", str(cfg)], log)
@@ -196,13 +197,14 @@ def test_rebuilt_scheduler_continues_with_the_new_horizon():
 
 def test_trainer_resumes_a_checkpoint_written_by_more_ranks(tmp_path):
     """A checkpoint from 2 ranks x batch 2 after 1 step (4 items seen) resumed by 1 rank x batch 2: batch 2."""
-    from comarl import AgentConfig, FunctionEnv, TrainConfig, Trainer
+    from comarl import AgentConfig, FunctionEnv, RolloutConfig, RunConfig, TrainConfig, Trainer
 
-    def make(**kw):
+    def make(batch_size=2, **run):
         agents = [AgentConfig(model="tiny", max_new_tokens=4, model_kwargs={"hidden_size": 32, "num_layers": 1})]
         env = FunctionEnv([lambda it: f"item {it['x']}"], lambda r, it: float(len(r[0]) % 3))
-        cfg = TrainConfig(num_generations=2, batch_size=kw.pop("batch_size_override", 2), epochs=2, shuffle=False,
-                          progress_bar=False, report_to=[], output_dir=str(tmp_path), lr_scheduler="linear", **kw)
+        cfg = TrainConfig(rollout=RolloutConfig(num_generations=2),
+                          run=RunConfig(batch_size=batch_size, epochs=2, shuffle=False, progress_bar=False,
+                                        report_to=[], output_dir=str(tmp_path), lr_scheduler="linear", **run))
         return Trainer(agents, env, [{"x": x} for x in range(10)], cfg)
 
     t = make(max_steps=1)
@@ -220,6 +222,6 @@ def test_trainer_resumes_a_checkpoint_written_by_more_ranks(tmp_path):
     assert r.total_steps == 1 + 8
     assert [b["x"] for b in r.next_batch()] == [4, 5]
     # 1 rank x batch 4 after 2 ranks x batch 2: the same global batch, so the same position and schedule
-    same = make(resume="latest", batch_size_override=4)
+    same = make(resume="latest", batch_size=4)
     assert same.state.batch_in_epoch == 1 and same.total_steps == 2 * 3
     assert [b["x"] for b in same.next_batch()] == [4, 5, 6, 7]

@@ -1,4 +1,4 @@
-"""FSDP2 sharding (train.sharding=fsdp): 2 gloo ranks == 1 process, sharded checkpoints, HF folders, HSDP.
+"""FSDP2 sharding (train.hardware.sharding=fsdp): 2 gloo ranks == 1 process, sharded checkpoints, HF folders, HSDP.
 
 The runs are in tests/distributed/fsdp_worker.py (see its docstring for the scenarios and
 how sampling is made independent of the split of items over ranks). One
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from comarl.config_io import ConfigError
-from comarl.config import TrainConfig
+from comarl.config import HardwareConfig, TrainConfig
 from comarl.compute.sharding import block_modules, mesh_shape, mixed_precision_policy
 
 import fsdp_worker
@@ -182,7 +182,7 @@ def test_mesh_shape_1d_and_hsdp():
     assert mesh_shape(4, 0) == (4,)
     assert mesh_shape(8, 4) == (2, 4)  # 2 replicas x 4 shards
     assert mesh_shape(2, 1) == (2, 1) and mesh_shape(2, 2) == (1, 2)
-    with pytest.raises(ConfigError, match="train.fsdp_shard_size: must divide the number of ranks \\(6\\)"):
+    with pytest.raises(ConfigError, match="train.hardware.fsdp_shard_size: must divide the number of ranks \\(6\\)"):
         mesh_shape(6, 4)
 
 
@@ -204,11 +204,11 @@ def test_blocks_are_the_decoder_layers_and_a_model_without_them_is_refused():
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"sharding": "zero3"}, "train.sharding: must be none or fsdp"),
-    ({"sharding": "fsdp", "reference_device": "cpu"}, "train.reference_device"),
-    ({"fsdp_shard_size": -1}, "train.fsdp_shard_size: must be >= 0"),
-    ({"fsdp_gather": "block"}, "train.fsdp_gather: must be team or agent, got 'block'"),
+    ({"sharding": "zero3"}, "train.hardware.sharding: must be none or fsdp"),
+    ({"sharding": "fsdp", "reference_device": "cpu"}, "train.hardware.reference_device"),
+    ({"fsdp_shard_size": -1}, "train.hardware.fsdp_shard_size: must be >= 0"),
+    ({"fsdp_gather": "block"}, "train.hardware.fsdp_gather: must be team or agent, got 'block'"),
 ])
 def test_sharding_config_errors_name_the_key(changes, message):
     with pytest.raises(ConfigError, match=message):
-        TrainConfig(**changes).validate(2)
+        TrainConfig(hardware=HardwareConfig(**changes)).validate(2)

@@ -1,4 +1,4 @@
-"""MARLHF's joint reward model under train.sharding=fsdp: 2 gloo ranks == 1 process, sharded resume.
+"""MARLHF's joint reward model under train.hardware.sharding=fsdp: 2 gloo ranks == 1 process, sharded resume.
 
 The runs are in tests/distributed/fsdp_rm_worker.py (scenarios ``iter``: marlhf_iter, ``iter_resume``: its resume inside
 a round, ``rlhf``: env.reward_model). One 2-rank launch runs them while this process runs the single-process

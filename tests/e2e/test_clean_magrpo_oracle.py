@@ -34,9 +34,11 @@ def test_two_trainer_steps_equal_the_single_file_on_the_same_samples():
                              reward_fn=lambda responses, it: clean.reward(*responses))
     agents = [comarl.AgentConfig(model="tiny", max_new_tokens=args.max_new_tokens, lr=args.lr,
                                  model_kwargs={"seed": i}) for i in range(2)]
-    cfg = comarl.TrainConfig(algorithm="magrpo", num_generations=args.k, batch_size=2, max_steps=2, seed=0,
-                             max_grad_norm=args.max_grad_norm, micro_batch_size=64, progress_bar=False,
-                             report_to=[], log_samples_steps=0)
+    cfg = comarl.TrainConfig(algorithm="magrpo", rollout=comarl.RolloutConfig(num_generations=args.k),
+                             run=comarl.RunConfig(batch_size=2, max_steps=2, seed=0, progress_bar=False, report_to=[],
+                                                  log_samples_steps=0),
+                             loss=comarl.LossConfig(max_grad_norm=args.max_grad_norm),
+                             hardware=comarl.HardwareConfig(micro_batch_size=64))
     t = comarl.Trainer(agents, env, [{"text": x} for x in clean.ITEMS], cfg)
     oracle = [copy.deepcopy(a.model) for a in t.agents]
     optimizers = [torch.optim.AdamW(m.parameters(), lr=args.lr, weight_decay=0.0) for m in oracle]

@@ -18,16 +18,16 @@ def _yaml(tmp_path, text):
 
 
 @pytest.mark.parametrize("override, message", [
-    (["train.num_generations=1"], "train.num_generations"),
-    (["train.joint_mode=diagonal"], "train.joint_mode"),
+    (["train.rollout.num_generations=1"], "train.rollout.num_generations"),
+    (["train.rollout.joint_mode=diagonal"], "train.rollout.joint_mode"),
     (["train.nonsense=3"], "train.nonsense"),
-    (["train.batch_size=two"], "train.batch_size"),
-    (["train.discount=1.5"], "train.discount"),
+    (["train.run.batch_size=two"], "train.run.batch_size"),
+    (["train.rollout.discount=1.5"], "train.rollout.discount"),
     (["agents.0.temperature=-1"], "agents.0.temperature"),
     (["agents.0.colour=red"], "agents.0.colour"),
     (["train.algorithm=ppo-ultra"], "train.algorithm"),
-    (["train.loss_normalization=median"], "train.loss_normalization"),
-    (["train.batch_size=4", "train.gradient_accumulation_steps=3"], "train.gradient_accumulation_steps"),
+    (["train.loss.loss_normalization=median"], "train.loss.loss_normalization"),
+    (["train.run.batch_size=4", "train.run.gradient_accumulation_steps=3"], "train.run.gradient_accumulation_steps"),
 ])
 def test_bad_values_name_the_key(override, message):
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
@@ -40,17 +40,17 @@ def test_no_agents_is_an_error(tmp_path):
 
 
 def test_overrides_fill_nested_keys_and_star():
-    cfg = load_config(ROOT / "configs/demo/writing.yaml", ["agents.*.lr=0.5", "train.lr_scheduler=cosine",
+    cfg = load_config(ROOT / "configs/demo/writing.yaml", ["agents.*.lr=0.5", "train.run.lr_scheduler=cosine",
                                                          "agents.1.temperature=0.7", "data.train.limit=3"])
     assert [a.lr for a in cfg.agents] == [0.5, 0.5]
-    assert cfg.agents[1].temperature == 0.7 and cfg.train.lr_scheduler == "cosine"
+    assert cfg.agents[1].temperature == 0.7 and cfg.train.run.lr_scheduler == "cosine"
     assert cfg.data.train.limit == 3
 
 
 def test_cli_error_exit_code_and_message(capsys):
-    rc = main(["train", str(ROOT / "configs/demo/writing.yaml"), "train.num_generations=1"])
+    rc = main(["train", str(ROOT / "configs/demo/writing.yaml"), "train.rollout.num_generations=1"])
     assert rc == 2
-    assert "train.num_generations" in capsys.readouterr().err
+    assert "train.rollout.num_generations" in capsys.readouterr().err
 
 
 def test_help_texts(capsys):
@@ -67,7 +67,8 @@ def test_help_texts(capsys):
 def test_train_then_eval_from_the_cli(tmp_path, capsys):
     cfg = str(ROOT / "configs/demo/writing_2turn_cross.yaml")
     out = tmp_path / "run"
-    assert main(["train", cfg, f"train.output_dir={out}", "train.max_steps=2", "train.progress_bar=false"]) == 0
+    assert main(["train", cfg, f"train.run.output_dir={out}", "train.run.max_steps=2",
+                 "train.run.progress_bar=false"]) == 0
     assert (out / "final" / "agent1" / "config.json").exists()
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert metrics[-1]["step"] == 2 and "reward/turn1" in metrics[-1]
@@ -85,7 +86,7 @@ def test_eval_checkpoint_puts_lora_adapters_back_on_the_base(tmp_path):
     from comarl.cli import _agents_for_eval
     from comarl.experiment import build_trainer
 
-    over = [f"train.output_dir={tmp_path}", "train.max_steps=1", "train.progress_bar=false",
+    over = [f"train.run.output_dir={tmp_path}", "train.run.max_steps=1", "train.run.progress_bar=false",
             "agents.0.lora={r: 4, alpha: 8}", "agents.1.lora={r: 4, alpha: 8}", "agents.*.model_kwargs={seed: 0}"]
     cfg = load_config(ROOT / "configs/demo/writing.yaml", over)
     trainer = build_trainer(cfg)

@@ -31,8 +31,8 @@ def clone(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("path", SMOKE, ids=[p.stem for p in SMOKE])
 def test_smoke_config_trains_two_steps_from_a_plain_clone(path, clone, tmp_path, monkeypatch):
     monkeypatch.chdir(clone)
-    cfg = load_config(path.relative_to(ROOT), [f"train.output_dir={tmp_path}", "train.max_steps=2",
-                                               "train.progress_bar=false", "train.report_to=[jsonl]"])
+    cfg = load_config(path.relative_to(ROOT), [f"train.run.output_dir={tmp_path}", "train.run.max_steps=2",
+                                               "train.run.progress_bar=false", "train.run.report_to=[jsonl]"])
     trainer = build_trainer(cfg)
     try:
         hist = trainer.train()
@@ -74,4 +74,4 @@ def test_the_wheel_ships_every_fixture(tmp_path):
 @pytest.mark.parametrize("path", FULL, ids=[p.stem for p in FULL])
 def test_full_configs_are_valid(path):
     cfg = load_config(path)
-    assert cfg.agents and cfg.train.num_generations >= 2
+    assert cfg.agents and cfg.train.rollout.num_generations >= 2

@@ -58,7 +58,7 @@ def test_every_quoted_message_is_in_the_code(heading, pieces):
 
 @pytest.mark.parametrize("overrides, heading", [
     (["train.num_generation=8"], "unknown config key"),
-    (["train.num_generations=abc"], "expected an integer, got"),
+    (["train.rollout.num_generations=abc"], "expected an integer, got"),
     (["env.name=no_such_env"], "unknown environment"),
 ])
 def test_the_messages_users_meet_carry_the_quoted_words(overrides, heading, tmp_path, monkeypatch):

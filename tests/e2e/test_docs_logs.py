@@ -153,9 +153,9 @@ def test_every_key_a_run_logs_is_on_the_page(path, tmp_path, monkeypatch):
     from comarl.experiment import build_trainer
 
     monkeypatch.chdir(ROOT)
-    cfg = load_config(path, [f"train.output_dir={tmp_path}", "train.max_steps=2", "train.eval_steps=2",
-                             "train.batch_size=2", "train.num_generations=2", "train.progress_bar=false",
-                             "train.report_to=[jsonl]"])
+    cfg = load_config(path, [f"train.run.output_dir={tmp_path}", "train.run.max_steps=2", "train.run.eval_steps=2",
+                             "train.run.batch_size=2", "train.rollout.num_generations=2",
+                             "train.run.progress_bar=false", "train.run.report_to=[jsonl]"])
     trainer = build_trainer(cfg)
     trainer.train()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -12,7 +12,7 @@ def test_eval_humaneval_smoke_reports_pass_at_k(tmp_path, monkeypatch, capsys): 
     monkeypatch.chdir(ROOT)
     out = tmp_path / "he.json"
     rc = main(["eval", "configs/coding/humaneval_smoke.yaml", "--num-generations", "2", "--out", str(out),
-               "data.eval.limit=2", f"train.output_dir={tmp_path}"])
+               "data.eval.limit=2", f"train.run.output_dir={tmp_path}"])
     assert rc == 0
     res = json.loads(out.read_text())
     summary = res["summary"]
@@ -89,12 +89,13 @@ def test_eval_refuses_an_eval_set_that_overlaps_training_unless_allowed(tmp_path
 
 def test_eval_writes_into_the_run_of_its_checkpoint_or_where_output_says(tmp_path, capsys):
     cfg = str(ROOT / "configs/demo/writing.yaml")
-    fast = ["agents.*.max_new_tokens=4", "train.num_generations=2", "train.batch_size=2", "data.eval.limit=2"]
+    fast = ["agents.*.max_new_tokens=4", "train.rollout.num_generations=2", "train.run.batch_size=2",
+            "data.eval.limit=2"]
     run = tmp_path / "run"
-    assert main(["train", cfg, f"train.output_dir={run}", "train.max_steps=1", "train.progress_bar=false",
-                 "train.report_to=[jsonl]", *fast]) == 0
+    assert main(["train", cfg, f"train.run.output_dir={run}", "train.run.max_steps=1", "train.run.progress_bar=false",
+                 "train.run.report_to=[jsonl]", *fast]) == 0
     elsewhere = tmp_path / "other_run"  # the config's output_dir is another run: nothing is written there
-    assert main(["eval", cfg, "--checkpoint", str(run / "final"), f"train.output_dir={elsewhere}", *fast]) == 0
+    assert main(["eval", cfg, "--checkpoint", str(run / "final"), f"train.run.output_dir={elsewhere}", *fast]) == 0
     assert (run / "eval.json").exists() and not elsewhere.exists()
     scored = json.loads((run / "eval.json").read_text())["scored"]
     assert scored["checkpoint"] == str(run / "final") and scored["data"]["split"] == "heldout"

@@ -1,5 +1,5 @@
 """Runs that go wrong (issue #33): steps that keep being skipped stop the run with a checkpoint
-(``train.max_consecutive_skips``); an environment that raises on one item names it and stops, or scores it 0 and
+(``train.run.max_consecutive_skips``); an environment that raises on one item names it and stops, or scores it 0 and
 goes on (``env.on_error``). docs/faults.md describes each for users; the sandbox pool's death is in
 test_faults_sandbox.py, kill -9 and damaged checkpoints in test_faults_kill.py."""
 import math
@@ -22,11 +22,12 @@ DEMO = str(ROOT / "configs/demo/writing.yaml")
 SMALL = {"hidden_size": 32, "num_layers": 1}
 
 
-def _trainer(env, items, out=None, **over):
+def _trainer(env, items, out=None, **run):
     agents = [comarl.AgentConfig(model="tiny", max_new_tokens=4, model_kwargs=SMALL) for _ in range(2)]
-    cfg = comarl.TrainConfig(num_generations=2, batch_size=1, max_steps=len(items), shuffle=False,
-                             progress_bar=False, report_to=["jsonl"] if out else [],
-                             output_dir=str(out) if out else None, **over)
+    cfg = comarl.TrainConfig(rollout=comarl.RolloutConfig(num_generations=2),
+                             run=comarl.RunConfig(batch_size=1, max_steps=len(items), shuffle=False, progress_bar=False,
+                                                  report_to=["jsonl"] if out else [],
+                                                  output_dir=str(out) if out else None, **run))
     return comarl.Trainer(agents, env, items, cfg)
 
 
@@ -34,7 +35,7 @@ def _env(reward):
     return FunctionEnv([lambda it: "a " + it["x"], lambda it: "b " + it["x"]], lambda r, it: reward(it))
 
 
-# ---------------------------------------------------------------- train.max_consecutive_skips
+# ---------------------------------------------------------------- train.run.max_consecutive_skips
 
 def test_a_run_whose_steps_are_all_skipped_stops_with_a_checkpoint(tmp_path):
     """A NaN reward: no step can update. Before issue #33 the run went on to max_steps, learning nothing."""
@@ -46,7 +47,7 @@ def test_a_run_whose_steps_are_all_skipped_stops_with_a_checkpoint(tmp_path):
     assert t.state.step == 3 and "\n" not in msg
     assert "3 steps in a row took no update (steps 1-3: 6 non-finite losses or gradients" in msg
     assert "weights are those of step 0" in msg and f"saved in {tmp_path / 'checkpoint-3'}" in msg
-    assert "TrainConfig(max_consecutive_skips=3)" in msg  # a TrainConfig built in Python: its argument
+    assert "TrainConfig(run=RunConfig(max_consecutive_skips=3))" in msg  # built in Python: its argument
     comarl.checkpoint.verify_checkpoint(tmp_path / "checkpoint-3")
     assert t.history[-1]["count/nonfinite_skips"] == 6
 
@@ -70,11 +71,11 @@ def test_zero_never_stops():
 
 
 def test_config_key_is_in_train_run_with_a_flat_alias():
-    assert load_config(DEMO, ["train.max_consecutive_skips=5"]).train.run.max_consecutive_skips == 5
-    assert load_config(DEMO, ["train.run.max_consecutive_skips=0"]).train.max_consecutive_skips == 0
+    assert load_config(DEMO, ["train.run.max_consecutive_skips=5"]).train.run.max_consecutive_skips == 5
+    assert load_config(DEMO, ["train.run.max_consecutive_skips=0"]).train.run.max_consecutive_skips == 0
     assert load_config(DEMO).train.run.max_consecutive_skips == 20
-    with pytest.raises(ConfigError, match="train.max_consecutive_skips: must be >= 0, got -1"):
-        load_config(DEMO, ["train.max_consecutive_skips=-1"])
+    with pytest.raises(ConfigError, match="train.run.max_consecutive_skips: must be >= 0, got -1"):
+        load_config(DEMO, ["train.run.max_consecutive_skips=-1"])
 
 
 def test_cli_prints_one_line_when_every_batch_is_empty(tmp_path, capsys):
@@ -82,9 +83,10 @@ def test_cli_prints_one_line_when_every_batch_is_empty(tmp_path, capsys):
     loss (empty-batch skips); the CLI stops after 2 such steps with one line and status 2."""
     out = tmp_path / "run"
     with pytest.warns(RuntimeWarning, match="no completion in the loss"):
-        code = main(["train", DEMO, f"train.output_dir={out}", "train.max_steps=6", "train.batch_size=2",
-                     "train.num_generations=2", "train.mask_truncated=true", "agents.*.max_new_tokens=1",
-                     "train.max_consecutive_skips=2", "train.progress_bar=false", "train.report_to=[jsonl]"])
+        code = main(["train", DEMO, f"train.run.output_dir={out}", "train.run.max_steps=6", "train.run.batch_size=2",
+                     "train.rollout.num_generations=2", "train.loss.mask_truncated=true", "agents.*.max_new_tokens=1",
+                     "train.run.max_consecutive_skips=2", "train.run.progress_bar=false",
+                     "train.run.report_to=[jsonl]"])
     err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("comarl:")]
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith("comarl: run stopped: 2 steps in a row took no update (steps 1-2: 0 non-finite "

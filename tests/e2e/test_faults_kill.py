@@ -33,22 +33,26 @@ SEED = 33  # the kill points' RNG
 STEPS = 4
 AGENT = {"model": "tiny", "max_new_tokens": 4, "temperature": 1.0, "lr": 1.0e-2,
          "model_kwargs": {"hidden_size": 32, "num_layers": 1}}
-TRAIN = {"num_generations": 2, "batch_size": 2, "max_steps": STEPS, "save_steps": 1, "save_total_limit": 2,
-         "progress_bar": False, "report_to": ["jsonl"], "log_samples_steps": 0}
+TRAIN = {"rollout": {"num_generations": 2},
+         "run": {"batch_size": 2, "max_steps": STEPS, "save_steps": 1, "save_total_limit": 2, "progress_bar": False,
+                 "report_to": ["jsonl"], "log_samples_steps": 0}}
 KINDS = {
     "lora": ({**AGENT, "lora": {"r": 4}}, {"algorithm": "magrpo"}, "update"),
     "critic": (AGENT, {"algorithm": "iac", "critic": {"model": None, "lr": 1.0e-3}}, "critic"),
-    "madpo_iter": (AGENT, {"algorithm": "madpo_iter", "joint_mode": "cross",
-                           "preference": {"rounds": 2, "round_batches": 1, "steps_per_round": 2, "replay": "all",
-                                          "pairs_per_item": 2}}, "round"),
+    "madpo_iter": (AGENT, {"algorithm": "madpo_iter", "rollout": {"joint_mode": "cross"},
+                           "preference": {"iterative": {"rounds": 2, "round_batches": 1, "steps_per_round": 2,
+                                                        "replay": "all"},
+                                          "pairs": {"pairs_per_item": 2}}}, "round"),
 }
 TRIED: list[dict] = []  # one row per kill point, for the summary
 
 
 def _config(tmp: Path, kind: str, out: Path) -> str:
     agent, train, _ = KINDS[kind]
+    sections = {**TRAIN, **train, "rollout": {**TRAIN["rollout"], **train.get("rollout", {})},
+                "run": {**TRAIN["run"], "output_dir": str(out)}}
     cfg = {"agents": [agent, agent], "env": {"name": "demo_writing"}, "data": {"train": {"limit": 8}},
-           "train": {**TRAIN, **train, "output_dir": str(out)}}
+           "train": sections}
     path = tmp / f"{kind}-{out.name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return str(path)
@@ -239,14 +243,14 @@ def _kill_points(trace: list[str], own: str, rng: random.Random) -> list[tuple[s
 
 
 def _resume_and_compare(tmp: Path, cfg: str, out: Path, ref: dict, row: dict, log: Path) -> None:
-    """``train.resume=latest``; with no checkpoint yet, the one-line message and then a fresh start. The final
+    """``train.run.resume=latest``; with no checkpoint yet, the one-line message and then a fresh start. The final
     checkpoint must hold the reference's tensors."""
-    code = _run(cfg, log, "train.resume=latest")
+    code = _run(cfg, log, "train.run.resume=latest")
     if code == 2:
         lines = _comarl_lines(log)
         assert len(lines) == 1 and "stopped before its first checkpoint" in lines[0], log.read_text()[-3000:]
-        row["how"] = "no checkpoint yet: one line, then train.overwrite=true"
-        code = _run(cfg, log, "train.overwrite=true")
+        row["how"] = "no checkpoint yet: one line, then train.run.overwrite=true"
+        code = _run(cfg, log, "train.run.overwrite=true")
     else:
         row["how"] = "resumed " + next((x.split("resumed from ")[1].split(" ")[0] for x in log.read_text().splitlines()
                                         if x.startswith("resumed from ")), "?")

@@ -52,8 +52,9 @@ def team_env(reads_plan: bool, shaped: bool = True, aligned: bool = False):
 def train_team(algorithm: str, reads_plan: bool = True, aligned: bool = False, steps: int = 80):
     agents = [comarl.AgentConfig(model="tiny", max_new_tokens=1, lr=1e-2, chat_template=False, model_kwargs={"seed": i})
               for i in range(2)]
-    cfg = comarl.TrainConfig(algorithm=algorithm, num_generations=4, batch_size=6, max_steps=steps,
-                             progress_bar=False, report_to=[], seed=0)
+    cfg = comarl.TrainConfig(algorithm=algorithm, rollout=comarl.RolloutConfig(num_generations=4),
+                             run=comarl.RunConfig(batch_size=6, max_steps=steps, progress_bar=False, report_to=[],
+                                                  seed=0))
     return comarl.Trainer(agents, team_env(reads_plan, aligned=aligned), TRAIN, cfg)
 
 

@@ -11,7 +11,7 @@ def test_eval_prints_per_stage_metrics_of_the_solver_chain(tmp_path, monkeypatch
     monkeypatch.chdir(ROOT)
     out = tmp_path / "chain.json"
     rc = main(["eval", "configs/teams/mbpp_chain_smoke.yaml", "--num-generations", "2", "--out", str(out),
-               "data.eval.limit=2", f"train.output_dir={tmp_path}"])
+               "data.eval.limit=2", f"train.run.output_dir={tmp_path}"])
     assert rc == 0
     printed = capsys.readouterr().out
     assert "stages:" in printed
@@ -27,7 +27,7 @@ def test_eval_of_a_planner_team_has_n_leaves_per_item(tmp_path, monkeypatch, cap
     monkeypatch.chdir(ROOT)
     out = tmp_path / "plan.json"
     assert main(["eval", "configs/teams/humaneval_planner_smoke.yaml", "--num-generations", "3", "--out", str(out),
-                 "data.eval.limit=1", f"train.output_dir={tmp_path}"]) == 0
+                 "data.eval.limit=1", f"train.run.output_dir={tmp_path}"]) == 0
     res = json.loads(out.read_text())
     assert len(res["records"][0]["responses"]) == 3  # 3 plans, one program each (not 3 x 3)
     assert res["metrics"]["tree/leaves"] == 3 and "stage 1 [branch]: coder" in capsys.readouterr().out

@@ -9,19 +9,18 @@ import torch
 import comarl
 from comarl.demo import demo_setup
 from comarl import checkpoint as ckpt
+from config_keys import set_keys
 
 
-def _trainer(tmp_path=None, steps=4, save_steps=0, resume=None, seed=0, optimizer="adamw", **over):
+def _trainer(tmp_path=None, steps=4, save_steps=0, resume=None, seed=0, optimizer="adamw", **sections):
     agents, env, items, cfg = demo_setup("tiny", "writing", steps, str(tmp_path) if tmp_path else None, seed)
     for a in agents:
         a.optimizer = optimizer
-    cfg.progress_bar = False
-    cfg.save_steps = save_steps
-    cfg.resume = resume
-    cfg.report_to = ["jsonl"]
-    for k, v in over.items():
-        setattr(cfg, k, v)
-    return comarl.Trainer(agents, env, items, cfg)
+    cfg.run.progress_bar = False
+    cfg.run.save_steps = save_steps
+    cfg.run.resume = resume
+    cfg.run.report_to = ["jsonl"]
+    return comarl.Trainer(agents, env, items, set_keys(cfg, **sections))
 
 
 def _weights(trainer):
@@ -49,9 +48,9 @@ def test_reward_rises_on_the_demo_task():
 def test_resume_gives_the_same_weights_as_a_straight_run(tmp_path):
     straight = _trainer(tmp_path / "a", steps=4)
     straight.train()
-    first = _trainer(tmp_path / "b", steps=4, save_steps=2, max_steps=2)
+    first = _trainer(tmp_path / "b", steps=4, save_steps=2, run={"max_steps": 2})
     first.total_steps = 2
-    first.config.max_steps = 4  # scheduler horizon identical to the straight run
+    first.config.run.max_steps = 4  # scheduler horizon identical to the straight run
     first.train()
     assert (tmp_path / "b" / "checkpoint-2").exists()
     resumed = _trainer(tmp_path / "b", steps=4, save_steps=2, resume="latest")
@@ -91,8 +90,9 @@ def test_heterogeneous_agents_two_architectures_and_tokenizers(tmp_path):
               comarl.AgentConfig(model=llama, tokenizer=llama_tok, max_new_tokens=12, lr=1e-3, chat_template=False)]
     env = comarl.FunctionEnv([lambda it: "summary: " + it["t"], lambda it: "detail: " + it["t"]],
                              lambda r, it: float(len(r[1]) > len(r[0])))
-    cfg = comarl.TrainConfig(num_generations=2, batch_size=2, max_steps=2, progress_bar=False,
-                             output_dir=str(tmp_path), report_to=["jsonl"])
+    cfg = comarl.TrainConfig(rollout=comarl.RolloutConfig(num_generations=2),
+                             run=comarl.RunConfig(batch_size=2, max_steps=2, progress_bar=False,
+                                                  output_dir=str(tmp_path), report_to=["jsonl"]))
     t = comarl.Trainer(agents, env, [{"t": "a b c"}, {"t": "d e f"}], cfg)
     assert len(t.agents[0].tokenizer) != len(t.agents[1].tokenizer)
     assert type(t.agents[0].model).__name__ != type(t.agents[1].model).__name__
@@ -117,7 +117,8 @@ def test_nonfinite_loss_skips_update_with_counter():
     agents = [comarl.AgentConfig(model="tiny", max_new_tokens=4, model_kwargs={"hidden_size": 32, "num_layers": 1})
               for _ in range(2)]
     env = comarl.FunctionEnv([lambda it: "a " + it["x"], lambda it: "b " + it["x"]], lambda r, it: float("nan"))
-    cfg = comarl.TrainConfig(num_generations=2, batch_size=2, max_steps=1, progress_bar=False, report_to=[])
+    cfg = comarl.TrainConfig(rollout=comarl.RolloutConfig(num_generations=2),
+                             run=comarl.RunConfig(batch_size=2, max_steps=1, progress_bar=False, report_to=[]))
     t = comarl.Trainer(agents, env, [{"x": "one"}, {"x": "two"}], cfg)
     before = _weights(t)
     with warnings.catch_warnings(record=True) as w:
@@ -133,9 +134,9 @@ def test_micro_batches_and_accumulation_do_not_change_the_update():
     """Same rollout, micro_batch_size 16 vs 3: loss weights are global, so the gradients match.
 
     SGD, because Adam's first step is ~lr*sign(g) and flips on float noise in near-zero gradients."""
-    base = _trainer(steps=1, micro_batch_size=16, optimizer="sgd")
+    base = _trainer(steps=1, hardware={"micro_batch_size": 16}, optimizer="sgd")
     base.train()  # the Trainer seeds the global RNG when built: build the second one after this run
-    small = _trainer(steps=1, micro_batch_size=3, optimizer="sgd")
+    small = _trainer(steps=1, hardware={"micro_batch_size": 3}, optimizer="sgd")
     small.train()
     assert base.history[0]["reward/mean"] == small.history[0]["reward/mean"]
     for wa, wb in zip(_weights(base), _weights(small)):
@@ -144,7 +145,7 @@ def test_micro_batches_and_accumulation_do_not_change_the_update():
 
 
 def test_epochs_shuffle_and_cover_every_item():
-    t = _trainer(steps=0, max_steps=0, epochs=2, batch_size=4)
+    t = _trainer(steps=0, run={"max_steps": 0, "epochs": 2, "batch_size": 4})
     assert t.total_steps == 2 * 4  # 16 posts / 4 per batch, 2 epochs
     o0, o1 = t.epoch_order(0), t.epoch_order(1)
     assert sorted(o0) == sorted(o1) == list(range(16)) and o0 != o1
@@ -162,7 +163,7 @@ def test_lr_schedule_cosine_with_warmup():
 
 def test_eval_every_n_steps_is_logged(tmp_path):
     agents, env, items, cfg = demo_setup("tiny", "writing", 2, str(tmp_path), 0)
-    cfg.progress_bar, cfg.eval_steps, cfg.eval_num_generations = False, 1, 2
+    cfg.run.progress_bar, cfg.run.eval_steps, cfg.run.eval_num_generations = False, 1, 2
     t = comarl.Trainer(agents, env, items[:8], cfg, eval_dataset=items[8:12])
     hist = t.train()
     assert all("eval/reward/mean" in m for m in hist)
@@ -215,7 +216,7 @@ def test_wandb_asked_for_but_missing_is_a_clear_error(tmp_path, monkeypatch):
         return real_import(name, *a, **k)
 
     monkeypatch.setattr(builtins, "__import__", no_wandb)
-    t = _trainer(tmp_path, steps=1, report_to=["wandb"])
+    t = _trainer(tmp_path, steps=1, run={"report_to": ["wandb"]})
     with pytest.raises(ImportError, match="pip install wandb"):
         t.train()
 
@@ -224,13 +225,15 @@ def test_a_bad_dataset_row_is_named_before_training():
     env = comarl.FunctionEnv([lambda it: "A: " + it["text"], lambda it: "B: " + it["text"]], lambda r, it: 0.0)
     items = [{"text": "fine"}, {"text": "fine too"}, {"body": "no text field"}]
     with pytest.raises(comarl.ConfigError, match=r"train_dataset\[2\].*KeyError.*row keys: \['body'\]"):
-        comarl.Trainer(["tiny", "tiny"], env, items, comarl.TrainConfig(num_generations=2, progress_bar=False))
+        comarl.Trainer(["tiny", "tiny"], env, items, comarl.TrainConfig(rollout=comarl.RolloutConfig(num_generations=2),
+                                                                        run=comarl.RunConfig(progress_bar=False)))
 
 
 def test_too_large_tree_is_refused_before_models_load():
     """The agents name a model that does not exist: loading one would fail with another error."""
     env = comarl.FunctionEnv([lambda it: "a", lambda it: "b", lambda it: "c"], lambda r, it: 0.0,
                              lambda st, r: ["x", "y", "z"], max_turns=3)
-    cfg = comarl.TrainConfig(num_generations=8, joint_mode="cross", num_turns=3, progress_bar=False)
+    cfg = comarl.TrainConfig(rollout=comarl.RolloutConfig(num_generations=8, joint_mode="cross", num_turns=3),
+                             run=comarl.RunConfig(progress_bar=False))
     with pytest.raises(ValueError, match="max_samples_per_item"):
         comarl.Trainer(["/no/such/model"] * 3, env, [{}], cfg)

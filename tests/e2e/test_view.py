@@ -30,7 +30,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("view_runs")
     for name, config in CONFIGS.items():
         cfg = load_config(ROOT / "configs" / "demo" / f"{config}.yaml",
-                          [f"train.output_dir={out / name}", "train.progress_bar=false", "train.max_steps=2"])
+                          [f"train.run.output_dir={out / name}", "train.run.progress_bar=false",
+                           "train.run.max_steps=2"])
         build_trainer(cfg).train()
     return {name: out / name for name in CONFIGS}
 

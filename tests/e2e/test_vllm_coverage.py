@@ -3,7 +3,7 @@ greedy baseline decodes through the engine) on a staged planner -> worker team, 
 model on the trainer), MARLHF-iter (a reward-model round, then RL on its score), structured generation (a
 ``FunctionEnv`` whose prompts carry a schema), the centralised actor (``CentralizedEnv``), and the other
 policy-gradient estimators (mareinforce with two agents on one model, marloo over two turns, maremax_groupmax),
-``train.mixed_precision: bf16`` and the coding env's LLM expert (``expert_edits``).
+``train.hardware.mixed_precision: bf16`` and the coding env's LLM expert (``expert_edits``).
 
 Each test asserts that training happened (every agent's weights moved, every logged metric finite) and that the
 engine followed it (``check_trained`` of test_vllm_training.py: each step's ``gen/logprob_gap_max`` and the
@@ -18,7 +18,7 @@ import pytest
 
 import comarl
 from comarl.critics import CriticSettings
-from comarl.preference import PreferenceSettings
+from comarl.preference import IterativeSettings, PairSettings, PreferenceSettings
 from comarl.preference.centralized import CentralizedEnv
 from comarl.preference.marlhf import RewardModelSettings
 from comarl.schema import Schema, Slot, with_schema
@@ -73,8 +73,9 @@ def test_maremax_on_a_staged_team_decodes_its_greedy_baseline_through_the_engine
     baseline too."""
     env = toy_env()
     env.stages = StageGraph((Stage((0,)), Stage((1,))), names=("Planner", "Worker"))
-    cfg = comarl.TrainConfig(algorithm="maremax", generator="vllm", vllm=ENGINE, num_generations=2, batch_size=2,
-                             max_steps=2, progress_bar=False, report_to=[], seed=0)
+    cfg = comarl.TrainConfig(algorithm="maremax", hardware=comarl.HardwareConfig(generator="vllm", vllm=ENGINE),
+                             rollout=comarl.RolloutConfig(num_generations=2),
+                             run=comarl.RunConfig(batch_size=2, max_steps=2, progress_bar=False, report_to=[], seed=0))
     history, calls = train_and_check(comarl.Trainer(agent_configs(), env, ITEMS, cfg))
     assert history[0]["tree/leaves"] == 2 * 4  # 2 items x K^2 leaves: the worker branched on each plan
     assert calls.count(False) >= 4  # per step: the planner's stage and the worker's stage
@@ -91,10 +92,13 @@ def test_maac_trains_its_actors_on_the_engine_with_a_central_critic_on_the_train
 
 
 def test_marlhf_iter_samples_its_round_and_its_rl_steps_through_the_engine(tmp_path):
-    cfg = comarl.TrainConfig(algorithm="marlhf_iter", generator="vllm", vllm=ENGINE, num_generations=2,
-                             batch_size=2, progress_bar=False, report_to=[], seed=0, output_dir=str(tmp_path))
+    cfg = comarl.TrainConfig(algorithm="marlhf_iter", hardware=comarl.HardwareConfig(generator="vllm", vllm=ENGINE),
+                             rollout=comarl.RolloutConfig(num_generations=2),
+                             run=comarl.RunConfig(batch_size=2, progress_bar=False, report_to=[], seed=0,
+                                                  output_dir=str(tmp_path)))
     rm = RewardModelSettings(model="tiny", epochs=1, batch_size=4, lr=1e-3, held_out=0.25)
-    cfg.preference = PreferenceSettings(pairs_per_item=2, rounds=1, steps_per_round=2, reward_model=rm)
+    cfg.preference = PreferenceSettings(pairs=PairSettings(pairs_per_item=2),
+                                        iterative=IterativeSettings(rounds=1, steps_per_round=2, reward_model=rm))
     history, calls = train_and_check(comarl.Trainer(agent_configs(), toy_env(), ITEMS, cfg))
     assert [h["round"] for h in history] == [0, 0] and all(h["rm/refit"] == 1.0 for h in history)
     assert (tmp_path / "round-0" / "pairs.jsonl").read_text().strip()
@@ -117,8 +121,9 @@ def test_the_other_policy_gradient_estimators_train_on_the_engine(algorithm, n, 
         agents[1].share_weights_with = 0
     env = comarl.FunctionEnv(formatters=[lambda it, j=j: f"Name colour {j} ({it['n']}):" for j in range(n)],
                              reward_fn=scrambled, transition_fn=again if turns > 1 else None, max_turns=turns)
-    cfg = comarl.TrainConfig(algorithm=algorithm, generator="vllm", vllm=ENGINE, num_generations=2, batch_size=2,
-                             max_steps=2, num_turns=turns, progress_bar=False, report_to=[], seed=0)
+    cfg = comarl.TrainConfig(algorithm=algorithm, hardware=comarl.HardwareConfig(generator="vllm", vllm=ENGINE),
+                             rollout=comarl.RolloutConfig(num_generations=2, num_turns=turns),
+                             run=comarl.RunConfig(batch_size=2, max_steps=2, progress_bar=False, report_to=[], seed=0))
     trainer = comarl.Trainer(agents, env, ITEMS, cfg)
     assert len(trainer.generator.engines) == 1
     # shared weights: agent 1's first pass comes after agent 0's optimiser step on the same model, so its
@@ -142,8 +147,9 @@ def test_structured_prompts_train_with_their_schema_on_the_engine():
                              reward_fn=reward)
     agents = agent_configs(1)
     agents[0].max_new_tokens = 32
-    cfg = comarl.TrainConfig(algorithm="magrpo", generator="vllm", vllm=ENGINE, num_generations=2, batch_size=2,
-                             max_steps=2, progress_bar=False, report_to=[], seed=0)
+    cfg = comarl.TrainConfig(algorithm="magrpo", hardware=comarl.HardwareConfig(generator="vllm", vllm=ENGINE),
+                             rollout=comarl.RolloutConfig(num_generations=2),
+                             run=comarl.RunConfig(batch_size=2, max_steps=2, progress_bar=False, report_to=[], seed=0))
     # slot tokens are renormalised over the allowed ones by the engine (a gap by design); probes carry no schema
     train_and_check(comarl.Trainer(agents, env, ITEMS, cfg), step_gap=False)
     assert len(seen) == 2 * 2 * 2 and all(set(s) == {"colour", "shade"} for s in seen)
@@ -157,8 +163,9 @@ def halves(completion: str, n: int) -> list[str]:
 
 def test_the_centralised_actor_is_one_agent_on_one_engine():
     env = CentralizedEnv(toy_env(2), parser=halves)
-    cfg = comarl.TrainConfig(algorithm="magrpo", generator="vllm", vllm=ENGINE, num_generations=2, batch_size=2,
-                             max_steps=2, progress_bar=False, report_to=[], seed=0)
+    cfg = comarl.TrainConfig(algorithm="magrpo", hardware=comarl.HardwareConfig(generator="vllm", vllm=ENGINE),
+                             rollout=comarl.RolloutConfig(num_generations=2),
+                             run=comarl.RunConfig(batch_size=2, max_steps=2, progress_bar=False, report_to=[], seed=0))
     trainer = comarl.Trainer(agent_configs(1), env, ITEMS, cfg)
     assert len(trainer.generator.engines) == 1
     history, _ = train_and_check(trainer)
@@ -169,8 +176,10 @@ def test_bf16_mixed_precision_trains_with_an_fp32_engine():
     """The trainer's forward runs under bf16 autocast, the engine in the model's fp32: the step's gap is bf16's
     rounding (measured 2e-3..3e-3 here: above fp32's 2e-4, so autocast is on), and the engine still serves the trained
     weights (the fp32 probes)."""
-    cfg = comarl.TrainConfig(algorithm="magrpo", generator="vllm", vllm=ENGINE, num_generations=2, batch_size=2,
-                             max_steps=2, mixed_precision="bf16", progress_bar=False, report_to=[], seed=0)
+    cfg = comarl.TrainConfig(algorithm="magrpo",
+                             hardware=comarl.HardwareConfig(generator="vllm", vllm=ENGINE, mixed_precision="bf16"),
+                             rollout=comarl.RolloutConfig(num_generations=2),
+                             run=comarl.RunConfig(batch_size=2, max_steps=2, progress_bar=False, report_to=[], seed=0))
     history, _ = train_and_check(comarl.Trainer(agent_configs(1), toy_env(1), ITEMS, cfg), step_gap=False)
     assert all(TOL < h["gen/logprob_gap_max"] < 0.05 for h in history), [h["gen/logprob_gap_max"] for h in history]
 
@@ -185,8 +194,9 @@ def test_coding_with_an_llm_expert_trains_its_agents_on_the_engine(shared_data):
     items = load_function_items("coophumaneval", str(shared_data / "coophumaneval"), "train[:2]", None)
     env = FunctionCodingEnv("coophumaneval", 2, preset="paper", max_turns=2, feedback="expert_edits",
                             expert={"model": "tiny", "max_new_tokens": 4, "retries": 1}, workers=1)
-    cfg = comarl.TrainConfig(algorithm="magrpo", generator="vllm", vllm=ENGINE, num_generations=2, batch_size=2,
-                             max_steps=2, num_turns=2, progress_bar=False, report_to=[], seed=0)
+    cfg = comarl.TrainConfig(algorithm="magrpo", hardware=comarl.HardwareConfig(generator="vllm", vllm=ENGINE),
+                             rollout=comarl.RolloutConfig(num_generations=2, num_turns=2),
+                             run=comarl.RunConfig(batch_size=2, max_steps=2, progress_bar=False, report_to=[], seed=0))
     try:
         history, calls = train_and_check(comarl.Trainer(agent_configs(), env, items, cfg), learns=False)
     finally:

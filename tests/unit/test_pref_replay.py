@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 
 from comarl.config_io import ConfigError
-from comarl.preference import PreferenceSettings
+from comarl.preference import IterativeSettings, PreferenceSettings
 from comarl.preference.replay import replay_pool, replay_sample_size, sample_replay, sampled_round_probabilities
 
 SIZES = {0: 5, 1: 0, 2: 3, 3: 4}  # round 3 is the current one; round 1 made no pair
@@ -51,26 +51,27 @@ def test_sample_replay_draws_by_round_then_without_replacement():
 
 def test_replay_pool_sampled_is_repeatable_and_weighted_is_unchanged():
     pairs = {0: ["a0", "a1"], 1: ["b0"], 2: ["c0", "c1", "c2"]}
-    sampled = PreferenceSettings(replay="decay_sample", replay_decay=0.5, replay_sample_size=6)
+    sampled = IterativeSettings(replay="decay_sample", replay_decay=0.5, replay_sample_size=6)
     pool, weights = replay_pool(2, pairs.__getitem__, sampled, seed=0)
     assert len(pool) == 6 and weights == [1.0] * 6
     assert replay_pool(2, pairs.__getitem__, sampled, seed=0) == (pool, weights)  # a resumed round: the same draw
-    default = PreferenceSettings(replay="decay_sample", replay_decay=0.5)
+    default = IterativeSettings(replay="decay_sample", replay_decay=0.5)
     assert len(replay_pool(2, pairs.__getitem__, default, seed=0)[0]) == 3  # as many as round 2 made
-    pool, weights = replay_pool(2, pairs.__getitem__, PreferenceSettings(replay="decay", replay_decay=0.5), seed=0)
+    pool, weights = replay_pool(2, pairs.__getitem__, IterativeSettings(replay="decay", replay_decay=0.5), seed=0)
     assert pool == ["a0", "a1", "b0", "c0", "c1", "c2"] and weights == [0.25, 0.25, 0.5, 1.0, 1.0, 1.0]
 
 
 def test_replay_settings_are_checked():
-    PreferenceSettings(replay="decay_sample", replay_decay=0.0).validate()  # CoMLRL's lambda = 0: newest only
+    # CoMLRL's lambda = 0: newest only
+    PreferenceSettings(iterative=IterativeSettings(replay="decay_sample", replay_decay=0.0)).validate()
     with pytest.raises(ConfigError, match="replay_decay"):
-        PreferenceSettings(replay="decay", replay_decay=0.0).validate()
+        PreferenceSettings(iterative=IterativeSettings(replay="decay", replay_decay=0.0)).validate()
     with pytest.raises(ConfigError, match="replay_decay"):
-        PreferenceSettings(replay="decay_sample", replay_decay=1.5).validate()
+        PreferenceSettings(iterative=IterativeSettings(replay="decay_sample", replay_decay=1.5)).validate()
     with pytest.raises(ConfigError, match="replay_sample_size"):
-        PreferenceSettings(replay="decay", replay_sample_size=4).validate()
+        PreferenceSettings(iterative=IterativeSettings(replay="decay", replay_sample_size=4)).validate()
     with pytest.raises(ConfigError, match="replay_sample_size"):
-        PreferenceSettings(replay="decay_sample", replay_sample_size=0).validate()
+        PreferenceSettings(iterative=IterativeSettings(replay="decay_sample", replay_sample_size=0)).validate()
 
 
 def test_madpo_iter_trains_on_the_sampled_pool(tmp_path):

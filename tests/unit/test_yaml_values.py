@@ -22,10 +22,10 @@ def test_override_slice_text_is_a_string_not_base_60():
 
 def test_clock_times_dates_and_yes_no_words_stay_text():
     cfg = load_config(DEMO, ["agents.0.name=12:30", "env.args.at=12:30", "env.args.day=2026-01-01",
-                             "env.args.answer=no", "env.args.light=on", "train.mixed_precision=no"])
+                             "env.args.answer=no", "env.args.light=on", "train.hardware.mixed_precision=no"])
     assert cfg.agents[0].name == "12:30"  # YAML 1.1: 750
     assert cfg.env.args == {"at": "12:30", "day": "2026-01-01", "answer": "no", "light": "on"}
-    assert cfg.train.mixed_precision == "no"  # YAML 1.1: False, "expected a string"
+    assert cfg.train.hardware.mixed_precision == "no"  # YAML 1.1: False, "expected a string"
 
 
 def test_yaml_file_reads_1e_minus_3_as_a_number_and_no_as_text(tmp_path):
@@ -33,13 +33,13 @@ def test_yaml_file_reads_1e_minus_3_as_a_number_and_no_as_text(tmp_path):
     f.write_text("agents: [{model: tiny, name: 007}]\n"
                  "env: {name: demo_writing, args: {lr: 1e-3, big: 1E+3, day: 2026-01-01, t: 12:30, octal: 010}}\n"
                  "data: {eval: {split: 12:30}}\n"
-                 "train: {mixed_precision: no, num_generations: 2}\n")
+                 "train: {hardware: {mixed_precision: no}, rollout: {num_generations: 2}}\n")
     cfg = load_config(f)
     assert cfg.env.args == {"lr": 0.001, "big": 1000.0, "day": "2026-01-01", "t": "12:30", "octal": 10}
     assert type(cfg.env.args["lr"]) is float  # YAML 1.1: the string "1e-3"
     assert cfg.agents[0].name == "007"  # a str field: the text as written, not 7
     assert cfg.data.eval.split == "12:30"
-    assert cfg.train.mixed_precision == "no"
+    assert cfg.train.hardware.mixed_precision == "no"
 
 
 def test_core_schema_values():
@@ -52,14 +52,14 @@ def test_core_schema_values():
 
 
 def test_typed_fields_still_get_typed_values():
-    cfg = load_config(DEMO, ["train.max_steps=0x10", "agents.*.lr=1e-5", "train.shuffle=false",
-                             "train.resume=null", "agents.1.name='a b'", "train.report_to=[jsonl]",
-                             "train.agent_devices=[cuda:0, cuda:1]", "agents.0.betas=[0.9, 0.95]",
-                             "train.save_steps=1_000", "data.allow_overlap=yes"])
+    cfg = load_config(DEMO, ["train.run.max_steps=0x10", "agents.*.lr=1e-5", "train.run.shuffle=false",
+                             "train.run.resume=null", "agents.1.name='a b'", "train.run.report_to=[jsonl]",
+                             "train.hardware.agent_devices=[cuda:0, cuda:1]", "agents.0.betas=[0.9, 0.95]",
+                             "train.run.save_steps=1_000", "data.allow_overlap=yes"])
     t = cfg.train
-    assert t.max_steps == 16 and t.shuffle is False and t.resume is None and t.save_steps == 1000
+    assert t.run.max_steps == 16 and t.run.shuffle is False and t.run.resume is None and t.run.save_steps == 1000
     assert [a.lr for a in cfg.agents] == [1e-5, 1e-5] and cfg.agents[1].name == "a b"
-    assert t.report_to == ["jsonl"] and t.agent_devices == ["cuda:0", "cuda:1"]
+    assert t.run.report_to == ["jsonl"] and t.hardware.agent_devices == ["cuda:0", "cuda:1"]
     assert cfg.agents[0].betas == (0.9, 0.95) and cfg.data.allow_overlap is True
 
 
@@ -69,17 +69,17 @@ def test_list_of_str_takes_each_element_as_written():
 
 
 def test_a_list_set_by_an_override_can_be_indexed_by_a_later_one():
-    cfg = load_config(DEMO, ["train.agent_devices=[cpu, cpu]", "train.agent_devices.1=meta"])
-    assert cfg.train.agent_devices == ["cpu", "meta"]
+    cfg = load_config(DEMO, ["train.hardware.agent_devices=[cpu, cpu]", "train.hardware.agent_devices.1=meta"])
+    assert cfg.train.hardware.agent_devices == ["cpu", "meta"]
 
 
 def test_bad_values_still_name_the_key():
-    with pytest.raises(ConfigError, match=r"train\.max_steps: expected an integer, got 'ten'"):
-        load_config(DEMO, ["train.max_steps=ten"])
-    with pytest.raises(ConfigError, match=r"train\.max_steps: expected an integer, got 1000\.0"):
-        load_config(DEMO, ["train.max_steps=1e3"])
-    with pytest.raises(ConfigError, match=r"train\.shuffle: expected true/false, got 'maybe'"):
-        load_config(DEMO, ["train.shuffle=maybe"])
+    with pytest.raises(ConfigError, match=r"train\.run\.max_steps: expected an integer, got 'ten'"):
+        load_config(DEMO, ["train.run.max_steps=ten"])
+    with pytest.raises(ConfigError, match=r"train\.run\.max_steps: expected an integer, got 1000\.0"):
+        load_config(DEMO, ["train.run.max_steps=1e3"])
+    with pytest.raises(ConfigError, match=r"train\.run\.shuffle: expected true/false, got 'maybe'"):
+        load_config(DEMO, ["train.run.shuffle=maybe"])
     with pytest.raises(ConfigError, match=r"agents\.0\.model_kwargs: expected a mapping, got 5"):
         load_config(DEMO, ["agents.0.model_kwargs=5"])
 

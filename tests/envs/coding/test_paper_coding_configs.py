@@ -37,8 +37,9 @@ def test_paper_config_trains_two_steps_with_tiny_models(path, shared_data, tmp_p
     cfg = load_config(path, [
         "agents.*.model=tiny", "agents.*.max_new_tokens=8", "agents.*.dtype=float32", f"data.train.source={local}",
         f"data.eval.source={local}",
-        "data.eval.limit=2", "train.max_steps=2", "train.num_generations=2", "train.batch_size=1", "train.eval_steps=0",
-        f"train.output_dir={tmp_path}", "train.progress_bar=false", "train.report_to=[jsonl]",
+        "data.eval.limit=2", "train.run.max_steps=2", "train.rollout.num_generations=2", "train.run.batch_size=1",
+        "train.run.eval_steps=0",
+        f"train.run.output_dir={tmp_path}", "train.run.progress_bar=false", "train.run.report_to=[jsonl]",
         # the skeletons of untouched ClassEval classes make some tests loop: keep waits short
         "env.args.sandbox.test_timeout_s=2", "env.args.sandbox.total_timeout_s=20"])
     trainer = build_trainer(cfg)
@@ -73,4 +74,4 @@ def test_paper_config_shifts_rewards_and_stops_on_the_sibling_mean(path):
     cfg = load_config(path)
     shift, threshold = REFERENCE_SHIFT[path.stem]
     assert (cfg.env.reward_shift, cfg.env.reward_scale) == (shift, 1.0)
-    assert cfg.train.early_stop_sibling_mean == threshold and cfg.train.early_stop_reward is None
+    assert cfg.train.rollout.early_stop_sibling_mean == threshold and cfg.train.rollout.early_stop_reward is None

@@ -43,9 +43,9 @@ def test_full_configs_have_the_reference_settings(path):
     assert (cfg.env.reward_shift, cfg.env.reward_scale, cfg.env.args["mode"]) == (shift, 1.0, mode)
     assert cfg.env.args["preset"] == "paper" and cfg.env.args["original_prompt"] and cfg.env.args["previous_response"]
     t = cfg.train
-    assert (t.num_turns, t.discount, t.epochs, t.batch_size) == (4, 0.9, epochs, 1)
-    assert t.early_stop_sibling_mean == threshold
-    assert t.logging_steps == logging and (cfg.data.train.split, cfg.data.eval.split) == ("train[:8]", "train[8:]")
+    assert (t.rollout.num_turns, t.rollout.discount, t.run.epochs, t.run.batch_size) == (4, 0.9, epochs, 1)
+    assert t.rollout.early_stop_sibling_mean == threshold
+    assert t.run.logging_steps == logging and (cfg.data.train.split, cfg.data.eval.split) == ("train[:8]", "train[8:]")
     if t.algorithm != "magrpo":
         assert t.critic.model == "Qwen/Qwen3-4B-Instruct-2507" and t.critic.lr == lr and t.critic.value_loss_coef == 0.6
         assert t.critic.critic_type == "v" and t.critic.gae_lambda == 0.0
@@ -56,8 +56,9 @@ def test_full_configs_have_the_reference_settings(path):
 @pytest.mark.parametrize("path", SMOKE, ids=[p.stem for p in SMOKE])
 def test_smoke_config_trains_and_evaluates_with_pictures(path, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
-    cfg = load_config(path, [f"train.output_dir={tmp_path}", "train.max_steps=1", "train.progress_bar=false",
-                             "train.report_to=[jsonl]", f"env.args.pictures={tmp_path / 'pictures'}"])
+    cfg = load_config(path, [f"train.run.output_dir={tmp_path}", "train.run.max_steps=1",
+                             "train.run.progress_bar=false", "train.run.report_to=[jsonl]",
+                             f"env.args.pictures={tmp_path / 'pictures'}"])
     assert cfg.data.train.source is None  # the package's own tasks
     trainer = build_trainer(cfg)
     hist = trainer.train()

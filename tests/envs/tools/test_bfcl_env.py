@@ -285,7 +285,7 @@ def test_comarl_eval_reports_exact_by_category(tmp_path, monkeypatch, capsys, sh
     monkeypatch.chdir(ROOT)
     out = tmp_path / "bfcl.json"
     rc = main(["eval", "configs/tools/bfcl_parallel_smoke.yaml", "--num-generations", "1", "--out", str(out),
-               "data.eval.limit=2", f"train.output_dir={tmp_path}"])
+               "data.eval.limit=2", f"train.run.output_dir={tmp_path}"])
     assert rc == 0
     summary = json.loads(out.read_text())["summary"]
     assert set(summary["exact"]) == set(summary["exact_bfcl"]) == {"overall", "by_category"}

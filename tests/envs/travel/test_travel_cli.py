@@ -12,7 +12,7 @@ def test_eval_travelplanner_smoke_prints_table(tmp_path, monkeypatch, capsys, sh
     out = tmp_path / "travel.json"
     rc = main(["eval", "configs/travel/travelplanner_smoke.yaml", "--num-generations", "2", "--out", str(out),
                f"data.eval.source={shared_data / 'travelplanner'}", "data.eval.limit=1",
-               f"train.output_dir={tmp_path}"])
+               f"train.run.output_dir={tmp_path}"])
     assert rc == 0
     printed = capsys.readouterr().out
     for row in ("delivery rate", "commonsense micro", "hard macro", "final pass rate", "logistics", "experience"):

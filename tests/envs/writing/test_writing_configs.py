@@ -21,12 +21,13 @@ def load(name):
 def test_config_shape_and_env_builds(name):
     cfg = load(name)
     assert set(cfg) == {"agents", "env", "data", "train"}
-    assert set(cfg["train"]) == {"algorithm", "num_generations", "num_turns", "joint_mode", "epochs", "batch_size",
-                                 "output_dir"}
+    assert set(cfg["train"]) == {"algorithm", "rollout", "run"}
+    assert (set(cfg["train"]["rollout"]), set(cfg["train"]["run"])) == (
+        {"num_generations", "num_turns", "joint_mode"}, {"epochs", "batch_size", "output_dir"})
     for agent in cfg["agents"]:
         assert set(agent) == {"model", "max_new_tokens", "temperature", "lr"}
     env = get_env(cfg["env"]["name"]).build(len(cfg["agents"]), **cfg["env"]["args"])
-    assert env.num_agents == 2 and cfg["train"]["num_turns"] == 1
+    assert env.num_agents == 2 and cfg["train"]["rollout"]["num_turns"] == 1
 
 
 def test_paper_setup():
@@ -34,14 +35,15 @@ def test_paper_setup():
         cfg = load(name)
         assert [a["model"] for a in cfg["agents"]] == ["Qwen/Qwen2.5-1.5B"] * 2
         assert all(a["max_new_tokens"] == 256 for a in cfg["agents"])
-        assert cfg["train"]["num_generations"] == 4 and cfg["data"]["train"]["source"] in (tldr.HUB_ID, arxiv.HUB_ID)
+        assert cfg["train"]["rollout"]["num_generations"] == 4
+        assert cfg["data"]["train"]["source"] in (tldr.HUB_ID, arxiv.HUB_ID)
 
 
 @pytest.mark.parametrize("name", ["tldr_smoke", "arxiv_smoke"])
 def test_smoke_configs_read_local_data(name):
     cfg = load(name)
     assert all(a["model"] == "tiny" and a["max_new_tokens"] == 16 for a in cfg["agents"])
-    assert cfg["train"]["num_generations"] == 2
+    assert cfg["train"]["rollout"]["num_generations"] == 2
     entry = get_env(cfg["env"]["name"])
     for part in ("train", "eval"):
         d = cfg["data"][part]
