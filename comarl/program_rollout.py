@@ -143,7 +143,7 @@ def _metrics(agents, eps, rewards: torch.Tensor, transitions, samples: list[Agen
             sums.setdefault(f"env/{key}", []).append(float(val))
     for key, vals in sums.items():
         metrics[key], counts[key] = sum(vals) / len(vals), float(len(vals))
-    for i, (agent, st) in enumerate(zip(agents, samples)):
+    for agent, st in zip(agents, samples):
         metrics[f"program/calls/{agent.name}"] = st.num_samples / max(runs, 1)
         if st.num_samples:
             metrics[f"{agent.name}/completion_len"] = sum(len(c) for c in st.completion_ids) / st.num_samples

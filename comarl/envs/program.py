@@ -75,7 +75,8 @@ class ProgramEnv:
         if timeout_s <= 0 or batch_window_s < 0:
             raise ValueError("ProgramEnv: timeout_s must be > 0 and batch_window_s >= 0")
         self.program, self.num_agents = program, num_agents
-        self.timeout_s, self.batch_window_s, self.max_body_bytes = float(timeout_s), float(batch_window_s), max_body_bytes
+        self.timeout_s, self.batch_window_s = float(timeout_s), float(batch_window_s)
+        self.max_body_bytes = max_body_bytes
         self.is_async = inspect.iscoroutinefunction(program) if is_async is None else bool(is_async)
         self.name = name or getattr(program, "__name__", "program")
         self._server: Any = None

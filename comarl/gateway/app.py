@@ -157,8 +157,8 @@ class Gateway:
         return self.episodes.get(eid)
 
     async def _wait(self, request, slots: list[Slot], ep: Episode | None) -> list[Raw]:
-        gathered = asyncio.gather(*[s.future for s in slots])
-        watch = asyncio.ensure_future(disconnected(request))
+        gathered: asyncio.Future = asyncio.gather(*[s.future for s in slots])
+        watch: asyncio.Future = asyncio.ensure_future(disconnected(request))
         try:
             done, _ = await asyncio.wait({gathered, watch}, timeout=self.request_timeout_s,
                                          return_when=asyncio.FIRST_COMPLETED)

@@ -5,8 +5,8 @@ queue; a *flush* takes every waiting slot and makes one team-generator call (``g
 ``generator(agents, prompt_ids, k, greedy=...) -> [Completions per agent]``) per sampling kind (sampled,
 greedy), in a worker thread so the server goes on accepting requests meanwhile. A flush starts
 
-- at once (after ``SETTLE_S``) when every live program run of a training rollout is waiting on a call (``live()``: the open
-  episodes; no run can send more until it hears back, so waiting longer only costs time), or
+- at once (after ``SETTLE_S``) when every live program run of a training rollout is waiting on a call
+  (``live()``: the open episodes; no run can send more until it hears back, so waiting longer only costs time), or
 - ``window_s`` after the first waiting slot (serving; a run busy with a tool), or
 - when ``max_slots`` are waiting.
 
