@@ -20,6 +20,7 @@ dropped; one cancelled during its flush is generated and thrown away.
 from __future__ import annotations
 
 import asyncio
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -186,8 +187,12 @@ class Batcher:
                              list(engine[r]) if engine is not None else None)
                 self.slots_generated += 1
 
-    def close(self) -> None:
-        self.executor.shutdown(wait=False, cancel_futures=True)
+    def close(self, wait_s: float = 10.0) -> None:
+        """Stop the worker thread: at once when idle, after the generate call in flight (at most ``wait_s``)."""
+        closer = threading.Thread(target=self.executor.shutdown, kwargs={"wait": True, "cancel_futures": True},
+                                  name="comarl-gateway-close", daemon=True)
+        closer.start()
+        closer.join(wait_s)
 
 
 __all__ = ["Batcher", "GeneratorFailed", "Raw", "Slot"]
