@@ -193,7 +193,7 @@ def check_program_run(cfg, algorithm) -> None:
     elif step.update is not policy_gradient or step.advantage is None:
         why = "learns from pairs of a node's joint actions, which program runs do not form"
     elif step.critic is not None:
-        why = f"trains a {step.critic} critic over the rollout tree's nodes; a program run has no tree"
+        why = f"trains a critic ({step.critic}) over the rollout tree's nodes; a program run has no tree"
     elif step.greedy_baseline:
         why = "decodes a greedy continuation of every node, which a program run has none of"
     if why is not None:

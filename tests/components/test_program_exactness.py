@@ -12,6 +12,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("openai")
 
 import comarl  # noqa: E402
+from comarl.config import RolloutConfig, RunConfig  # noqa: E402
 from comarl.envs.demo_writing import DemoReward, build  # noqa: E402
 from comarl.envs.program import ProgramEnv  # noqa: E402
 from comarl.generation.hf import Completions  # noqa: E402
@@ -59,8 +60,8 @@ async def sequential_program(item, client):
 def one_step(env, generator, seed=0):
     agents = [comarl.AgentConfig(model="tiny", max_new_tokens=12, lr=1e-3),
               comarl.AgentConfig(model="tiny", max_new_tokens=12, lr=1e-3, model_kwargs={"seed": 1})]
-    cfg = comarl.TrainConfig(algorithm="magrpo", num_generations=4, batch_size=2, max_steps=1, progress_bar=False,
-                             report_to=[], seed=seed)
+    cfg = comarl.TrainConfig(algorithm="magrpo", rollout=RolloutConfig(num_generations=4),
+                             run=RunConfig(batch_size=2, max_steps=1, progress_bar=False, report_to=[], seed=seed))
     trainer = comarl.Trainer(agents, env, ITEMS, cfg, generator=generator)
     before = [[p.detach().clone() for p in a.model.parameters()] for a in trainer.agents]
     out = trainer.update.step(trainer.team, PromptBatch(ITEMS, trainer.env), 0)
