@@ -5,6 +5,7 @@ from .config import (DataConfig, DataSource, EnvConfig, ExperimentConfig, Hardwa
 from .config_io import ConfigError
 from .envs.base import AgentRewards, EnvState, Environment, FunctionEnv, Transition
 from .envs.error_policy import with_error_policy
+from .envs.program import ProgramEnv
 from .lora import LoraSettings
 from .stages import Route, Stage, StageGraph, tag_route
 from .training.loop import Trainer
@@ -13,5 +14,5 @@ __version__ = "0.1.0"
 
 __all__ = ["Agent", "AgentConfig", "AgentRewards", "ConfigError", "DataConfig", "DataSource", "EnvConfig",
            "EnvState", "Environment", "ExperimentConfig", "FunctionEnv", "HardwareConfig", "LoraSettings", "LossConfig",
-           "RolloutConfig", "Route", "RunConfig", "Stage", "StageGraph", "TrainConfig", "Trainer", "Transition",
-           "build_agents", "load_config", "tag_route", "with_error_policy"]
+           "ProgramEnv", "RolloutConfig", "Route", "RunConfig", "Stage", "StageGraph", "TrainConfig", "Trainer",
+           "Transition", "build_agents", "load_config", "tag_route", "with_error_policy"]

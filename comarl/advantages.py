@@ -73,16 +73,29 @@ def scale_by_group_std_any(advantages: torch.Tensor, returns: torch.Tensor, eps:
     return scale_by_group_std(advantages.reshape(g, -1), returns, eps, max_scaled).reshape(advantages.shape)
 
 
-def token_advantages(advantages: torch.Tensor, lengths: torch.Tensor, width: int, per_sequence: bool) -> torch.Tensor:
+def token_advantages(advantages: torch.Tensor, lengths: torch.Tensor, width: int, per_sequence: bool,
+                     run_index: torch.Tensor | None = None) -> torch.Tensor:
     """An estimator's advantages as the loss reads them: one per completion token.
 
     ``per_sequence``: ``advantages`` is a sequence estimate ``[G, K]`` (the shape of the returns), and each of
-    sample s's first ``lengths[s]`` tokens gets ``A[s]`` (sample s = g*K + k); otherwise it is a per-token
-    estimate ``[S, T']``, kept, cut or zero-padded to ``width``. Tokens past a sample's length get 0 (their
-    loss weight is 0 anyway). Shapes: advantages [G, K] or [S, T'], lengths [S] -> [S, width].
+    sample s's first ``lengths[s]`` tokens gets ``A[s]`` (sample s = g*K + k), or, with ``run_index`` (program
+    runs: sample s is a call of run ``run_index[s]``), ``A.flatten()[run_index[s]]``: every call of a run gets
+    the run's estimate, and a run without a call of this agent gives none. Otherwise it is a per-token
+    estimate ``[S, T']``, kept, cut or zero-padded to ``width`` (not with ``run_index``: a per-token estimate
+    compares the samples of a group position by position, and a run's calls are no such group). Tokens past a
+    sample's length get 0 (their loss weight is 0 anyway).
+    Shapes: advantages [G, K] or [S, T'], lengths [S], run_index [S] -> [S, width].
     """
     s = int(lengths.shape[0])
     alive = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).to(advantages.dtype)
+    if run_index is not None:
+        if not per_sequence:
+            raise ValueError(f"a per-token estimate {tuple(advantages.shape)} cannot be given to program runs' calls "
+                             f"(run_index): give one estimate per run, [G, K]")
+        if run_index.shape != (s,) or (s and (int(run_index.min()) < 0 or int(run_index.max()) >= advantages.numel())):
+            raise ValueError(f"run_index {tuple(run_index.shape)} must give each of {s} samples a run in "
+                             f"0..{advantages.numel() - 1}")
+        return advantages.reshape(-1)[run_index].reshape(s, 1) * alive
     if per_sequence:
         if advantages.numel() != s:
             raise ValueError(f"a sequence estimate of shape {tuple(advantages.shape)} does not fit {s} samples")

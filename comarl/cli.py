@@ -1,4 +1,4 @@
-"""``comarl train | eval | demo``: the command line."""
+"""``comarl train | eval | demo | serve``: the command line."""
 from __future__ import annotations
 
 import argparse
@@ -20,6 +20,7 @@ _DESCRIPTION = """comarl trains teams of LLM agents with multi-agent RL (MAGRPO 
               [--compare CONFIG_B]           ... and a second config beside it, in one table
   comarl demo [--model tiny|smollm2]         offline demo: two agents learn a cooperative writing task
   comarl view RUN_DIR [RUN_DIR ...]          a local page of runs: curves, and each step's samples as trees
+  comarl serve CONFIG|RUN|CHECKPOINT [--port N]   serve a team (trained or not) on an OpenAI-compatible endpoint
 
 Mistakes in configs, data and paths print one message and exit with status 2; --debug (or COMARL_DEBUG=1)
 prints the traceback instead. Ctrl-C during training prints the step reached and how to resume (status 130).
@@ -264,6 +265,14 @@ def _view(args) -> int:
     return 0
 
 
+def _serve(args) -> int:
+    try:
+        from .gateway.serve import serve
+    except ImportError as e:
+        raise ConfigError(f"comarl serve needs the gateway extra (pip install 'comarl[gateway]'): {e}") from None
+    return serve(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="comarl", description=_DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -330,6 +339,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"stop after this many seconds in all (default {MAX_LIFETIME_S})")
     v.add_argument("--open", action="store_true", help="open the page in the default browser")
     v.set_defaults(func=_view)
+
+    s = sub.add_parser("serve", help="serve a team on an OpenAI-compatible endpoint (/v1/chat/completions)",
+                       description="Serve a team, trained or not, through the OpenAI-compatible endpoint programs "
+                                   "train through (docs/program.md): model names an agent. TARGET is a config "
+                                   "(its untrained agents, or --checkpoint's weights), a checkpoint or final/ folder, "
+                                   "or a run folder (its final/, else its newest checkpoint).")
+    s.add_argument("target", metavar="CONFIG_OR_RUN_OR_CHECKPOINT")
+    s.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. agents.0.max_new_tokens=256")
+    s.add_argument("--checkpoint", help="with a config: the checkpoint or final/ folder whose weights to serve")
+    s.add_argument("--names", help="comma-separated agent names (a folder's agents are agent0, agent1, ...)")
+    s.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; any other needs --api-key)")
+    s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    s.add_argument("--api-key", help="checked on every request as 'Authorization: Bearer KEY' (also COMARL_API_KEY)")
+    s.add_argument("--window-ms", type=float, default=10.0,
+                   help="how long a request waits for others to share its generate call (default 10)")
+    s.add_argument("--max-body-bytes", type=int, default=4 << 20, help="largest request body (default 4 MiB)")
+    s.add_argument("--request-timeout", type=float, default=600.0,
+                   help="seconds a request may wait for its completion (default 600)")
+    s.set_defaults(func=_serve)
     return p
 
 

@@ -530,6 +530,13 @@ def collect_rollout(agents: Sequence, env: Environment, items: Sequence[dict], s
     nodes where it acts, so its samples of its g-th group are ``g*K .. g*K+K-1`` in its :class:`AgentSamples`
     (``Rollout.tree.groups`` maps nodes to those rows).
     """
+    from .envs.program import program_env_of
+
+    program = program_env_of(env)
+    if program is not None:  # a user's program drives the calls (comarl/program_rollout.py)
+        from .program_rollout import collect_program_rollout
+
+        return collect_program_rollout(agents, env, program, items, s)
     n, k = len(agents), s.num_generations
     if env.num_agents != n:
         raise ValueError(f"environment expects {env.num_agents} agents, {n} were given")

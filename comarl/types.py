@@ -39,6 +39,10 @@ class AgentSamples:
     """[S] per completion token, True where a schema forced it (structured generation): out of the loss; else None."""
     engine_logprobs: list[list[float]] | None = None
     """[S] per completion token, the log-prob the generator sampled it with (a vLLM engine's), else None."""
+    run_index: torch.Tensor | None = None
+    """[S] program runs (``comarl/program_rollout.py``): the run ``g*K + k`` each sample (a call) belongs to;
+    ``returns`` is then per run [G, K] and a run may hold any number of an agent's samples. None: sample s is
+    run s (S = G*K), as in the rollout tree."""
 
     @property
     def num_samples(self) -> int:
@@ -57,6 +61,8 @@ class AgentView:
             ``mask_truncated``; forced tokens of structured generation not counted).
         baseline: [G] the rollout's greedy return per node (MAReMax), else None.
         critic_advantages: [G, K] the critic's GAE advantages (IAC, MAAC), else None.
+        run_index: [S] program runs: the run (``g*K + k``) of each sample, whose [G, K] estimate it takes
+            (``advantages.token_advantages``); None: sample s is run s.
     """
 
     returns: torch.Tensor
@@ -64,6 +70,7 @@ class AgentView:
     lengths: torch.Tensor
     baseline: torch.Tensor | None = None
     critic_advantages: torch.Tensor | None = None
+    run_index: torch.Tensor | None = None
 
     @property
     def num_samples(self) -> int:

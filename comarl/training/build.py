@@ -31,6 +31,7 @@ from ..compute.sharding import AgentAtATime, built_on_rank0, shard_agents
 from ..config_io import ConfigError
 from ..critics import build_critic, shard_critic
 from ..envs.base import Environment
+from ..envs.program import check_program_run, program_env_of
 from ..rollout import check_tree_size
 from ..seams import StepSource, TeamGenerator, Update
 from ..stages import stage_graph
@@ -75,6 +76,8 @@ def check_run(cfg, algorithm: Algorithm, agents: Sequence, env: Environment, gen
     check_tree_size(cfg.rollout.joint_mode, cfg.rollout.num_generations, len(agents), cfg.rollout.num_turns,
                     cfg.rollout.max_samples_per_item, stage_graph(env, len(agents)))  # and the team graph (stages.py)
     algorithm.check_config(cfg, list(agents))
+    if program_env_of(env) is not None:  # what program runs cannot do (comarl/envs/program.py)
+        check_program_run(cfg, algorithm)
     if generator is not None and cfg.hardware.generator != "hf":
         raise ConfigError(f"train.hardware.generator: {cfg.hardware.generator} and Trainer(generator=...) both "
                           f"choose the generator; give one")

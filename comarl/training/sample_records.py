@@ -82,6 +82,8 @@ def tree_records(rollouts: Sequence[Rollout], items: Sequence[Mapping[str, Any]]
     if max_bytes <= 0:
         return []
     roots = [(n, g) for n, r in enumerate(rollouts) if r.tree is not None for g in r.tree.roots()]
+    if not roots:  # rollouts without a tree (a ProgramEnv's runs: calls, not turns) have none to draw
+        return []
     if len(roots) != len(items):
         raise ValueError(f"tree_records: {len(roots)} rollout roots for {len(items)} items")
     n = len(agent_names)

@@ -26,6 +26,7 @@ from ..compute.micro_batches import micro_batch_spans
 from ..compute.precision import autocast
 from ..compute.sharding import idle_backward, lockstep_count
 from ..compute.stepping import MicroLoss, micro_batched_backward
+from ..config_io import ConfigError
 from ..engine_mismatch import GapTotals, logprob_gap, padded, truncated_is_weights
 from ..logprobs import completion_logprobs, forced_mask
 from ..losses import clipped_policy_loss, entropy_bonus, kl_estimate, kl_penalty, sequence_kl, token_weights
@@ -65,8 +66,15 @@ class LossBatch:
 
 
 def group_sizes(samples: list, n: int) -> list[int]:
-    """Samples per group, in order, over the rollout chunks (one group per tree node); [n] if unknown."""
-    sizes = [int(s.returns.shape[-1]) for s in samples for _ in range(int(s.returns.shape[0]))]
+    """Samples per group, in order, over the rollout chunks (one group per tree node; program runs: one per item,
+    its runs' calls); [n] if unknown."""
+    sizes = []
+    for s in samples:
+        g, k = (int(d) for d in s.returns.shape) if s.returns.dim() == 2 else (0, 0)
+        if s.run_index is not None and k:
+            sizes += torch.bincount(s.run_index // k, minlength=g).tolist()
+        else:
+            sizes += [k] * g
     return sizes if sum(sizes) == n else [n]
 
 
@@ -134,7 +142,8 @@ class PolicyGradient:
         for c, s in enumerate(samples):
             n = s.num_samples
             out.append(AgentView(returns=returns[c], turns=s.turns, lengths=lengths[start:start + n],
-                                 baseline=s.baseline, critic_advantages=critic_adv[c] if critic_adv else None))
+                                 baseline=s.baseline, critic_advantages=critic_adv[c] if critic_adv else None,
+                                 run_index=s.run_index))
             start += n
         return out
 
@@ -211,13 +220,19 @@ class PolicyGradient:
                                 for o, (r, mask) in zip(old, ref_out)])
             returns, start = [], 0
             for s in samples:
-                part = seq_kl[start:start + s.num_samples].reshape(s.returns.shape)
-                returns.append(s.returns - loss_cfg.kl_beta * part.to(s.returns.dtype))
+                part = seq_kl[start:start + s.num_samples]
+                if s.run_index is not None:  # program runs: a run's return pays for all its calls' KL
+                    part = torch.zeros(s.returns.numel(), dtype=part.dtype).index_add_(0, s.run_index, part)
+                returns.append(s.returns - loss_cfg.kl_beta * part.reshape(s.returns.shape).to(s.returns.dtype))
                 start += s.num_samples
         views = self.views(samples, lengths, returns, critic_adv)
         estimates = [self.advantage(v, loss_cfg) for v in views]
+        if any(v.run_index is not None and e.shape != v.returns.shape for e, v in zip(estimates, views)):
+            raise ConfigError(f"train.algorithm: {self.algorithm} gives per-token advantages, which compare a group's "
+                              f"samples position by position; a program run's calls form no such group: use an "
+                              f"estimator with one advantage per run (magrpo, marloo, mareinforce)")
         width = max((len(c) for c in comps), default=0)
-        adv = torch.cat([token_advantages(e, v.lengths, width, e.shape == v.returns.shape)
+        adv = torch.cat([token_advantages(e, v.lengths, width, e.shape == v.returns.shape, v.run_index)
                          for e, v in zip(estimates, views)]) if views else torch.zeros(0, width)
         out: dict[str, float] = {}
         name = agent.name

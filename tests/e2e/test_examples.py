@@ -19,6 +19,7 @@ PRINTS = {  # example -> words of the line it prints
     "04_planner_and_coder": "leaves 8", "05_actor_critic": "explained variance",
     "06_preference_madpo": "step 2:", "07_lora_team": "adapter parameters trained",
     "08_evaluate_save_reload": "reloaded agent0", "09_custom_environment": "env/rhyme",
+    "10_langgraph_program": "writer calls per run 2", "clean_magrpo": "step 3: reward",
 }
 
 
@@ -30,7 +31,11 @@ def test_every_example_is_listed_here():
 def test_example_runs(path, tmp_path, monkeypatch):
     if "lora" in path.stem:
         pytest.importorskip("peft", reason="the lora extra is not installed")
+    if "langgraph" in path.stem:
+        pytest.importorskip("langgraph", reason="LangGraph is not installed (the dev extra has it)")
+        pytest.importorskip("fastapi", reason="the gateway extra is not installed")
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", [str(path)])  # as `python examples/<name>.py` has it (no arguments)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         runpy.run_path(str(path), run_name="__main__")
