@@ -29,7 +29,6 @@ import errno
 import json
 import os
 import random
-import re
 import shutil
 import tempfile
 import warnings
@@ -41,8 +40,8 @@ import numpy as np
 import torch
 
 from .config_io import ConfigError, UserError
+from .run_dir import checkpoint_step, latest_checkpoint, list_checkpoints, no_checkpoint_message
 
-_NAME = re.compile(r"^checkpoint-(\d+)$")
 MANIFEST = "manifest.json"
 """Written last into a checkpoint: ``{"format": 1, "bytes": total, "files": {relative path: {"size": n,
 "crc32": "8 hex digits" (with checksums)}}}``."""
@@ -406,36 +405,6 @@ def _prune(out: Path, keep: int, run_id: str | None, written: Path | None = None
         shutil.rmtree(p, ignore_errors=True)
 
 
-def checkpoint_run_id(path: Path) -> str | None:
-    """The run id recorded in a checkpoint (None: written before run ids, or unreadable)."""
-    try:
-        return json.loads((path / "trainer_state.json").read_text()).get("run_id")
-    except (OSError, ValueError):
-        return None
-
-
-def list_checkpoints(output_dir: str | Path, run_id: str | None = None) -> list[Path]:
-    """Complete checkpoints in ``output_dir`` (only run ``run_id``'s when given)."""
-    out = Path(output_dir)
-    if not out.exists():
-        return []
-    return [p for p in out.iterdir() if p.is_dir() and _NAME.match(p.name)
-            and (p / "trainer_state.json").exists() and (run_id is None or checkpoint_run_id(p) == run_id)]
-
-
-def checkpoint_step(path: Path) -> int:
-    m = _NAME.match(path.name)
-    if m is None:
-        raise ValueError(f"{path}: not a checkpoint folder (checkpoint-<step>)")
-    return int(m.group(1))
-
-
-def latest_checkpoint(output_dir: str | Path, run_id: str | None = None) -> Path | None:
-    """Newest complete checkpoint in ``output_dir`` (of run ``run_id`` when given), verified or not."""
-    ckpts = list_checkpoints(output_dir, run_id)
-    return max(ckpts, key=checkpoint_step) if ckpts else None
-
-
 def resume_checkpoint(where: str, output_dir: str | Path | None, run_id: str | None,
                       checksums: bool = True) -> Path:
     """The checkpoint ``train.run.resume`` names, verified (:func:`verify_checkpoint`).
@@ -466,20 +435,6 @@ def resume_checkpoint(where: str, output_dir: str | Path | None, run_id: str | N
         return path
     raise CheckpointError(f"train.run.resume=latest: no checkpoint in {out} verifies ({'; '.join(broken)}). Resume an "
                           f"earlier copy with train.run.resume=<folder>, or start again with train.run.overwrite=true")
-
-
-def no_checkpoint_message(out: Path) -> str:
-    """``train.run.resume=latest`` in a folder without a checkpoint: say why and how to start again."""
-    from .run_dir import run_contents
-
-    partial = sorted(p.name for p in Path(out).glob("checkpoint-*.tmp"))
-    if not run_contents(out):
-        return (f"train.run.resume=latest: {out} holds no run to continue (no checkpoint, no run files); drop "
-                f"train.run.resume to start one there")
-    how = f" ({partial[-1]} is a save that never finished)" if partial else ""
-    return (f"train.run.resume=latest: the run in {out} stopped before its first checkpoint{how}, so there is "
-            f"nothing to resume; start it again with train.run.overwrite=true in place of train.run.resume=latest "
-            f"(this deletes its run files)")
 
 
 def load_checkpoint(path: str | Path, agents, optimizers, schedulers, checksums: bool = True) -> dict:

@@ -25,6 +25,7 @@ RUN_FILES = (MARKER, "metrics.jsonl", "samples.jsonl", "trees.jsonl", "tensorboa
              "reward.png", "demo_summary.json", "rounds.json")
 """What comarl writes into an output_dir (train.run.overwrite removes exactly these and the checkpoints)."""
 _CKPT = re.compile(r"^(checkpoint-\d+(\.tmp)?|round-\d+)$")  # checkpoints; madpo_iter's round folders
+_NAME = re.compile(r"^checkpoint-(\d+)$")  # a complete checkpoint's folder
 
 
 def run_contents(folder: str | Path) -> list[str]:
@@ -59,8 +60,6 @@ def prepare_output_dir(folder: str | Path, resume: str | None, overwrite: bool) 
     folder = Path(folder)
     found = run_contents(folder)
     if resume == "latest":
-        from .checkpoint import list_checkpoints, no_checkpoint_message
-
         if not list_checkpoints(folder, read_run_id(folder)):
             raise ConfigError(no_checkpoint_message(folder))
     continues = resume == "latest" or (resume is not None and Path(resume).resolve().parent == folder.resolve())
@@ -116,3 +115,46 @@ def _step_of(line: str) -> float:
         return json.loads(line).get("step", 0)
     except (ValueError, AttributeError):
         return 0
+
+
+# ----------------------------------------------------------------- the run's checkpoint folders
+def checkpoint_run_id(path: Path) -> str | None:
+    """The run id recorded in a checkpoint (None: written before run ids, or unreadable)."""
+    try:
+        return json.loads((path / "trainer_state.json").read_text()).get("run_id")
+    except (OSError, ValueError):
+        return None
+
+
+def list_checkpoints(output_dir: str | Path, run_id: str | None = None) -> list[Path]:
+    """Complete checkpoints in ``output_dir`` (only run ``run_id``'s when given)."""
+    out = Path(output_dir)
+    if not out.exists():
+        return []
+    return [p for p in out.iterdir() if p.is_dir() and _NAME.match(p.name)
+            and (p / "trainer_state.json").exists() and (run_id is None or checkpoint_run_id(p) == run_id)]
+
+
+def checkpoint_step(path: Path) -> int:
+    m = _NAME.match(path.name)
+    if m is None:
+        raise ValueError(f"{path}: not a checkpoint folder (checkpoint-<step>)")
+    return int(m.group(1))
+
+
+def latest_checkpoint(output_dir: str | Path, run_id: str | None = None) -> Path | None:
+    """Newest complete checkpoint in ``output_dir`` (of run ``run_id`` when given), verified or not."""
+    ckpts = list_checkpoints(output_dir, run_id)
+    return max(ckpts, key=checkpoint_step) if ckpts else None
+
+
+def no_checkpoint_message(out: Path) -> str:
+    """``train.run.resume=latest`` in a folder without a checkpoint: say why and how to start again."""
+    partial = sorted(p.name for p in Path(out).glob("checkpoint-*.tmp"))
+    if not run_contents(out):
+        return (f"train.run.resume=latest: {out} holds no run to continue (no checkpoint, no run files); drop "
+                f"train.run.resume to start one there")
+    how = f" ({partial[-1]} is a save that never finished)" if partial else ""
+    return (f"train.run.resume=latest: the run in {out} stopped before its first checkpoint{how}, so there is "
+            f"nothing to resume; start it again with train.run.overwrite=true in place of train.run.resume=latest "
+            f"(this deletes its run files)")

@@ -9,7 +9,8 @@ each other, and nothing more.
         team.sync_generator()                 # the TeamGenerator's engines follow the optimiser steps
 
 A component satisfies its Protocol by shape (no base class to inherit): ``updates.PolicyGradient``,
-``updates.OnlineDPO`` and ``updates.PairDPO`` are Updates; ``sources.PromptBatches``, ``sources.PairsFile``,
+``updates.OnlineDPO`` and ``updates.PairDPO`` are Updates; ``sources.PromptBatches``,
+``preference.pairs_file.PairsFile``,
 ``preference.rounds.DPORounds`` and ``preference.rounds.RewardModelRounds`` are StepSources; the Team
 (``training/team.py``) is a ``TeamView`` to them; ``generation.team.generate_for_agents`` and
 ``generation.vllm_generator.VLLMGenerator`` are TeamGenerators; ``compute.sharding.AgentAtATime`` is the

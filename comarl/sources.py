@@ -13,12 +13,12 @@ A source hands the loop one batch per step (``comarl/steps.py``)::
     ends_round(step)      whether a checkpoint must follow this step (the end of an iterative round)
     saved(path, step)     after that checkpoint was written
 
-Here: prompt batches (every on-policy algorithm) and a pairs file (``madpo_offline``). The rounds of the
-iterative preference algorithms are sources too (``comarl/preference/rounds.py``).
+Here: prompt batches (every on-policy algorithm). The preference algorithms' sources live with them: a pairs
+file (``madpo_offline``, ``comarl/preference/pairs_file.py``) and the iterative rounds
+(``comarl/preference/rounds.py``).
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .compute import distributed as dist
-from .config_io import ConfigError
-from .steps import PairBatch, PromptBatch
+from .steps import PromptBatch
 
 if TYPE_CHECKING:
     from .seams import TeamView
@@ -84,7 +83,7 @@ class EpochCursor:
         return dist.steps_left(self.epoch, self.batch_in_epoch, self.steps_per_epoch, epochs)
 
 
-class _Plain:
+class Plain:
     """What a source without checkpointed state or rounds answers (the loop's hooks)."""
 
     epoch_based = True
@@ -102,7 +101,7 @@ class _Plain:
         pass
 
 
-class PromptBatches(_Plain):
+class PromptBatches(Plain):
     """Global batches of training items, each rank taking its share; every on-policy algorithm's source."""
 
     def __init__(self, items: list[dict], env: Any, global_batch: int, seed: int, shuffle: bool,
@@ -119,53 +118,4 @@ class PromptBatches(_Plain):
         return PromptBatch(self.next_items(), self.env)
 
 
-def read_pairs(path: Path) -> list[dict]:
-    """A pairs JSONL file (what ``pairs_out`` and the rounds write)."""
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-
-
-def load_pairs_file(path: str | None, key: str = "train.preference.pairs.pairs_in") -> list[dict]:
-    """The pairs of ``path`` (a file, or ``fixture:NAME`` / ``package:MODULE/PATH``), checked before any model is
-    built: named, present, not empty."""
-    if not path:
-        raise ConfigError(f"{key}: madpo_offline trains on a pairs JSONL file; name it")
-    from .data.paths import resolve_source
-    try:
-        p = Path(resolve_source(path))
-    except FileNotFoundError as e:
-        raise ConfigError(f"{key}: {e}") from e
-    if not p.exists():
-        raise ConfigError(f"{key}: {p} does not exist")
-    pairs = read_pairs(p)
-    if not pairs:
-        raise ConfigError(f"{key}: {p} holds no pairs")
-    return pairs
-
-
-class PairsFile(_Plain):
-    """Global batches of a pairs file (``madpo_offline``): its epochs, schedule and resume position count
-    pairs, reshuffled each epoch; no sampling. Each rank takes its share of every batch."""
-
-    def __init__(self, pairs: list[dict], path: str, env: Any, global_batch: int, seed: int, shuffle: bool,
-                 epochs: int, max_steps: int = 0):
-        self.pairs, self.path, self.env = pairs, path, env
-        self.cursor = EpochCursor(len(pairs), global_batch, seed, shuffle)
-        from .preference.rollout_pairs import text_pairs_to_ids
-
-        self.to_ids = text_pairs_to_ids  # (agents, pairs) -> [AgentPairs]; a test may watch it
-        self.total_steps = max_steps or self.cursor.steps_per_epoch * epochs
-
-    def next(self, step: int, team: "TeamView") -> PairBatch:
-        from .preference.rollout_pairs import check_text_pairs
-
-        batch = [self.pairs[i] for i in self.cursor.next_indices()]
-        mine = dist.shard(batch)
-        try:
-            check_text_pairs(batch, len(team.agents))  # every rank checks the whole batch: all fail together
-            agents = self.to_ids(team.agents, mine)
-        except ValueError as e:
-            raise ConfigError(f"train.preference.pairs.pairs_in ({self.path}): {e}") from e
-        return PairBatch(agents, torch.ones(len(mine)), {"pref/pairs": float(len(batch))})
-
-
-__all__ = ["EpochCursor", "PairsFile", "PromptBatches", "load_pairs_file", "read_pairs"]
+__all__ = ["EpochCursor", "Plain", "PromptBatches"]

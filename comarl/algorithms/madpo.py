@@ -30,7 +30,7 @@ from rounds with pairs on disk, replay of earlier rounds (``replay: decay_sample
 is CoMLRL's ``lambda_decay`` draw, ``comarl.preference.replay``) and a refreshed
 reference (``preference.rounds.DPORounds``) and learns with ``updates.PairDPO``;
 ``madpo_offline`` walks a pairs file (``train.preference.pairs.pairs_in``,
-``sources.PairsFile``) without sampling. None has an advantage estimator.
+``preference.pairs_file.PairsFile``) without sampling. None has an advantage estimator.
 """
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def check_rounds(config, agents) -> None:
 
 def check_offline(config, agents) -> None:
     """The pairs file must exist and hold pairs (read again by the source); nothing is sampled, so no vLLM."""
-    from ..sources import load_pairs_file
+    from ..preference.pairs_file import load_pairs_file
 
     check_dpo(config, agents)
     if config.hardware.generator == "vllm":
@@ -109,7 +109,7 @@ def dpo_rounds(parts: Parts):
 
 def pairs_file(parts: Parts):
     from ..compute import distributed as dist
-    from ..sources import PairsFile, load_pairs_file
+    from ..preference.pairs_file import PairsFile, load_pairs_file
 
     cfg = parts.config
     path = cfg.preference.pairs.pairs_in

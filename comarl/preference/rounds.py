@@ -39,9 +39,10 @@ from ..compute import distributed as dist
 from ..config_io import ConfigError
 from ..envs.base import rollout_modules
 from ..rollout import RolloutSettings, collect_rollout, join_rollout
-from ..sources import PromptBatches, read_pairs
+from ..sources import PromptBatches
 from ..steps import PairBatch, PromptBatch, SkipStep
 from .comparators import comparator_for
+from .pairs_file import read_pairs
 from .pair_tokens import tokenizer_fingerprint
 from .parallel_fit import ParallelFit
 

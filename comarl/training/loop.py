@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .. import checkpoint as ckpt
 from .. import run_dir
 from ..agents import Agent, AgentConfig
 from ..algorithms.base import get_algorithm
@@ -246,7 +245,7 @@ class Trainer:
     def _interrupted(self) -> TrainingInterrupted:
         """The exception a Ctrl-C ends training with: step reached and newest checkpoint of this run."""
         out = self.config.run.output_dir
-        last = ckpt.latest_checkpoint(out, self.run_id) if out else None
+        last = run_dir.latest_checkpoint(out, self.run_id) if out else None
         return TrainingInterrupted(self.state.step, self.total_steps, last)
 
     # ----------------------------------------------------------------- eval

@@ -52,7 +52,7 @@ def test_overwrite_clears_only_run_files(tmp_path):
     assert not (tmp_path / "checkpoint-9").exists() and (tmp_path / "checkpoint-2").exists()
     assert (tmp_path / "notes.txt").read_text() == "mine"
     marker = json.loads((tmp_path / "run.json").read_text())
-    assert ckpt.checkpoint_run_id(tmp_path / "checkpoint-2") == marker["run_id"]
+    assert run_dir.checkpoint_run_id(tmp_path / "checkpoint-2") == marker["run_id"]
 
 
 def test_pruning_removes_only_checkpoints_of_the_current_run(tmp_path):
@@ -66,8 +66,8 @@ def test_pruning_removes_only_checkpoints_of_the_current_run(tmp_path):
         ckpt._prune(tmp_path, 2, "b")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-2", "checkpoint-3", "checkpoint-4",
                                                           "checkpoint-5", "checkpoint-6"]
-    assert ckpt.latest_checkpoint(tmp_path, "b").name == "checkpoint-3"
-    assert ckpt.latest_checkpoint(tmp_path).name == "checkpoint-6"
+    assert run_dir.latest_checkpoint(tmp_path, "b").name == "checkpoint-3"
+    assert run_dir.latest_checkpoint(tmp_path).name == "checkpoint-6"
 
 
 def test_resume_continues_the_run_id_and_its_logs(tmp_path, capsys):
@@ -85,7 +85,7 @@ def test_resume_continues_the_run_id_and_its_logs(tmp_path, capsys):
     r.train()
     steps = [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4]  # the interrupted run's step-3 row was dropped, then step 3 ran again
-    assert sorted(p.name for p in ckpt.list_checkpoints(tmp_path)) == ["checkpoint-3", "checkpoint-4"]
+    assert sorted(p.name for p in run_dir.list_checkpoints(tmp_path)) == ["checkpoint-3", "checkpoint-4"]
     assert json.loads((tmp_path / "run.json").read_text())["resumed_from"].endswith("checkpoint-2")
 
 

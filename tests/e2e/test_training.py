@@ -8,7 +8,7 @@ import torch
 
 import comarl
 from comarl.demo import demo_setup
-from comarl import checkpoint as ckpt
+from comarl import run_dir
 from config_keys import set_keys
 
 
@@ -66,7 +66,7 @@ def test_resume_gives_the_same_weights_as_a_straight_run(tmp_path):
 def test_interrupted_save_keeps_previous_checkpoint(tmp_path, monkeypatch):
     t = _trainer(tmp_path, steps=2, save_steps=1)
     t.train()
-    good = ckpt.latest_checkpoint(tmp_path)
+    good = run_dir.latest_checkpoint(tmp_path)
     assert good.name == "checkpoint-2"
 
     def boom(*a, **k):
@@ -76,7 +76,7 @@ def test_interrupted_save_keeps_previous_checkpoint(tmp_path, monkeypatch):
     t.state.step = 3
     with pytest.raises(KeyboardInterrupt):
         t.save_checkpoint()
-    assert ckpt.latest_checkpoint(tmp_path) == good  # the .tmp folder is not a checkpoint
+    assert run_dir.latest_checkpoint(tmp_path) == good  # the .tmp folder is not a checkpoint
     assert (good / "trainer_state.json").exists()
     resumed = _trainer(tmp_path, steps=2, resume="latest")
     assert resumed.state.step == 2
