@@ -14,9 +14,20 @@ from __future__ import annotations
 
 import torch
 
-from .generation.hf import left_pad
 from .prefix_cache import (PrefixSharingUnsupported, cache_of, check_cache, expand_cache, known_unsupported,
                            notice_fallback, unique_prompts, uses_gradient_checkpointing, worth_sharing)
+
+
+def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad ``seqs`` -> (ids [B, L], attention_mask [B, L])."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for b, s in enumerate(seqs):
+        if s:
+            ids[b, width - len(s):] = torch.tensor(s, dtype=torch.long)
+            mask[b, width - len(s):] = 1
+    return ids, mask
 
 
 def collate(prompts: list[list[int]], completions: list[list[int]], pad_id: int):

@@ -24,7 +24,6 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from ..config_io import ConfigError
 from .base import AgentRewards, EnvState, Transition
 
 OUTCOME = "comarl.program_outcome"
@@ -164,44 +163,4 @@ def program_env_of(env: Any, depth: int = 16) -> ProgramEnv | None:
     return None
 
 
-SUPPORTED = "magrpo, mareinforce, marloo, maremax_groupmax (and their single-agent names)"
-
-
-def check_program_run(cfg, algorithm) -> None:
-    """Refuse, before any model is built, what program runs cannot do (one line naming the key).
-
-    A run is one joint action with no tree inside it: critics (IAC, MAAC) value tree nodes, MAReMax decodes a
-    greedy continuation of each node, MADPO and MARLHF pair the joint actions of a node's texts, and turns,
-    cross joint actions and early stops shape a tree the program replaces with its own control flow.
-    """
-    from ..algorithms.base import policy_gradient, prompt_batches
-
-    r = cfg.rollout
-    if r.num_turns != 1:
-        raise ConfigError(f"train.rollout.num_turns: {r.num_turns}; a program runs its own turns (a ProgramEnv run is "
-                          f"one episode): set 1")
-    if r.joint_mode != "aligned":
-        raise ConfigError(f"train.rollout.joint_mode: {r.joint_mode}; program runs are whole joint actions, K per item "
-                          f"(aligned): there are no samples to cross")
-    for key in ("early_stop_reward", "early_stop_sibling_mean"):
-        if getattr(r, key) is not None:
-            raise ConfigError(f"train.rollout.{key}: a program run ends when the program returns; leave it unset")
-    step = algorithm.step_algorithm(cfg)
-    why = None
-    if algorithm.source is not prompt_batches or step.source is not prompt_batches:
-        why = "learns in rounds over a pool of scored pairs"
-    elif step.update is not policy_gradient or step.advantage is None:
-        why = "learns from pairs of a node's joint actions, which program runs do not form"
-    elif step.critic is not None:
-        why = f"trains a critic ({step.critic}) over the rollout tree's nodes; a program run has no tree"
-    elif step.greedy_baseline:
-        why = "decodes a greedy continuation of every node, which a program run has none of"
-    if why is not None:
-        raise ConfigError(f"train.algorithm: {cfg.algorithm} {why}; with a ProgramEnv use {SUPPORTED}")
-    if cfg.hardware.sharding == "fsdp" and cfg.hardware.fsdp_gather == "agent":
-        raise ConfigError("train.hardware.fsdp_gather: agent gathers one agent at a time, in step with the other "
-                          "ranks; a program calls agents in its own order: use fsdp_gather: team")
-
-
-__all__ = ["OUTCOME", "ProgramEnv", "ProgramRunError", "RunOutcome", "SUPPORTED", "check_program_run",
-           "program_env_of", "run_reward"]
+__all__ = ["OUTCOME", "ProgramEnv", "ProgramRunError", "RunOutcome", "program_env_of", "run_reward"]

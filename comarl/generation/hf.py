@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from .constrained import processor_kwargs, schema_processor
+from ..logprobs import left_pad
 from .shared_prefix import shared_prompt_inputs
 
 
@@ -43,18 +44,6 @@ class Completions:
     texts: list[str]
     num_samples: int
     forced: list[list[bool]] | None = None
-
-
-def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad ``seqs`` -> (ids [B, L], attention_mask [B, L])."""
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for b, s in enumerate(seqs):
-        if s:
-            ids[b, width - len(s):] = torch.tensor(s, dtype=torch.long)
-            mask[b, width - len(s):] = 1
-    return ids, mask
 
 
 def cut_at_eos(generated: torch.Tensor, eos_ids: list[int]) -> tuple[list[list[int]], list[bool]]:

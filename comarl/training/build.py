@@ -31,7 +31,8 @@ from ..compute.sharding import AgentAtATime, built_on_rank0, shard_agents
 from ..config_io import ConfigError
 from ..critics import build_critic, shard_critic
 from ..envs.base import Environment
-from ..envs.program import check_program_run, program_env_of
+from ..algorithms.program import check_program_run
+from ..envs.program import program_env_of
 from ..rollout import check_tree_size
 from ..seams import StepSource, TeamGenerator, Update
 from ..stages import stage_graph
