@@ -58,7 +58,8 @@ class AgentView:
         returns: [G, K] credited returns (minus ``kl_beta`` x the sequence KL under ``kl_mode: reward``).
         turns: [G] 0-based turn of each node.
         lengths: [S] completion tokens of each sample in the loss (0: out of it, e.g. truncated under
-            ``mask_truncated``; forced tokens of structured generation not counted).
+            ``mask_truncated``); with structured generation the schema's forced tokens count as positions (they
+            take an advantage like the others and weigh 0 in the loss).
         baseline: [G] the rollout's greedy return per node (MAReMax), else None.
         critic_advantages: [G, K] the critic's GAE advantages (IAC, MAAC), else None.
         run_index: [S] program runs: the run (``g*K + k``) of each sample, whose [G, K] estimate it takes

@@ -137,7 +137,8 @@ class PolicyGradient:
 
     def views(self, samples: list, lengths: torch.Tensor, returns: list[torch.Tensor],
               critic_adv: list[torch.Tensor] | None) -> list[AgentView]:
-        """One read-only :class:`AgentView` per rollout chunk of one agent (``lengths``: [S] over every chunk)."""
+        """One read-only :class:`AgentView` per rollout chunk of one agent (``lengths``: [S] completion positions
+        in the loss over every chunk)."""
         out, start = [], 0
         for c, s in enumerate(samples):
             n = s.num_samples
@@ -225,7 +226,10 @@ class PolicyGradient:
                     part = torch.zeros(s.returns.numel(), dtype=part.dtype).index_add_(0, s.run_index, part)
                 returns.append(s.returns - loss_cfg.kl_beta * part.reshape(s.returns.shape).to(s.returns.dtype))
                 start += s.num_samples
-        views = self.views(samples, lengths, returns, critic_adv)
+        # positions the advantages cover: the whole completion of a sample in the loss (a schema's forced tokens
+        # among them take theirs and weigh 0 in the loss), none of one out of it
+        positions = torch.tensor([len(c) for c in comps], dtype=torch.long) * (lengths > 0).long()
+        views = self.views(samples, positions, returns, critic_adv)
         estimates = [self.advantage(v, loss_cfg) for v in views]
         if any(v.run_index is not None and e.shape != v.returns.shape for e, v in zip(estimates, views)):
             raise ConfigError(f"train.algorithm: {self.algorithm} gives per-token advantages, which compare a group's "
