@@ -65,7 +65,7 @@ from ..compute import distributed as dist
 from ..compute.watchdog import rank_name, stop_run, timed
 from .hf import Completions
 from .vllm_schema import EXTRA_KEY, forced_flags, processor_class, register, release
-from .vllm_settings import EngineSettings, vllm_installed
+from .vllm_settings import EngineSettings, cpu_set, vllm_installed
 from .vllm_weights import full_weights, lora_rank_slot, write_adapter, write_model_folder, write_weights
 
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
@@ -131,19 +131,39 @@ def visible_gpu(index: int) -> str:
 
 
 @contextlib.contextmanager
+def _bound(cpus: str | None):
+    """This thread runs on ``cpus`` inside the block, so that an engine process started here inherits them (every
+    thread it makes, OpenMP's included; vLLM 0.32 binds only the workers of its multi-process executor, not the
+    engine process of one worker). Restored afterwards; a no-op for None or without ``sched_setaffinity``."""
+    if cpus is None or not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpu_set(cpus))
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, mine)
+
+
+@contextlib.contextmanager
 def _engine_env(settings: EngineSettings, on_cpu: bool, cpus: str | None = None, gpu: int | None = None):
     """Environment variables vLLM reads while an engine is built, restored afterwards. ``cpus`` / ``gpu``: where an
     engine in its own process runs (its agent's ``agent_cpus`` entry, its agent's GPU)."""
     env = {"VLLM_HOST_IP": "127.0.0.1",
            "VLLM_ENABLE_V1_MULTIPROCESSING": "0" if settings.in_process else "1"}
+    bind = None
     if on_cpu and not settings.in_process:  # in this process nothing is bound (vLLM binds the processes it spawns)
-        env["VLLM_CPU_OMP_THREADS_BIND"] = cpus or settings.cpu_threads_bind or _bind_list(settings.cpu_threads)
+        bind = cpus or settings.cpu_threads_bind or _bind_list(settings.cpu_threads)
+        env["VLLM_CPU_OMP_THREADS_BIND"] = bind
+        env["OMP_NUM_THREADS"] = str(len(cpu_set(bind)))
     if gpu is not None and not on_cpu and not settings.in_process:
         env["CUDA_VISIBLE_DEVICES"] = visible_gpu(gpu)
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        yield
+        with _bound(bind):
+            yield
     finally:
         for k, v in old.items():
             if v is None:
