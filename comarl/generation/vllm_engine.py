@@ -34,9 +34,10 @@ queue stays on loopback (``VLLM_HOST_IP=127.0.0.1``). Threads: an engine in this
 the default: 5 s start instead of ~18 s) computes on torch's own intra-op threads, shared with the
 trainer (``cpu_threads`` sets them before the engine starts); vLLM binds nothing there, but its CPU
 worker replaces ``torch.set_num_threads`` with a no-op for the whole process, which we undo after the
-engine is built. An engine in its own process is bound to CPUs (``VLLM_CPU_OMP_THREADS_BIND``: the agent's
-``agent_cpus`` entry, else ``cpu_threads_bind``, else the first ``cpu_threads`` CPUs of this process, else all of
-them); on a GPU it runs on its agent's device (``CUDA_VISIBLE_DEVICES`` of its process).
+engine is built. An engine in its own process is bound to CPUs (the affinity it starts with, ``OMP_NUM_THREADS``
+and ``VLLM_CPU_OMP_THREADS_BIND``: the agent's ``agent_cpus`` entry, else ``cpu_threads_bind``, else the first
+``cpu_threads`` CPUs of this process, else all of them); on a GPU it runs on its agent's device
+(``CUDA_VISIBLE_DEVICES`` of its process).
 
 Under torchrun (a process group with several ranks): every rank builds its own engines in this process with
 vLLM's ``external_launcher`` executor (tensor parallel 1, as TRL and verl colocate them): the engine joins the

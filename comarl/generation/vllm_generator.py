@@ -47,6 +47,7 @@ from typing import Callable, Sequence
 
 from ..compute import distributed as dist
 from ..compute.watchdog import rank_name, stop_run
+from ..config_io import ConfigError
 from ..lora import AdapterModel
 from .adapters import adapter_groups, generate_adapters
 from .constrained import schema_processor
@@ -145,12 +146,12 @@ class VLLMGenerator:
             lists = {str(cpus[i]) for i in idx}
             names = ", ".join(self.agents[i].name for i in idx)
             if len(lists) > 1:
-                raise ValueError(f"train.hardware.vllm.agent_cpus: {names} share one engine but name different CPUs "
+                raise ConfigError(f"train.hardware.vllm.agent_cpus: {names} share one engine but name different CPUs "
                                  f"({sorted(lists)})")
             mine = lists.pop()
             for c in cpu_set(mine):
                 if c in taken:
-                    raise ValueError(f"train.hardware.vllm.agent_cpus: CPU {c} is given to the engines of {taken[c]} "
+                    raise ConfigError(f"train.hardware.vllm.agent_cpus: CPU {c} is given to the engines of {taken[c]} "
                                      f"and of {names}; give each engine its own cores")
                 taken[c] = names
             out[key] = mine
