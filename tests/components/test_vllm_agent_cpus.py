@@ -3,7 +3,7 @@
 Two tiny agents (hidden 128), each engine in its own process (``in_process: false``) bound to one core of this
 2-core machine: every thread of each engine process may run on its own core only, the two engines sample at the
 same time (one thread waiting on each), and each serves its own agent's weights before and after a push (its
-log-probs within 2e-4 of HF's). Measured here: ~60-70 s (two engine processes start, ~30 s each on 2 busy
+log-probs within 2e-4 of HF's). Measured here: 60-90 s (two engine processes start, ~30 s each on 2 busy
 cores), ~1 GB per engine process. Needs vLLM (``make test-vllm``); skipped otherwise.
 """
 import os

@@ -3,7 +3,7 @@ parallel and FSDP2-sharded, 2 gloo ranks x tiny Qwen2 models (hidden 128) traini
 
 One launch of tests/distributed/vllm_worker.py runs the scenarios (see its docstring); each rank samples its own
 share of the batch with its own engines, then trains the same run again with ``generator: hf``'s update on the
-recorded samples. Measured here (2 busy cores, load 4-5): ~70 s for the launch, ~1.25 GB peak RSS per rank (two
+recorded samples. Measured here (2 busy cores, load 3-5): 50-70 s for the launch, ~1.25 GB peak RSS per rank (two
 engines of 0.25 GiB KV cache each, the trainer, vLLM's imports).
 Needs vLLM (``make test-vllm``); skipped otherwise.
 """
