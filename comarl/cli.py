@@ -32,6 +32,13 @@ def _train(args) -> int:
     from .experiment import build_trainer
 
     cfg = load_config(args.config, args.overrides)
+    restarts = cfg.train.run.max_restarts if args.max_restarts is None else args.max_restarts
+    if restarts or args.nproc_per_node > 1:  # the launcher runs the training as a child (training/restarts.py)
+        from .training import restarts as rs
+
+        rs.check_supervised(cfg, restarts, args.nproc_per_node)
+        return rs.supervise([args.config, *args.overrides], cfg.train.run.output_dir or ".", restarts,
+                            cfg.train.run.restart_backoff_s, args.nproc_per_node, debug=args.debug)
     trainer = build_trainer(cfg)
     try:
         history = trainer.train()
@@ -284,6 +291,11 @@ def build_parser() -> argparse.ArgumentParser:
                                    "sections; key=value arguments override it (dotted keys).")
     t.add_argument("config", help="YAML experiment file")
     t.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. train.rollout.num_generations=8")
+    t.add_argument("--max-restarts", type=int, default=None, metavar="N",
+                   help="relaunch a run that dies (crash, hang, a killed rank) from its newest verified checkpoint, "
+                        "at most N times (default train.run.max_restarts; docs/faults.md)")
+    t.add_argument("--nproc-per-node", type=int, default=1, metavar="W",
+                   help="start W ranks with torchrun (--standalone) and restart them together")
     t.set_defaults(func=_train)
     e = sub.add_parser("eval", help="evaluate agents or a checkpoint on the config's eval data",
                        description="Sample joint responses for the items of data.eval (a config without one is "
@@ -375,19 +387,24 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(stray)}")
     if extra:
         args.overrides = list(args.overrides) + extra
+    from .compute import distributed as dist
+
     try:
-        return args.func(args)
+        code = args.func(args)
     except UserError as e:
         if debug:
             raise
         print(f"comarl: {e.kind}: {e}", file=sys.stderr)
-        return 2
+        code = 2
     except KeyboardInterrupt as e:
         if debug:
             raise
         what = e.summary() if isinstance(e, TrainingInterrupted) else "interrupted (outside the training steps)"
         print(f"comarl: {what}", file=sys.stderr)
-        return 130
+        code = 130
+    if code:  # torchrun: leave without waiting for ranks that may wait in a collective (torchrun stops them)
+        dist.mark_failed()
+    return code
 
 
 if __name__ == "__main__":

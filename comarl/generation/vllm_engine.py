@@ -34,8 +34,20 @@ queue stays on loopback (``VLLM_HOST_IP=127.0.0.1``). Threads: an engine in this
 the default: 5 s start instead of ~18 s) computes on torch's own intra-op threads, shared with the
 trainer (``cpu_threads`` sets them before the engine starts); vLLM binds nothing there, but its CPU
 worker replaces ``torch.set_num_threads`` with a no-op for the whole process, which we undo after the
-engine is built. An engine in its own process is bound to CPUs (``VLLM_CPU_OMP_THREADS_BIND``:
-``cpu_threads_bind``, else the first ``cpu_threads`` CPUs of this process, else all of them).
+engine is built. An engine in its own process is bound to CPUs (the affinity it starts with, ``OMP_NUM_THREADS``
+and ``VLLM_CPU_OMP_THREADS_BIND``: the agent's ``agent_cpus`` entry, else ``cpu_threads_bind``, else the first
+``cpu_threads`` CPUs of this process, else all of them); on a GPU it runs on its agent's device
+(``CUDA_VISIBLE_DEVICES`` of its process).
+
+Under torchrun (a process group with several ranks): every rank builds its own engines in this process with
+vLLM's ``external_launcher`` executor (tensor parallel 1, as TRL and verl colocate them): the engine joins the
+trainer's process group, takes this rank's device (``LOCAL_RANK``) and samples alone (vLLM calls the ranks
+"external data parallel": no collective per engine step). Building one is collective (vLLM makes its groups),
+so every rank builds the same engines in the same order. Each rank's engine seeds its own stream
+(``seed + rank``). Closing it leaves the trainer's process group up (vLLM would destroy it).
+
+Time limits: every push waits at most ``push_timeout_s`` and every sampling call ``call_timeout_s``; past that,
+``on_timeout`` gets one line naming the rank and the agents (``compute/watchdog.py``: the run stops).
 """
 from __future__ import annotations
 
@@ -50,9 +62,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..compute import distributed as dist
+from ..compute.watchdog import rank_name, stop_run, timed
 from .hf import Completions
 from .vllm_schema import EXTRA_KEY, forced_flags, processor_class, register, release
-from .vllm_settings import EngineSettings, vllm_installed
+from .vllm_settings import EngineSettings, cpu_set, vllm_installed
 from .vllm_weights import full_weights, lora_rank_slot, write_adapter, write_model_folder, write_weights
 
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
@@ -105,23 +119,82 @@ def _bind_list(n: int | None) -> str:
     return ",".join(str(c) for c in cpus[:n])
 
 
+def visible_gpu(index: int) -> str:
+    """What ``CUDA_VISIBLE_DEVICES`` names GPU ``cuda:index`` of this process as (its entry in this process's own
+    ``CUDA_VISIBLE_DEVICES``, else the index): the value an engine process on that GPU gets."""
+    mine = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if not mine:
+        return str(index)
+    if index >= len(mine):
+        raise ValueError(f"cuda:{index} is not among this process's visible GPUs "
+                         f"(CUDA_VISIBLE_DEVICES={','.join(mine)})")
+    return mine[index]
+
+
 @contextlib.contextmanager
-def _engine_env(settings: EngineSettings, on_cpu: bool):
-    """Environment variables vLLM reads while an engine is built, restored afterwards."""
+def _bound(cpus: str | None):
+    """This thread runs on ``cpus`` inside the block, so that an engine process started here inherits them (every
+    thread it makes, OpenMP's included; vLLM 0.32 binds only the workers of its multi-process executor, not the
+    engine process of one worker). Restored afterwards; a no-op for None or without ``sched_setaffinity``."""
+    if cpus is None or not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpu_set(cpus))
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, mine)
+
+
+@contextlib.contextmanager
+def _engine_env(settings: EngineSettings, on_cpu: bool, cpus: str | None = None, gpu: int | None = None):
+    """Environment variables vLLM reads while an engine is built, restored afterwards. ``cpus`` / ``gpu``: where an
+    engine in its own process runs (its agent's ``agent_cpus`` entry, its agent's GPU)."""
     env = {"VLLM_HOST_IP": "127.0.0.1",
            "VLLM_ENABLE_V1_MULTIPROCESSING": "0" if settings.in_process else "1"}
+    bind = None
     if on_cpu and not settings.in_process:  # in this process nothing is bound (vLLM binds the processes it spawns)
-        env["VLLM_CPU_OMP_THREADS_BIND"] = settings.cpu_threads_bind or _bind_list(settings.cpu_threads)
+        bind = cpus or settings.cpu_threads_bind or _bind_list(settings.cpu_threads)
+        env["VLLM_CPU_OMP_THREADS_BIND"] = bind
+        env["OMP_NUM_THREADS"] = str(len(cpu_set(bind)))
+    if gpu is not None and not on_cpu and not settings.in_process:
+        env["CUDA_VISIBLE_DEVICES"] = visible_gpu(gpu)
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        yield
+        with _bound(bind):
+            yield
     finally:
         for k, v in old.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@contextlib.contextmanager
+def _keep_process_group(keep: bool):
+    """While an in-process engine shuts down, keep the default process group when it is the trainer's: vLLM's
+    teardown (``cleanup_dist_env_and_memory``) destroys its own groups and then the default one, which under
+    torchrun is the group the trainer still needs (its final save, its exit barrier)."""
+    if not keep:
+        yield
+        return
+    from vllm.distributed import parallel_state
+
+    real = parallel_state.destroy_distributed_environment
+
+    def own_groups_only() -> None:
+        if parallel_state._WORLD is not None:
+            parallel_state._WORLD.destroy()
+        parallel_state._WORLD = None
+
+    parallel_state.destroy_distributed_environment = own_groups_only
+    try:
+        yield
+    finally:
+        parallel_state.destroy_distributed_environment = real
 
 
 def _on_cpu() -> bool:
@@ -155,14 +228,19 @@ class VLLMEngine:
         settings: :class:`EngineSettings`.
         lora_rank: > 0 builds a LoRA engine for adapters up to this rank; ``num_adapters`` sizes its slots.
         name: for error messages (an agent's name, or a base's).
+        cpus: CPU list of an engine in its own process (``agent_cpus``; VLLM_CPU_OMP_THREADS_BIND).
+        gpu: GPU index of an engine in its own process (its agent's ``cuda:i``).
+        on_timeout: called with one line when a push or a sampling call runs past its limit (default: stop the
+            run, ``compute.watchdog.stop_run``).
     """
 
     def __init__(self, model, tokenizer, settings: EngineSettings | None = None, lora_rank: int = 0,
-                 num_adapters: int = 1, name: str = "engine"):
+                 num_adapters: int = 1, name: str = "engine", cpus: str | None = None, gpu: int | None = None,
+                 on_timeout=stop_run):
         from vllm import LLM
 
         self.settings = settings or EngineSettings()
-        self.tokenizer, self.name = tokenizer, name
+        self.tokenizer, self.name, self.on_timeout = tokenizer, name, on_timeout
         self.lora = lora_rank > 0
         self.on_cpu = _on_cpu()
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -174,9 +252,12 @@ class VLLMEngine:
         s = self.settings
         eager = self.on_cpu if s.enforce_eager is None else s.enforce_eager
         dtype = s.dtype or str(next(base.parameters()).dtype).removeprefix("torch.")
-        seed = s.seed if s.seed is not None else 0
+        ranks = dist.world_size() > 1 and s.in_process  # torchrun: one engine per rank, in the trainer's group
+        seed = (s.seed if s.seed is not None else 0) + (dist.rank() if ranks else 0)
         kwargs = dict(model=str(folder), skip_tokenizer_init=True, dtype=dtype, seed=seed, enable_prefix_caching=True,
                       logprobs_mode="processed_logprobs", generation_config="vllm", enforce_eager=eager)
+        if ranks:
+            kwargs["distributed_executor_backend"] = "external_launcher"
         if s.max_model_len is not None:
             kwargs["max_model_len"] = s.max_model_len
         if self.on_cpu:
@@ -195,9 +276,12 @@ class VLLMEngine:
         set_threads = torch.set_num_threads  # vLLM's CPU worker swaps it for a no-op (see the module docstring)
         if self.on_cpu and s.in_process and s.cpu_threads:
             set_threads(s.cpu_threads)
+        import torch.distributed as tdist
+
+        self._owns_group = not tdist.is_initialized()  # else the trainer's: vLLM must not destroy it (close)
         started = time.perf_counter()
         try:
-            with _engine_env(s, self.on_cpu):
+            with _engine_env(s, self.on_cpu, cpus, gpu):
                 self.llm = LLM(**kwargs)
         finally:
             if s.in_process:
@@ -254,9 +338,13 @@ class VLLMEngine:
                   for s, n, key in zip(per_prompt, copies, keys)]
         expand = [(p, s, r, q, pr) for p, s, r, q, pr, n in zip(prompt_ids, per_prompt, requests, params, programs,
                                                                   copies) for _ in range(n)]
+        llm = self.llm
         try:
-            outs = self.llm.generate([{"prompt_token_ids": p} for p, *_ in expand], [q for _, _, _, q, _ in expand],
-                                     use_tqdm=False, lora_request=[r for _, _, r, _, _ in expand] if lora else None)
+            outs = timed(lambda: llm.generate([{"prompt_token_ids": p} for p, *_ in expand],
+                                              [q for _, _, _, q, _ in expand], use_tqdm=False,
+                                              lora_request=[r for _, _, r, _, _ in expand] if lora else None),
+                         self.settings.call_timeout_s, f"{rank_name()}: sampling for {self.name} on its vLLM engine",
+                         "train.hardware.vllm.call_timeout_s", self.on_timeout)
         finally:
             release(k_ for k_ in keys if k_)
         ids, trunc, lps, forced = [], [], [], []
@@ -322,36 +410,53 @@ class VLLMEngine:
         if self.lora:
             raise TypeError(f"{self.name}: a LoRA engine's base is frozen; push adapters with push_adapter")
         started = time.perf_counter()
-        if self.settings.in_process:
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": full_weights(model)})
-        else:  # tensors sent to another process arrive as lists: go through a file on the RAM disk
-            folder = write_weights(full_weights(model), self.root / "push")
-            try:
-                self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
-            finally:
-                shutil.rmtree(folder, ignore_errors=True)
-        self.llm.reset_prefix_cache()
+        llm = self.llm
+
+        def push() -> None:
+            if self.settings.in_process:
+                llm.collective_rpc("reload_weights", kwargs={"weights_iterator": full_weights(model)})
+            else:  # tensors sent to another process arrive as lists: go through a file on the RAM disk
+                folder = write_weights(full_weights(model), self.root / "push")
+                try:
+                    llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
+                finally:
+                    shutil.rmtree(folder, ignore_errors=True)
+            llm.reset_prefix_cache()
+
+        self._timed_push(push, f"the weight push of {self.name}")
         self.push_s.append(time.perf_counter() - started)
         return self.push_s[-1]
 
-    def push_adapter(self, name: str, adapter_model) -> float:
+    def _timed_push(self, push, what: str) -> None:
+        timed(push, self.settings.push_timeout_s, f"{rank_name()}: {what} to its vLLM engine",
+              "train.hardware.vllm.push_timeout_s", self.on_timeout)
+
+    def push_adapter(self, name: str, adapter_model, state_dict: dict | None = None) -> float:
         """Register ``adapter_model``'s current weights as adapter ``name`` (new id; the old one removed).
 
         ``adapter_model``: a :class:`comarl.lora.AdapterModel` (or anything whose ``save_pretrained`` writes a
-        peft adapter folder). Returns the seconds taken."""
+        peft adapter folder); ``state_dict``: its weights gathered from FSDP2 shards (the base is never needed).
+        Returns the seconds taken."""
         from vllm.lora.request import LoRARequest
 
         if not self.lora:
             raise TypeError(f"{self.name}: built without LoRA (lora_rank=0); cannot serve adapter {name!r}")
         started = time.perf_counter()
         new_id = next(self._ids)
-        folder = write_adapter(adapter_model, self.root / "lora" / f"{name}-{new_id}")
+        folder = write_adapter(adapter_model, self.root / "lora" / f"{name}-{new_id}", state_dict)
         old = self._adapters.get(name)
+        request = LoRARequest(lora_name=f"{name}-{new_id}", lora_int_id=new_id, lora_path=str(folder))
+        engine = self.llm.llm_engine
+
+        def push() -> None:
+            if old is not None:
+                engine.remove_lora(old.lora_int_id)
+            engine.add_lora(request)
+
+        self._timed_push(push, f"the adapter push of {name}")
         if old is not None:
-            self.llm.llm_engine.remove_lora(old.lora_int_id)
             shutil.rmtree(old.lora_path, ignore_errors=True)
-        self._adapters[name] = LoRARequest(lora_name=f"{name}-{new_id}", lora_int_id=new_id, lora_path=str(folder))
-        self.llm.llm_engine.add_lora(self._adapters[name])
+        self._adapters[name] = request
         self.push_s.append(time.perf_counter() - started)
         return self.push_s[-1]
 
@@ -361,10 +466,11 @@ class VLLMEngine:
         return sorted(self._adapters)
 
     def close(self) -> None:
-        """Stop the engine and delete its dumps (an in-process engine's memory goes when it is collected)."""
+        """Stop the engine and delete its dumps (an in-process engine's memory goes when it is collected). An
+        engine built in the trainer's process group (torchrun) leaves that group up."""
         llm = getattr(self, "llm", None)
         if llm is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception), _keep_process_group(not self._owns_group):
                 llm.llm_engine.engine_core.shutdown()
             self.llm = None
         if getattr(self, "_cleanup", None) is not None:

@@ -49,6 +49,16 @@ class EngineSettings:
     """Where model and adapter dumps go (a RAM disk; falls back to the temp folder if missing)."""
     extra: dict = field(default_factory=dict)
     """More ``vllm.LLM`` keyword arguments (e.g. max_num_seqs), passed as they are."""
+    push_timeout_s: float = 600.0
+    """Seconds one weight or adapter push may take; past it the run stops with one line naming the rank and the
+    agent (0 = no limit). Measured pushes: ~1 s for SmolLM2-135M on a CPU (docs/vllm.md)."""
+    call_timeout_s: float = 3600.0
+    """Seconds one engine call (a turn's sampling, an engine start) may take before the run stops the same way
+    (0 = no limit)."""
+    agent_cpus: list[str] | None = None
+    """CPU: one CPU list per agent (e.g. ["0-3", "4-7"]), binding each agent's engine to its own cores; needs
+    ``in_process: false`` (an engine in its own process), and the engines then sample concurrently. Agents
+    sharing an engine (LoRA agents of one base, ``share_weights_with``) name the same list. None = unbound."""
 
     def validate(self, where: str = "train.hardware.vllm") -> None:
         """Bad values, each a ``ValueError`` naming ``where.<key>`` (a ``ConfigError`` from a config)."""
@@ -69,6 +79,45 @@ class EngineSettings:
                 bad(key, f"must be >= 1 or null, got {value}")
         if not isinstance(self.extra, dict):
             bad("extra", f"must be a mapping of vllm.LLM keyword arguments, got {type(self.extra).__name__}")
+        for key in ("push_timeout_s", "call_timeout_s"):
+            if not getattr(self, key) >= 0:
+                bad(key, f"must be >= 0 (0 = no limit), got {getattr(self, key)}")
+        if self.agent_cpus is not None:
+            if self.in_process:
+                bad("agent_cpus", "binds each agent's engine to its own cores, which needs engines in their own "
+                                  "processes; set train.hardware.vllm.in_process: false")
+            for i, cpus in enumerate(self.agent_cpus):
+                try:
+                    cpu_set(cpus)
+                except ValueError as e:
+                    bad(f"agent_cpus[{i}]", str(e))
+
+    def check_agents(self, num_agents: int, where: str = "train.hardware.vllm") -> None:
+        """``agent_cpus`` has one entry per agent."""
+        from ..config_io import ConfigError
+
+        if self.agent_cpus is not None and len(self.agent_cpus) != num_agents:
+            raise ConfigError(f"{where}.agent_cpus: has {len(self.agent_cpus)} entries for {num_agents} agents "
+                              f"(one CPU list per agent)")
 
 
-__all__ = ["DTYPES", "EngineSettings", "vllm_installed"]
+def cpu_set(text) -> frozenset[int]:
+    """The CPUs a list such as ``"0-3,8"`` names: {0, 1, 2, 3, 8}.
+
+    Raises:
+        ValueError: not such a list (the message says what was given).
+    """
+    out: set[int] = set()
+    for part in str(text).split(","):
+        lo, _, hi = part.strip().partition("-")
+        try:
+            first, last = int(lo), int(hi) if hi else int(lo)
+        except ValueError:
+            raise ValueError(f"must list CPUs as in \"0-3,8\", got {text!r}") from None
+        if first < 0 or last < first:
+            raise ValueError(f"must list CPUs as in \"0-3,8\", got {text!r}")
+        out.update(range(first, last + 1))
+    return frozenset(out)
+
+
+__all__ = ["DTYPES", "EngineSettings", "cpu_set", "vllm_installed"]

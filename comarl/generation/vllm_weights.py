@@ -10,7 +10,8 @@ No vLLM import here: these are tensors, names and files.
   dropped, ``base_model.model.`` and ``.base_layer`` taken out of the names).
 * :func:`write_model_folder` / :func:`write_weights`: a folder vLLM can start from (``config.json``
   + ``model.safetensors``) or reload from; :func:`write_adapter`: an adapter folder
-  (``adapter_config.json`` + ``adapter_model.safetensors``).
+  (``adapter_config.json`` + ``adapter_model.safetensors``); :func:`gathered_adapter`: a sharded
+  adapter's weights, whole, without its base.
 """
 from __future__ import annotations
 
@@ -106,17 +107,31 @@ def write_model_folder(model: torch.nn.Module, folder: str | Path) -> Path:
     return folder
 
 
-def write_adapter(adapter_model, folder: str | Path) -> Path:
+def write_adapter(adapter_model, folder: str | Path, state_dict: dict | None = None) -> Path:
     """Write one LoRA adapter (a :class:`comarl.lora.AdapterModel`, or anything whose ``save_pretrained(folder)``
-    writes ``adapter_config.json`` + ``adapter_model.safetensors``) into a fresh ``folder``."""
+    writes ``adapter_config.json`` + ``adapter_model.safetensors``) into a fresh ``folder``; ``state_dict``: the
+    adapter's weights gathered from FSDP2 shards (:func:`gathered_adapter`)."""
     folder = Path(folder)
     if folder.exists():
         shutil.rmtree(folder)
-    adapter_model.save_pretrained(folder)
+    if state_dict is None:
+        adapter_model.save_pretrained(folder)
+    else:
+        adapter_model.save_pretrained(folder, state_dict=state_dict)
     if not (folder / "adapter_config.json").exists():
         raise ValueError(f"write_adapter: {type(adapter_model).__name__}.save_pretrained wrote no adapter_config.json "
                          f"into {folder}; pass a LoRA adapter view (comarl.lora.AdapterModel)")
     return folder
+
+
+def gathered_adapter(adapter_model) -> dict[str, torch.Tensor]:
+    """A sharded LoRA agent's adapter, whole: its own parameters gathered one tensor at a time (a collective:
+    every rank calls it for the same adapters in the same order). The frozen base is not gathered: an adapter
+    push costs the adapter's size in memory and on the wire, never the base's."""
+    from torch.distributed.tensor import DTensor
+
+    return {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().cpu()
+            for k, v in adapter_model.state_dict().items()}
 
 
 def lora_rank_slot(r: int) -> int:

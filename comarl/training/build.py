@@ -123,10 +123,11 @@ def kept_random_state():
     np.random.set_state(np_state)
 
 
-def build_generator(agents: Sequence, cfg, given=None):
+def build_generator(agents: Sequence, cfg, given=None, sharding=None):
     """The rollouts' team generator: ``given`` (``Trainer(generator=...)``), else a ``VLLMGenerator`` over the
-    built agents when ``train.hardware.generator`` is vllm (its engines start from the agents' current weights; their
-    seed is ``train.hardware.vllm.seed``, else the run's), else None (Hugging Face ``generate``)."""
+    built agents when ``train.hardware.generator`` is vllm (its engines start from the agents' current weights, gathered
+    from their shards under ``sharding``; their seed is ``train.hardware.vllm.seed``, else the run's), else None
+    (Hugging Face ``generate``)."""
     if given is not None or cfg.hardware.generator != "vllm":
         return given
     from ..generation.vllm_generator import VLLMGenerator
@@ -135,7 +136,7 @@ def build_generator(agents: Sequence, cfg, given=None):
     if settings.seed is None:
         settings = dataclasses.replace(settings, seed=cfg.run.seed)
     with kept_random_state():  # the run's random streams stay its own
-        return VLLMGenerator(agents, settings)
+        return VLLMGenerator(agents, settings, sharding=sharding)
 
 
 @dataclass
@@ -180,7 +181,7 @@ def build_run(agents: Sequence, env: Environment, items: list[dict], cfg, algori
     if sharding is not None and critic is not None:  # on the same mesh; its optimisers rebuilt
         shard_critic(critic, sharding)
     optimizers = [build_optimizer(a.model, a.config, f"agents.{i}") for i, a in enumerate(built)]
-    generator = build_generator(built, cfg, generator)  # synced after each optimiser step
+    generator = build_generator(built, cfg, generator, sharding)  # synced after each optimiser step
     lockstep = AgentAtATime(sharding) if sharding is not None and hw.fsdp_gather == "agent" else None
     parts = Parts(cfg, lockstep, env, items, step_alg, critic, generator)
     source = algorithm.source(parts)

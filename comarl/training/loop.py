@@ -12,7 +12,7 @@ the critic, the checks. The loop knows none of the families. Building is ``train
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -20,6 +20,7 @@ from .. import run_dir
 from ..agents import Agent, AgentConfig
 from ..algorithms.base import get_algorithm
 from ..compute import distributed as dist
+from ..compute.watchdog import Watchdog
 from ..config import TrainConfig, from_config, python_wording
 from ..config_io import ConfigError, UserError, to_dict
 from ..envs.base import Environment
@@ -113,6 +114,7 @@ class Trainer:
             self.history: list[dict[str, float]] = []
             self._last_examples: list[dict] = []
             self._last_step: tuple[Any, StepOutput] | None = None  # (batch, output) of the last step: trees.jsonl
+            self._watchdog: Watchdog | None = None  # train.run.step_timeout_s: set while train() runs
             if cfg.run.resume:
                 self.resume(cfg.run.resume)  # (pushes the loaded weights)
             elif generator is not None:  # built by the caller, maybe before the agents were placed or broadcast
@@ -166,19 +168,25 @@ class Trainer:
         bar = Progress(self.total_steps, self.state.step, enabled=main and cfg.run.progress_bar)
         stop = DeferredInterrupt(cfg.run.save_on_interrupt and bool(cfg.run.output_dir)).start()
         skips = SkipStreak(cfg.run.max_consecutive_skips, self.state.counters)
+        # train.run.step_timeout_s: a phase past its limit dumps every rank's stacks and stops the run
+        self._watchdog = Watchdog(cfg.run.step_timeout_s, cfg.run.step_timeout_factor, cfg.run.output_dir,
+                                  dist.rank(), dist.world_size())
         saved_at = None
         try:
             while self.state.step < self.total_steps:
                 skips.before_step()
-                metrics = self._one_step()
+                with self._phase("step", self.state.step + 1):
+                    metrics = self._one_step()
                 step = self.state.step
                 if skips.after_step(step):  # train.run.max_consecutive_skips: stop with a checkpoint
                     self.history.append(metrics)
                     logger.log(step, metrics)
-                    path = self.save_checkpoint() if cfg.run.output_dir else None
+                    with self._phase("checkpoint", step):
+                        path = self.save_checkpoint() if cfg.run.output_dir else None
                     raise skips.stop(step, path)
                 if cfg.run.eval_steps and self.eval_items and step % cfg.run.eval_steps == 0:
-                    metrics.update({f"eval/{k}": v for k, v in self.evaluate()["metrics"].items()})
+                    with self._phase("evaluation", step):
+                        metrics.update({f"eval/{k}": v for k, v in self.evaluate()["metrics"].items()})
                 self.history.append(metrics)
                 if step % cfg.run.logging_steps == 0 or step == self.total_steps:
                     logger.log(step, metrics)
@@ -189,28 +197,38 @@ class Trainer:
                 bar.update(metrics)
                 round_end = self.source.ends_round(step)
                 if cfg.run.output_dir and ((cfg.run.save_steps and step % cfg.run.save_steps == 0) or round_end):
-                    path, saved_at = self.save_checkpoint(), step
+                    with self._phase("checkpoint", step):
+                        path, saved_at = self.save_checkpoint(), step
                     self.source.saved(path, step)  # rounds: rounds.json
                 if stop.requested_on_all_ranks():  # train.run.save_on_interrupt: checkpoint at a step boundary
                     if saved_at != step:
-                        self.save_checkpoint()
+                        with self._phase("checkpoint", step):
+                            self.save_checkpoint()
                     raise KeyboardInterrupt
             if cfg.run.output_dir and saved_at != self.state.step:
-                self.save_checkpoint()
+                with self._phase("checkpoint", self.state.step):
+                    self.save_checkpoint()
         except KeyboardInterrupt:
             raise self._interrupted() from None
         finally:
+            self._watchdog.close()
+            self._watchdog = None
             stop.stop()
             bar.close()
             logger.close()
         return self.history
+
+    def _phase(self, what: str, step: int) -> AbstractContextManager:
+        """The watchdog's deadline for this part of ``step`` (training/loop.py; none outside :meth:`train`)."""
+        return self._watchdog.phase(what, step) if self._watchdog is not None else nullcontext()
 
     def _one_step(self) -> dict[str, float]:
         """Take the source's next batch, run the update on it, and combine the metrics over ranks."""
         done, errors = self.state.counters["completions"], self.error_policy.errors
         batch = self.source.next(self.state.step, self.team)
         out = StepOutput({}) if isinstance(batch, SkipStep) else self.update.step(self.team, batch, self.state.step)
-        out.metrics.update(self.team.sync_generator())  # the generator's engines follow the optimiser steps
+        with self._phase("push", self.state.step + 1):
+            out.metrics.update(self.team.sync_generator())  # the generator's engines follow the optimiser steps
         out.metrics.update(batch.metrics)
         self._last_examples = out.examples or self._last_examples
         self._last_step = (batch, out) if out.rollouts else None

@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import torch
+
 from .. import checkpoint as ckpt
 from .. import run_dir
 from ..compute import distributed as dist
@@ -33,6 +35,9 @@ def save_checkpoint(trainer: Trainer) -> Path | None:
         m, e = part.checkpoint_parts(team, st.step)
         modules.update(m)
         extra.update(e)
+    if dist.world_size() > 1:  # every rank's random streams (rng.pt holds rank 0's): a resume continues them all
+        for r, rng in enumerate(dist.gather_objects(ckpt.rng_state())[1:], start=1):
+            extra[rank_rng_file(r)] = rng
     if team.sharding is not None:  # every rank writes its shards
         path = ckpt.save_sharded_checkpoint(cfg.run.output_dir, st.step, team.agents, team.optimizers,
                                             team.schedulers, state, keep=cfg.run.save_total_limit, modules=modules,
@@ -69,13 +74,22 @@ def resume(trainer: Trainer, where: str) -> None:
         total_opt = trainer.total_steps * cfg.loss.num_iterations
         team.schedulers = [rebuild_scheduler(o, sch, cfg.run.lr_scheduler, cfg.run.warmup_steps, total_opt)
                            for o, sch in zip(team.optimizers, team.schedulers)]
-    if dist.world_size() > 1:  # the checkpoint holds rank 0's RNG: give each rank its own stream again
+    own = path / rank_rng_file(dist.rank())
+    if dist.world_size() > 1 and saved.get("world_size") == dist.world_size() and (dist.rank() == 0 or own.exists()):
+        if dist.rank() > 0:  # as many ranks as saved it: each continues its own streams (rank 0's: rng.pt)
+            ckpt.set_rng_state(torch.load(own, weights_only=False))
+    elif dist.world_size() > 1:  # other ranks (or none saved): give each rank its own stream again
         seed_everything(dist.sampling_seed(cfg.run.seed, dist.rank(), step))
     team.sync_generator(everything=True)  # a generator with its own weights samples from the loaded ones
     if dist.is_main():
         if cfg.run.output_dir:  # rows the interrupted run logged after this checkpoint
             run_dir.truncate_logs(cfg.run.output_dir, step)
         print(f"resumed from {path.name} (step {step} of {trainer.total_steps})", flush=True)
+
+
+def rank_rng_file(rank: int) -> str:
+    """The checkpoint file holding rank ``rank``'s random states under torchrun (rank 0's are in ``rng.pt``)."""
+    return f"rng-rank{rank}.pt"
 
 
 def save_agents(team: Team, path: Path) -> Path:

@@ -129,5 +129,7 @@ def test_meta_and_sharded_models_are_refused_before_an_engine_starts():
 def test_an_agent_on_another_gpu_than_the_engines_is_refused():
     check_device(torch.device("cpu"), "agent0")
     check_device(torch.device("cuda", 0), "agent0")
-    with pytest.raises(ValueError, match="agent1: on cuda:1, but an in-process vLLM engine runs on the first"):
+    with pytest.raises(ValueError, match=r"agent1: on cuda:1, but an in-process vLLM engine runs on cuda:0; set "
+                                         r"train\.hardware\.vllm\.in_process: false"):
         check_device(torch.device("cuda", 1), "agent1")
+    check_device(torch.device("cuda", 1), "agent1", in_process=False)  # its engine gets its own process there

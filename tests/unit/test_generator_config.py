@@ -24,34 +24,60 @@ def test_the_generator_and_engine_settings_are_config_keys(tmp_path):
 
 @pytest.mark.parametrize("overrides, message", [
     (["train.hardware.generator=sglang"], r"train\.hardware\.generator: must be hf or vllm, got 'sglang'"),
-    (VLLM + ["train.hardware.sharding=fsdp"], r"train\.hardware\.generator: vllm engines hold whole models .* "
-                                              r"sharding"),
-    (VLLM + ["train.hardware.agent_devices=[cuda:1]"], r"train\.hardware\.agent_devices: an in-process vLLM "
-                                                       r"engine .* cuda:1"),
+    (VLLM + ["train.hardware.agent_devices=[cuda:1]"],
+     r"train\.hardware\.agent_devices: an in-process vLLM engine .* got cuda:1; "
+     r"set train\.hardware\.vllm\.in_process: false"),
+    (VLLM + ["train.hardware.vllm.agent_cpus=[0]"],
+     r"train\.hardware\.vllm\.agent_cpus: binds each agent's engine .*in_process: false"),
+    (VLLM + ["train.hardware.vllm.in_process=false", "train.hardware.vllm.agent_cpus=[0, 1]"],
+     r"train\.hardware\.vllm\.agent_cpus: has 2 entries for 1 agents"),
+    (VLLM + ["train.hardware.vllm.in_process=false", "train.hardware.vllm.agent_cpus=[1-0]"],
+     r"train\.hardware\.vllm\.agent_cpus\[0\]: must list CPUs as in \"0-3,8\", got '1-0'"),
+    (VLLM + ["train.hardware.vllm.push_timeout_s=-1"], r"train\.hardware\.vllm\.push_timeout_s: must be >= 0"),
+    (["train.run.step_timeout_s=-1"], r"train\.run\.step_timeout_s: must be >= 0"),
+    (["train.run.max_restarts=-1"], r"train\.run\.max_restarts: must be >= 0"),
     (VLLM + ["train.hardware.vllm.gpu_memory_utilization=1.5"],
      r"train\.hardware\.vllm\.gpu_memory_utilization: must be in"),
     (VLLM + ["train.hardware.vllm.cpu_kv_cache_gib=0"], r"train\.hardware\.vllm\.cpu_kv_cache_gib: must be > 0"),
     (VLLM + ["train.hardware.vllm.dtype=fp8"], r"train\.hardware\.vllm\.dtype: must be float32, bfloat16"),
     (VLLM + ["train.hardware.vllm.max_loras=0"], r"train\.hardware\.vllm\.max_loras: must be >= 1"),
-    (["train.loss.tis_cap=2"], r"train\.loss\.tis_cap: corrects for the vLLM engine's log-probs; it needs "
-                               r"train\.hardware\.generator: vllm"),
+    (["train.loss.tis_cap=2"],
+     r"train\.loss\.tis_cap: corrects for the vLLM engine's log-probs; it needs train\.hardware\.generator: vllm"),
     (VLLM + ["train.loss.tis_cap=0"], r"train\.loss\.tis_cap: must be > 0"),
-    (VLLM + ["train.algorithm=madpo", "train.loss.tis_cap=2"], r"train\.loss\.tis_cap: madpo learns from a "
-                                                               r"sequence-level DPO"),
+    (VLLM + ["train.algorithm=madpo", "train.loss.tis_cap=2"],
+     r"train\.loss\.tis_cap: madpo learns from a sequence-level DPO"),
     (VLLM + ["train.algorithm=madpo_offline", "train.preference.pairs.pairs_in=missing.jsonl"],
      r"train\.hardware\.generator: madpo_offline learns from a pairs file and samples nothing"),
-], ids=["unknown", "fsdp", "second_gpu", "gpu_fraction", "kv_cache", "dtype", "max_loras", "tis_without_vllm",
+], ids=["unknown", "second_gpu", "cpus_in_process", "cpus_count", "cpus_syntax", "push_timeout", "step_timeout",
+        "max_restarts", "gpu_fraction", "kv_cache", "dtype", "max_loras", "tis_without_vllm",
         "tis_cap", "tis_dpo", "madpo_offline"])
 def test_refused_when_the_config_is_loaded(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_config(None, overrides)
 
 
-def test_torchrun_with_several_ranks_is_refused(monkeypatch):
+@pytest.mark.skipif(not vllm_installed(), reason="vllm is not installed: the config is refused for that first")
+def test_torchrun_ranks_and_sharding_are_accepted_an_indexed_gpu_per_rank_is_not(monkeypatch):
+    """One engine per rank (docs/vllm.md): several ranks and FSDP2 load; under torchrun each rank's engines take
+    the rank's GPU, so an agent pinned to another GPU is refused."""
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(ConfigError, match=r"train\.hardware\.generator: vllm runs one engine in one training process; "
-                                          r"torchrun with 2 ranks"):
-        load_config(None, VLLM)
+    assert load_config(None, VLLM + ["train.hardware.sharding=fsdp"]).train.hardware.sharding == "fsdp"
+    with pytest.raises(ConfigError, match=r"train\.hardware\.agent_devices: under torchrun each rank's vLLM "
+                                          r"engines run on its own GPU \(cuda:LOCAL_RANK\), got cuda:1"):
+        load_config(None, VLLM + ["train.hardware.agent_devices=[cuda:1]", "train.hardware.vllm.in_process=false"])
+
+
+def test_engine_limits_and_agent_cpus_are_config_keys():
+    c = load_config(None, ["train.hardware.vllm.push_timeout_s=30", "train.hardware.vllm.call_timeout_s=0",
+                           "train.hardware.vllm.in_process=false", "train.hardware.vllm.agent_cpus=['0-1']",
+                           "train.run.step_timeout_s=120", "train.run.step_timeout_factor=5",
+                           "train.run.max_restarts=2", "train.run.restart_backoff_s=1"])
+    v, r = c.train.hardware.vllm, c.train.run
+    assert (v.push_timeout_s, v.call_timeout_s, v.agent_cpus) == (30, 0, ["0-1"])
+    assert (r.step_timeout_s, r.step_timeout_factor, r.max_restarts, r.restart_backoff_s) == (120, 5, 2, 1)
+    defaults = load_config(None)
+    assert defaults.train.hardware.vllm.push_timeout_s == 600 and defaults.train.run.step_timeout_s == 0
+    assert defaults.train.run.max_restarts == 0
 
 
 @pytest.mark.skipif(vllm_installed(), reason="vllm is installed here")
@@ -66,8 +92,8 @@ def test_the_trainer_refuses_before_building_a_model():
     exist would fail otherwise."""
     env = comarl.FunctionEnv(formatters=[lambda it: "a", lambda it: "b"], reward_fn=lambda r, it: 0.0)
     missing = ["/nonexistent/model", "/nonexistent/model"]
-    cfg = comarl.TrainConfig(hardware=comarl.HardwareConfig(generator="vllm", sharding="fsdp"))
-    with pytest.raises(ConfigError, match=r"TrainConfig\.hardware\.generator: vllm engines hold whole models"):
+    cfg = comarl.TrainConfig(hardware=comarl.HardwareConfig(generator="vllm", agent_devices=["cuda:1", "cuda:1"]))
+    with pytest.raises(ConfigError, match=r"TrainConfig\.hardware\.agent_devices: an in-process vLLM engine runs on"):
         comarl.Trainer(missing, env, [{"x": 1}], cfg)
     with pytest.raises(ConfigError, match=r"TrainConfig\.hardware\.generator: vllm and Trainer\(generator=\.\.\.\) "
                                           r"both choose"):
