@@ -65,7 +65,7 @@ def floor_step(agents, env, batch: Sequence[dict], k: int) -> list[int]:
     """The floor of one step: per agent, bare ``generate`` of the batch's prompts x K plus one forward and
     backward over [prompt | completion] (the prompt copied per sample). Returns the completion lengths."""
     from comarl.generation import generate
-    from comarl.logprobs import completion_logprobs
+    from comarl.objective.logprobs import completion_logprobs
 
     lengths: list[int] = []
     for i, agent in enumerate(agents):

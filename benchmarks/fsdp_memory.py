@@ -42,7 +42,7 @@ def measure(args) -> None:
 
     from comarl import AgentConfig, FunctionEnv, HardwareConfig, RolloutConfig, RunConfig, TrainConfig, Trainer
     from comarl.critics import CriticSettings
-    from comarl.lora import LoraSettings
+    from comarl.models.lora import LoraSettings
     from comarl.compute import distributed as dist
     from comarl.compute.sharding import local_bytes, root_module
 
@@ -95,7 +95,7 @@ def measure_rollout(args) -> None:
     """One launch's rank: a sharded team, one step; the peak parameter bytes held during generate calls."""
     import torch
 
-    import comarl.rollout as rollout
+    import comarl.rollout.tree as rollout
     from comarl import AgentConfig, FunctionEnv, HardwareConfig, RolloutConfig, RunConfig, TrainConfig, Trainer
     from comarl.compute import distributed as dist
     from comarl.compute.sharding import local_bytes

@@ -36,7 +36,7 @@ def model_folder(where: Path) -> Path:
     """SmolLM2-135M-Instruct as a plain Hugging Face folder (weights de-quantised from the package's GGUF)."""
     if (where / "config.json").exists():
         return where
-    from comarl.agents import AgentConfig, build_agents
+    from comarl.models.agents import AgentConfig, build_agents
 
     agent = build_agents([AgentConfig(model="smollm2")])[0]
     agent.model.save_pretrained(where)

@@ -36,7 +36,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     import comarl
-    from comarl.agents import build_agents
+    from comarl.models.agents import build_agents
     from comarl.demo import demo_setup
 
     configs, env, items, cfg = demo_setup(args.model, "writing", 1, None, 0)

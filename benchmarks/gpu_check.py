@@ -63,7 +63,7 @@ def main() -> int:
     from comarl import AgentConfig, HardwareConfig, RolloutConfig, RunConfig, TrainConfig, Trainer
     from comarl.critics.settings import CriticSettings
     from comarl.envs.registry import get_env
-    from comarl.lora import LoraSettings
+    from comarl.models.lora import LoraSettings
     from comarl.compute import distributed as dist
 
     if args.one_rank_group:
@@ -154,7 +154,7 @@ def floor(args, agent_cfgs, env, items) -> int:
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from alternate import floor_step
-    from comarl.agents import build_agents
+    from comarl.models.agents import build_agents
 
     torch.manual_seed(0)
     agents = build_agents(agent_cfgs)

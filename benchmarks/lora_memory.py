@@ -35,7 +35,7 @@ def run_one(mode: str, n: int, hidden: int, layers: int, steps: int, tokens: int
 
     import comarl
     from comarl.envs.base import FunctionEnv
-    from comarl.lora import LoraSettings
+    from comarl.models.lora import LoraSettings
 
     torch.set_num_threads(THREADS)
     kw = {"hidden_size": hidden, "num_layers": layers}
@@ -63,9 +63,9 @@ def run_gen(n: int, hidden: int, layers: int, tokens: int, reps: int = 3) -> dic
     """N adapters of one base: N generate calls vs one mixed-adapter batch (same rows, same length)."""
     import torch
 
-    from comarl.agents import AgentConfig, build_agents
+    from comarl.models.agents import AgentConfig, build_agents
     from comarl.generation import left_pad
-    from comarl.lora import LoraSettings
+    from comarl.models.lora import LoraSettings
 
     torch.set_num_threads(THREADS)
     kw = {"hidden_size": hidden, "num_layers": layers}
@@ -106,10 +106,10 @@ def run_rollout(n: int, batched: bool, hidden: int, layers: int, tokens: int, re
     """
     import torch
 
-    from comarl.agents import AgentConfig, build_agents
+    from comarl.models.agents import AgentConfig, build_agents
     from comarl.envs.base import FunctionEnv
-    from comarl.lora import LoraSettings
-    from comarl.rollout import RolloutSettings, collect_rollout, generate_for_agents
+    from comarl.models.lora import LoraSettings
+    from comarl.rollout.tree import RolloutSettings, collect_rollout, generate_for_agents
 
     torch.set_num_threads(THREADS)
     torch.manual_seed(0)

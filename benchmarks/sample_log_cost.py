@@ -36,12 +36,12 @@ CAP_KB = 256
 
 def synthetic(agents: int, k: int, items: int, turns: int, mode: str, stages: int, p_chars: int, c_chars: int):
     """(rollout, items, env) of one step with texts of the given lengths (advantages filled as MAGRPO does)."""
-    from comarl.advantages import group_relative
+    from comarl.objective.advantages import group_relative
     from comarl.envs.base import FunctionEnv
     from comarl.generation import Completions
     from comarl.generation.team import scripted
-    from comarl.rollout import RolloutSettings, collect_rollout
-    from comarl.stages import Stage, StageGraph
+    from comarl.rollout.tree import RolloutSettings, collect_rollout
+    from comarl.core.stages import Stage, StageGraph
 
     class Agent:
         def __init__(self, i):
@@ -105,7 +105,7 @@ def demo_times(steps: int, warmup: int, reps: int) -> dict:
 
     import comarl
     from comarl.demo import demo_setup
-    from comarl.steps import PromptBatch
+    from comarl.core.steps import PromptBatch
     from comarl.training.sample_records import tree_records
 
     torch.set_num_threads(2)

@@ -54,11 +54,11 @@ def long_setup(model: str, k: int, prompt_tokens: int, items: int, share: bool):
     agents = [comarl.AgentConfig(model=model, max_new_tokens=max_new, lr=1e-5, temperature=1.0,
                                  model_kwargs={"seed": i} if model.startswith("tiny") else {}) for i in range(2)]
     if model == "smollm2":
-        from comarl.agents import build_agents
+        from comarl.models.agents import build_agents
 
         tok = build_agents([agents[0]])[0].tokenizer
     else:
-        from comarl.tiny_model import tiny_tokenizer
+        from comarl.models.tiny_model import tiny_tokenizer
 
         tok = tiny_tokenizer()
     texts = long_texts(tok, items, prompt_tokens)
@@ -99,7 +99,7 @@ def run_comarl(args, share: bool) -> dict:
 def run_floor(args) -> dict:
     import torch
 
-    from comarl.agents import build_agents
+    from comarl.models.agents import build_agents
 
     agent_cfgs, env, items, cfg = setup(args.workload, args.model, args.k, args.prompt_tokens,
                                         args.steps + args.warmup, False)
@@ -121,7 +121,7 @@ def saved_bytes(model, prompts, comps, pad_id: int, share: bool) -> int:
     """Bytes of the distinct tensors the update's forward keeps for backward (one micro-batch)."""
     import torch
 
-    from comarl.logprobs import completion_logprobs
+    from comarl.objective.logprobs import completion_logprobs
 
     seen: dict[tuple, int] = {}
 
@@ -142,7 +142,7 @@ def memory_table(args) -> None:
     """Saved-for-backward bytes per micro-batch, plain vs shared, for the tiny model's long and demo shapes."""
     import torch
 
-    from comarl.tiny_model import tiny_model
+    from comarl.models.tiny_model import tiny_model
 
     model, tok = tiny_model("qwen2")
     g = torch.Generator().manual_seed(0)

@@ -48,7 +48,7 @@ def run_comarl(steps: int, warmup: int) -> dict:
 def run_floor(steps: int, warmup: int) -> dict:
     import torch
 
-    from comarl.agents import build_agents
+    from comarl.models.agents import build_agents
     from comarl.demo import demo_setup
 
     agent_cfgs, env, items, cfg = demo_setup("tiny", "writing", steps + warmup, None, 0)

@@ -55,8 +55,8 @@ def prompts_for(workload: str, agents, prompt_tokens: int) -> list[list[list[int
 def build(kind: str, max_new: int):
     import torch
 
-    from comarl.agents import AgentConfig, build_agents
-    from comarl.lora import LoraSettings
+    from comarl.models.agents import AgentConfig, build_agents
+    from comarl.models.lora import LoraSettings
 
     lora = LoraSettings(r=8) if kind == "lora" else None
     agents = build_agents([AgentConfig(model="smollm2", max_new_tokens=max_new, temperature=0.9, lora=lora)
@@ -79,7 +79,7 @@ def child(args) -> None:
     torch.set_num_threads(args.threads)
     from comarl.generation.vllm_engine import EngineSettings
     from comarl.generation.vllm_generator import VLLMGenerator
-    from comarl.rollout import generate_for_agents
+    from comarl.rollout.tree import generate_for_agents
 
     workload = args.workload[0]  # a child runs one workload
     k, max_new = WORKLOADS[workload]

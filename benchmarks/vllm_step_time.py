@@ -42,9 +42,9 @@ def child(args) -> None:
 
     torch.set_num_threads(args.threads)
     import comarl
-    from comarl.agents import build_agents
+    from comarl.models.agents import build_agents
     from comarl.generation.vllm_settings import EngineSettings
-    from comarl.lora import LoraSettings
+    from comarl.models.lora import LoraSettings
     from shared_prefix import setup
 
     workload, kind = args.workload[0], args.child

@@ -1,13 +1,13 @@
 """comarl: multi-agent reinforcement learning for teams of cooperating LLM agents."""
-from .agents import Agent, AgentConfig, build_agents
 from .config import (DataConfig, DataSource, EnvConfig, ExperimentConfig, HardwareConfig, LossConfig, RolloutConfig,
                      RunConfig, TrainConfig, load_config)
-from .config_io import ConfigError
+from .core.config_io import ConfigError
+from .core.stages import Route, Stage, StageGraph, tag_route
 from .envs.base import AgentRewards, EnvState, Environment, FunctionEnv, Transition
 from .envs.error_policy import with_error_policy
 from .envs.program import ProgramEnv
-from .lora import LoraSettings
-from .stages import Route, Stage, StageGraph, tag_route
+from .models.agents import Agent, AgentConfig, build_agents
+from .models.lora import LoraSettings
 from .training.loop import Trainer
 
 __version__ = "0.1.0"

@@ -8,8 +8,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from .config_io import ConfigError, UserError
-from .stages import stage_graph
+from .core.config_io import ConfigError, UserError
+from .core.stages import stage_graph
 from .training.interrupt import TrainingInterrupted
 
 _DESCRIPTION = """comarl trains teams of LLM agents with multi-agent RL (MAGRPO and friends).
@@ -69,9 +69,9 @@ def _evaluate(config: str, overrides: list[str], checkpoint: str | None, num_gen
     unannounced (:func:`eval_items`); sampling is seeded with ``train.run.seed``, so the same command gives the
     same numbers (the demo's held-out score among them)."""
     from .config import load_config
-    from .evaluation import evaluate_agents
+    from .runs.evaluation import evaluate_agents
     from .experiment import build_env
-    from .heldout import records_score
+    from .runs.heldout import records_score
 
     cfg = load_config(config, overrides)
     if greedy and num_generations > 1:
@@ -146,7 +146,7 @@ def eval_items(cfg, config: str) -> tuple[list[dict], str]:
 def eval_output(out: str | None, checkpoint: str | None) -> Path | None:
     """Where ``comarl eval`` writes its JSON: ``--output``, else ``eval.json`` in the run folder holding the
     checkpoint (its parent, when that holds a run's files), else nowhere (an untrained config is no run)."""
-    from .run_dir import run_contents
+    from .runs.run_dir import run_contents
 
     if out:
         return Path(out)
@@ -178,7 +178,7 @@ def stage_lines(graph, names: list[str], metrics: dict) -> list[str]:
 
 
 def _eval(args) -> int:
-    from .evaluation import comparison_table, records_to_json
+    from .runs.evaluation import comparison_table, records_to_json
 
     runs = [_evaluate(args.config, args.overrides, args.checkpoint, args.num_generations, args.greedy)]
     if args.compare:
@@ -220,8 +220,8 @@ def _eval(args) -> int:
 def _agents_for_eval(cfg, checkpoint: Path | None):
     """The config's agents, with weights from ``checkpoint/agent<i>`` when given
     (``checkpoint.agents_from_folder``: full models or LoRA adapters on the config's base)."""
-    from .agents import build_agents
-    from .checkpoint import agents_from_folder
+    from .models.agents import build_agents
+    from .runs.checkpoint import agents_from_folder
 
     if checkpoint is None:
         return build_agents(cfg.agents)

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 
-from .agents import AgentConfig
-from .config_io import (ConfigError, Moved, aliased, apply_overrides, canonical, canonical_key, from_dict, moved_out,
-                        read_yaml)
+from .core.config_io import (ConfigError, Moved, aliased, apply_overrides, canonical, canonical_key, from_dict,
+                             moved_out, read_yaml)
 from .critics.settings import CriticSettings
 from .generation.vllm_settings import EngineSettings
-from .losses import KL_ESTIMATORS, NORMALISATIONS
+from .models.agents import AgentConfig
+from .objective.losses import KL_ESTIMATORS, NORMALISATIONS
 from .preference.marlhf import RewardModelSettings
 from .preference.settings import PreferenceSettings
 
@@ -252,7 +252,7 @@ class HardwareConfig:
 
     def validate(self, num_agents: int) -> None:
         """Device, precision, memory and backend keys (docs/distributed.md)."""
-        from .runtime import MIXED_PRECISION, check_agent_devices
+        from .core.runtime import MIXED_PRECISION, check_agent_devices
 
         if self.micro_batch_size < 1:
             _bad("hardware.micro_batch_size", f"must be >= 1, got {self.micro_batch_size}")
@@ -523,7 +523,7 @@ class ExperimentConfig:
         if self.env.centralized_roles and len(self.agents) != 1:
             raise ConfigError(f"env.centralized_roles: a centralised actor is one agent; {len(self.agents)} are given")
         if self.env.stages is not None:
-            from .stages import parse_stages
+            from .core.stages import parse_stages
 
             if self.env.centralized_roles:
                 raise ConfigError("env.stages: a centralised actor writes every role in one completion; "

@@ -18,11 +18,11 @@ import torch
 import yaml
 
 from .config import ExperimentConfig, mark_from_config
-from .config_io import from_dict
+from .core.config_io import from_dict
 from .envs.registry import get_env
-from .evaluation import evaluate_agents
 from .generation import generate
-from .heldout import HeldOutScore, paired_gain, records_score
+from .runs.evaluation import evaluate_agents
+from .runs.heldout import HeldOutScore, paired_gain, records_score
 from .training.loop import Trainer
 
 

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from .config import DataSource, ExperimentConfig
-from .config_io import ConfigError
-from .envs.loading import check_no_overlap
+from .core.config_io import ConfigError
 from .envs.error_policy import with_error_policy
+from .envs.loading import check_no_overlap
 from .envs.registry import get_env
 from .envs.reward_processing import with_reward_processing
 from .training.loop import Trainer
@@ -28,7 +28,7 @@ def build_env(cfg: ExperimentConfig):
     except (TypeError, ValueError) as e:
         raise ConfigError(f"env.args ({cfg.env.name}): {e}") from e
     if cfg.env.stages is not None:  # the config's team graph replaces the environment's own (docs/teams.md)
-        from .stages import attach_stages, parse_stages
+        from .core.stages import attach_stages, parse_stages
 
         names = [a.name or f"agent{i}" for i, a in enumerate(cfg.agents)]
         env = attach_stages(env, parse_stages(cfg.env.stages, names))
@@ -38,7 +38,7 @@ def build_env(cfg: ExperimentConfig):
         env = _reward_model_env(env, cfg)
     if cfg.env.centralized_roles:  # one model writes every role (docs/preference.md)
         from .preference.centralized import CentralizedEnv, TaggedFormat
-        from .stages import stage_graph
+        from .core.stages import stage_graph
 
         if not stage_graph(env, roles).is_single:
             raise ConfigError(f"env.centralized_roles: {cfg.env.name} runs its roles in stages (docs/teams.md); one "

@@ -1,6 +1,6 @@
 """StepSources: where each training step's batch comes from, behind one epoch cursor.
 
-A source hands the loop one batch per step (``comarl/steps.py``)::
+A source hands the loop one batch per step (``comarl/core/steps.py``)::
 
     next(step, team) -> PromptBatch | PairBatch | SkipStep
     total_steps      how many steps the run takes (from the config and the data)
@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .compute import distributed as dist
-from .steps import PromptBatch
+from .core.steps import PromptBatch
 
 if TYPE_CHECKING:
-    from .seams import TeamView
+    from .core.seams import TeamView
 
 
 class EpochCursor:

@@ -9,7 +9,7 @@ environments), not declared in one table, so this module reads them out of the s
   (``metrics``, ``self.metrics``): the keys without a ``/`` (``epoch``, ``tokens_per_s``, ``pass_rate``).
 
 Keys written by an environment (a file under ``comarl/envs/``, or inside a ``Transition(...)``) reach the logs as
-``env/<key>`` (``rollout.py`` adds the prefix), so they are returned with it. An f-string's replacement fields
+``env/<key>`` (``rollout/tree.py`` adds the prefix), so they are returned with it. An f-string's replacement fields
 become placeholders: ``f"{name}/loss"`` is ``<agent>/loss``.
 
 ``tests/e2e/test_docs_logs.py`` checks every key found here, and every key real runs log, against the page;

@@ -1,6 +1,6 @@
 """MAGRPO in one file, CleanRL style: two agents, one joint reward, the whole algorithm readable top to bottom.
 
-Nothing of comarl is used but the tiny model loader (``comarl.tiny_model``): sampling, the joint reward, the
+Nothing of comarl is used but the tiny model loader (``comarl.models.tiny_model``): sampling, the joint reward, the
 group-relative advantages, the token log-probs, the loss and the optimiser steps are written out here. The test
 suite uses :func:`update` as an independent oracle for comarl's trainer: given the same samples, the same initial
 weights and the same settings, one step of each must land on the same weights
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from comarl.tiny_model import tiny_model
+from comarl.models.tiny_model import tiny_model
 
 
 @dataclass

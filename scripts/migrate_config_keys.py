@@ -37,7 +37,7 @@ if str(ROOT) not in sys.path:  # run from a clone without installing: this check
     sys.path.insert(0, str(ROOT))
 
 from comarl.config import ExperimentConfig  # noqa: E402
-from comarl.config_io import DeprecatedKey, canonical, load_yaml, old_spellings  # noqa: E402
+from comarl.core.config_io import DeprecatedKey, canonical, load_yaml, old_spellings  # noqa: E402
 
 OLD = old_spellings(ExperimentConfig)
 """Full old key -> full key now (``train.num_generations`` -> ``train.rollout.num_generations``)."""
@@ -204,7 +204,7 @@ NEW_SECTIONS = "<new sections>"
 
 def _class_at(path: str) -> type:
     """The config dataclass at dotted ``path`` (``train.preference`` -> PreferenceSettings)."""
-    from comarl.config_io import _field_class
+    from comarl.core.config_io import _field_class
 
     cls = ExperimentConfig
     for part in path.split("."):
@@ -266,7 +266,7 @@ WIDTH = 120
 def _sections_of(cls: type) -> dict[str, tuple[str, str]]:
     """Old keyword of ``cls`` -> (section field, its class name) for the flat keys that moved one level down;
     a renamed keyword (same level) -> ("", new name)."""
-    from comarl.config_io import _field_class, aliases
+    from comarl.core.config_io import _field_class, aliases
 
     out = {}
     for old, path in aliases(cls).items():

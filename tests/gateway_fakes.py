@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from comarl.agents import AgentConfig, build_agents
+from comarl.models.agents import AgentConfig, build_agents
 from comarl.generation.hf import Completions
 
 TOOL_TEMPLATE = (

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from comarl.heldout import mean_and_stderr
+from comarl.runs.heldout import mean_and_stderr
 
 from .generators import PerAgentVLLM, engine_settings, generator_for
 from .grid import CONDITIONS, RunSpec

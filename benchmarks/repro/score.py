@@ -1,4 +1,4 @@
-"""Held-out scores of a team, as ``comarl.heldout.heldout_score`` defines them, for every row of the grid.
+"""Held-out scores of a team, as ``comarl.runs.heldout.heldout_score`` defines them, for every row of the grid.
 
 ``heldout_score`` scores the first turn of a parallel team. The grid also needs the pipeline baseline (the second
 agent sees the first one's text) and tasks with a second turn (coding with feedback), so :func:`team_score` walks
@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from comarl.generation.team import generate_for_agents
-from comarl.heldout import mean_and_stderr
+from comarl.runs.heldout import mean_and_stderr
 
 
 def _team(reward) -> float:

@@ -14,7 +14,7 @@ def critic_advantage(view, loss):
 def check_actor_critic(config, agents) -> None:
     """The critic's settings (a Q critic needs K >= 2), and no KL in the reward: the critic's GAE is
     computed before the KL-in-reward would change the rewards."""
-    from ..config_io import ConfigError
+    from ..core.config_io import ConfigError
 
     config.critic.validate(num_generations=config.rollout.num_generations)
     if config.loss.kl_beta > 0 and config.loss.kl_mode == "reward":

@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from ..advantages import scale_by_group_std_any
-from ..config_io import ConfigError
+from ..core.config_io import ConfigError
+from ..objective.advantages import scale_by_group_std_any
 
 if TYPE_CHECKING:
     from ..config import TrainConfig
-    from ..seams import Lockstep, StepSource, TeamGenerator, Update
+    from ..core.seams import Lockstep, StepSource, TeamGenerator, Update
 
 
 @dataclass
@@ -65,7 +65,7 @@ class Parts:
 
     def rollout_settings(self, **changes):
         """The rollout settings of the steps (the team's lockstep; the algorithm's greedy baseline)."""
-        from ..rollout import RolloutSettings
+        from ..rollout.tree import RolloutSettings
 
         return RolloutSettings.from_train_config(self.config, **{
             "greedy_baseline": self.algorithm.greedy_baseline, "lockstep": self.lockstep,

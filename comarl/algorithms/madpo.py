@@ -11,7 +11,7 @@ rejected) joint pairs (``train.preference.pairs.pair_selection``, ties dropped,
 (``losses.joint_dpo_loss``; ``reference_free`` drops the ref terms). Agent i's
 gradient goes through its own log-probs only; the other agents' terms are the
 values at the same weights, so all agents follow the gradient of one joint loss.
-The reference is the agent's starting policy (``comarl.reference``: a frozen
+The reference is the agent's starting policy (``comarl.models.reference``: a frozen
 copy, or the LoRA base with the adapter off).
 
 Departures from CoMLRL 1.4.3's MADPO: CoMLRL's MADPO (and MADPO-iter) is
@@ -34,7 +34,7 @@ reference (``preference.rounds.DPORounds``) and learns with ``updates.PairDPO``;
 """
 from __future__ import annotations
 
-from ..config_io import ConfigError
+from ..core.config_io import ConfigError
 from .base import Algorithm, Parts, register_algorithm
 
 

@@ -7,12 +7,12 @@ mean over that agent's K samples at the node (optionally divided by their std,
 it up-weights groups whose returns barely differ (nearly solved or hopeless
 items); turn it on to get the paper's normalised form. Cross-mode credit uses
 the mean return of the joint actions that contain a sample (see
-``comarl.rollout``). The loss normalisation is a config choice
+``comarl.rollout.tree``). The loss normalisation is a config choice
 (``train.loss.loss_normalization``), default per-sequence mean as in GRPO.
 """
 from __future__ import annotations
 
-from ..advantages import group_relative
+from ..objective.advantages import group_relative
 from .base import Algorithm, optionally_scaled, register_algorithm
 
 

@@ -24,7 +24,7 @@ the environment for the reward model's) and in running another record's steps (`
 """
 from __future__ import annotations
 
-from ..config_io import ConfigError
+from ..core.config_io import ConfigError
 from .base import Algorithm, Parts, get_algorithm, policy_gradient, register_algorithm
 
 

@@ -1,7 +1,7 @@
 """Which algorithms can train on a ``ProgramEnv`` (``comarl/envs/program.py``): checked before any model is built."""
 from __future__ import annotations
 
-from ..config_io import ConfigError
+from ..core.config_io import ConfigError
 from .base import policy_gradient, prompt_batches
 
 SUPPORTED = "magrpo, mareinforce, marloo, maremax_groupmax (and their single-agent names)"

@@ -8,11 +8,11 @@ average baseline at all, so the variance is the highest of the family; the
 update goes through the shared clipped-ratio loss, which is exactly the
 REINFORCE gradient when ``num_iterations`` = 1 (the ratio is 1). Returns in
 multi-turn rollouts are the tree's credited discounted returns (see
-``comarl.rollout``), not Monte-Carlo returns of a single trajectory.
+``comarl.rollout.tree``), not Monte-Carlo returns of a single trajectory.
 """
 from __future__ import annotations
 
-from ..advantages import no_baseline
+from ..objective.advantages import no_baseline
 from .base import Algorithm, optionally_scaled, register_algorithm
 
 

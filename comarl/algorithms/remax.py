@@ -26,7 +26,7 @@ clipped-ratio loss, identical when ``num_iterations`` = 1.
 """
 from __future__ import annotations
 
-from ..advantages import external_baseline, group_max
+from ..objective.advantages import external_baseline, group_max
 from .base import Algorithm, optionally_scaled, register_algorithm
 
 

@@ -15,7 +15,7 @@ gradient when ``num_iterations`` = 1).
 """
 from __future__ import annotations
 
-from ..advantages import leave_one_out
+from ..objective.advantages import leave_one_out
 from .base import Algorithm, optionally_scaled, register_algorithm
 
 

@@ -16,7 +16,7 @@ instead of ``[G, K]`` is all a per-token method needs; the update broadcasts and
 """
 from __future__ import annotations
 
-from ..advantages import token_group_baseline
+from ..objective.advantages import token_group_baseline
 from .base import Algorithm, optionally_scaled, register_algorithm
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from ..config_io import ConfigError
-from ..runtime import parse_device
+from ..core.config_io import ConfigError
+from ..core.runtime import parse_device
 from . import distributed as dist
 
 

@@ -21,8 +21,8 @@ import contextlib
 
 import torch
 
-from ..config_io import ConfigError
-from ..runtime import MIXED_PRECISION
+from ..core.config_io import ConfigError
+from ..core.runtime import MIXED_PRECISION
 from . import distributed as dist
 
 

@@ -47,8 +47,8 @@ from typing import Iterable
 
 import torch
 
-from ..config_io import ConfigError
-from ..runtime import MIXED_PRECISION
+from ..core.config_io import ConfigError
+from ..core.runtime import MIXED_PRECISION
 from . import distributed as dist
 from .modules import root_module
 

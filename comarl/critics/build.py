@@ -6,8 +6,8 @@ import dataclasses
 
 import torch
 
-from ..agents import AgentConfig, build_agents
-from ..config_io import ConfigError
+from ..core.config_io import ConfigError
+from ..models.agents import AgentConfig, build_agents
 from .critic import Critic
 from .inputs import AgentInputs, JointInputs
 from .joint_input import resolve_joint_input

@@ -39,10 +39,10 @@ from typing import Callable
 
 import torch
 
-from ..advantages import gae_tree, node_baseline, sample_advantages, whiten_across
 from ..compute import distributed as dist
 from ..compute.stepping import MicroLoss, micro_batched_backward, optimizer_step
-from ..losses import explained_variance, value_loss
+from ..objective.advantages import gae_tree, node_baseline, sample_advantages, whiten_across
+from ..objective.losses import explained_variance, value_loss
 from .settings import CriticSettings
 from .value_model import ValueModel
 

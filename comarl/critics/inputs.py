@@ -9,7 +9,7 @@ the input that values it:
     Q(h,a): IAC: one per sample (the agent's prompt + its response);
             MAAC: one per joint action (the joint prompts + every agent's response)
 
-Team graphs (``comarl/stages.py``): an agent's prompt at a later stage holds the earlier outputs it reads,
+Team graphs (``comarl/core/stages.py``): an agent's prompt at a later stage holds the earlier outputs it reads,
 so its critic reads them; the central critic reads every agent's prompt on the branch and, as responses,
 the outputs written before the node (the prefix). An agent whose prompt differs per joint action (an
 aligned stage) is valued per joint action. ``index`` is -1 where the column values nothing: a node where an
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..types import RolloutTree
+from ..core.types import RolloutTree
 from .joint_input import JointInput
 
 

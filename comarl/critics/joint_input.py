@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from ..config_io import ConfigError, import_callable
+from ..core.config_io import ConfigError, import_callable
 
 JointInput = Callable[[Sequence[str], "Sequence[str] | None"], str]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..config_io import ConfigError, aliased
+from ..core.config_io import ConfigError, aliased
 
 CRITIC_TYPES = ("v", "q")
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 if TYPE_CHECKING:
-    from ..stages import StageGraph
+    from ..core.stages import StageGraph
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ class FunctionEnv:
             for multi-turn tasks; ``None`` ends the branch. ``state.history``
             and ``state.prompts`` give each agent's past.
         max_turns: turns per episode (1 = single-turn).
-        stages: the team graph (``comarl.stages.StageGraph``, or a list of agent lists: one stage each, every
+        stages: the team graph (``comarl.core.stages.StageGraph``, or a list of agent lists: one stage each, every
             agent reading all earlier stages); None: one stage of every agent (docs/teams.md).
         stage_formatters: agent -> ``(state, inputs) -> prompt`` for an agent of a later stage, ``inputs``
             being {earlier agent: its output on this branch}; an agent without one gets its formatter's
@@ -151,7 +151,7 @@ class FunctionEnv:
         self.reward_fn = reward_fn
         self.transition_fn = transition_fn
         self.max_turns = max_turns
-        from ..stages import Stage, StageGraph
+        from ..core.stages import Stage, StageGraph
 
         if stages is not None and not isinstance(stages, StageGraph):
             stages = StageGraph(tuple(Stage(tuple(agents)) for agents in stages))
@@ -165,7 +165,7 @@ class FunctionEnv:
 
     def stage_prompt(self, state: EnvState, agent: int, inputs: Mapping[int, str]) -> str:
         """Agent ``agent``'s prompt reading ``inputs`` (its stage formatter's, or the default blocks)."""
-        from ..stages import default_stage_prompt
+        from ..core.stages import default_stage_prompt
 
         if agent in self.stage_formatters:
             return self.stage_formatters[agent](state, inputs)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Mapping, Sequence
 
-from ..config_io import UserError
+from ..core.config_io import UserError
 from ..sandbox import SandboxError
 from .base import EnvState, Environment, Transition, rollout_modules
 

@@ -18,7 +18,7 @@ import socket
 from typing import Any, Callable
 from urllib.parse import urlparse
 
-from ..config_io import DataError
+from ..core.config_io import DataError
 from ..data import resolve_source
 
 RowFn = Callable[[int, dict[str, Any], str], dict[str, Any]]

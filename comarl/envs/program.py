@@ -6,7 +6,7 @@ and returns the team's reward (a float, or :class:`~comarl.envs.base.AgentReward
 item the trainer runs K programs concurrently, each with its own client whose base URL is a fresh episode of the
 gateway (``comarl/gateway/``), so every call is captured token by token. The K runs of one item form the group.
 
-Credit (``comarl/program_rollout.py``, docs/program.md): every completion agent i wrote in run (g, k) is one of
+Credit (``comarl/rollout/program.py``, docs/program.md): every completion agent i wrote in run (g, k) is one of
 agent i's samples and gets its run's advantage, e.g. MAGRPO's ``R[g, k] - mean_k R[g, :]``; an agent called
 several times in a run has all those calls in the loss; one not called in a run contributes no sample from it
 (its run still counts in the item's baseline).

@@ -61,7 +61,7 @@ def _plain_rows(source: str | None, split: str | None, limit: int | None) -> lis
 
 
 def _from_import_path(name: str) -> EnvEntry:
-    from ..config_io import ConfigError, import_callable
+    from ..core.config_io import ConfigError, import_callable
 
     try:
         build = import_callable(name, "env.name")

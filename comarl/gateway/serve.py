@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..config_io import ConfigError
+from ..core.config_io import ConfigError
 
 
 def served_folder(path: Path) -> Path:
@@ -39,7 +39,7 @@ def served_folder(path: Path) -> Path:
 def team_config(target: str, overrides: list[str], checkpoint: str | None, names: list[str] | None):
     """(the ExperimentConfig to serve, the folder its weights come from or None, a line saying what is served)."""
     from ..config import ExperimentConfig, load_config
-    from ..config_io import apply_overrides, canonical, canonical_key, from_dict
+    from ..core.config_io import apply_overrides, canonical, canonical_key, from_dict
 
     path = Path(target)
     if path.is_file():
@@ -75,8 +75,8 @@ def team_config(target: str, overrides: list[str], checkpoint: str | None, names
 
 def build_team(cfg, folder: Path | None):
     """The agents and the team generator of ``cfg`` (weights from ``folder`` when given)."""
-    from ..agents import build_agents
-    from ..checkpoint import agents_from_folder
+    from ..models.agents import build_agents
+    from ..runs.checkpoint import agents_from_folder
     from ..generation.team import generate_for_agents
 
     try:

@@ -1,7 +1,7 @@
 """One ``generate`` call for several LoRA agents on one base (peft mixed-adapter batch).
 
-Agents whose models are :class:`~comarl.lora.AdapterModel` views of the same
-:class:`~comarl.lora.SharedBase`, on the same device, with identical
+Agents whose models are :class:`~comarl.models.lora.AdapterModel` views of the same
+:class:`~comarl.models.lora.SharedBase`, on the same device, with identical
 ``generate`` kwargs (:func:`~comarl.generation.hf.generation_kwargs`:
 max_new_tokens, greedy or sampling with the same temperature/top_p/top_k, pad
 and EOS ids) form a group. A group's prompts go through one call:
@@ -28,7 +28,7 @@ from typing import Sequence
 
 import torch
 
-from ..lora import AdapterModel
+from ..models.lora import AdapterModel
 from .constrained import processor_kwargs, schema_processor
 from .hf import Completions, batches, cut_at_eos, generation_kwargs, left_pad
 from .shared_prefix import shared_prompt_inputs

@@ -1,4 +1,4 @@
-"""Constrained decoding for schemas (``comarl/schema.py``): forced skeleton, sampled values.
+"""Constrained decoding for schemas (``comarl/core/schema.py``): forced skeleton, sampled values.
 
 Why a ``LogitsProcessor`` with a per-row state machine: it plugs into HF
 ``generate`` unchanged (batched, ``num_return_sequences``, sampling or greedy,
@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from ..schema import Schema, Slot
+from ..core.schema import Schema, Slot
 
 _FORCE, _SAMPLE, _FREE = 0, 1, 2
 

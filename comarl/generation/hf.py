@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..objective.logprobs import left_pad
 from .constrained import processor_kwargs, schema_processor
-from ..logprobs import left_pad
 from .shared_prefix import shared_prompt_inputs
 
 
@@ -98,7 +98,7 @@ def generate(agent, prompt_ids: list[list[int]], num_samples: int, greedy: bool 
 
     ``greedy`` (or temperature 0) decodes greedily; ``batch_size`` > 0 splits
     the P prompts into chunks of that many prompts (memory cap), 0 = one call.
-    ``schemas``: optional [P] ``comarl.schema.Schema`` or None per prompt: constrained decoding
+    ``schemas``: optional [P] ``comarl.core.schema.Schema`` or None per prompt: constrained decoding
     (``constrained.py``); the result's ``forced`` says which tokens were forced.
     ``share_prefix`` prefills each prompt once for its K samples.
     """

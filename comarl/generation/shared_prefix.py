@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from ..prefix_cache import PrefixSharingUnsupported, cache_of, check_cache, expand_cache, known_unsupported, \
-    notice_fallback
+from ..objective.prefix_cache import (PrefixSharingUnsupported, cache_of, check_cache, expand_cache, known_unsupported,
+                                      notice_fallback)
 
 
 @torch.no_grad()

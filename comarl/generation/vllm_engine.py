@@ -303,7 +303,7 @@ class VLLMEngine:
         settings still share the call). ``adapters[p]`` names prompt p's LoRA adapter (registered with
         :meth:`push_adapter`), None = the base model. Greedy prompts (temperature 0) give K equal samples (HF
         refuses greedy with K > 1; vLLM would too, so each copy is its own request). ``schemas[p]``: prompt p's
-        :class:`~comarl.schema.Schema` or None (structured generation, ``vllm_schema.py``); the result's
+        :class:`~comarl.core.schema.Schema` or None (structured generation, ``vllm_schema.py``); the result's
         ``forced`` then says which tokens the schema forced, as on the HF path.
 
         Raises:
@@ -434,7 +434,7 @@ class VLLMEngine:
     def push_adapter(self, name: str, adapter_model, state_dict: dict | None = None) -> float:
         """Register ``adapter_model``'s current weights as adapter ``name`` (new id; the old one removed).
 
-        ``adapter_model``: a :class:`comarl.lora.AdapterModel` (or anything whose ``save_pretrained`` writes a
+        ``adapter_model``: a :class:`comarl.models.lora.AdapterModel` (or anything whose ``save_pretrained`` writes a
         peft adapter folder); ``state_dict``: its weights gathered from FSDP2 shards (the base is never needed).
         Returns the seconds taken."""
         from vllm.lora.request import LoRARequest

@@ -3,7 +3,7 @@
 :class:`VLLMGenerator` is built once for a team (after the agents, before the first rollout):
 
 * every full-weight agent gets its own engine (agents that share one model object, ``share_weights_with``,
-  share it); all LoRA agents on one :class:`~comarl.lora.SharedBase` share ONE engine serving the frozen
+  share it); all LoRA agents on one :class:`~comarl.models.lora.SharedBase` share ONE engine serving the frozen
   base, with one adapter per agent;
 * :meth:`VLLMGenerator.generate_for_agents` (also the object's ``__call__``: it is a team generator,
   ``generation/team.py``, the rollout's and ``train.hardware.generator: vllm``'s) has the signature of
@@ -47,8 +47,8 @@ from typing import Callable, Sequence
 
 from ..compute import distributed as dist
 from ..compute.watchdog import rank_name, stop_run
-from ..config_io import ConfigError
-from ..lora import AdapterModel
+from ..core.config_io import ConfigError
+from ..models.lora import AdapterModel
 from .adapters import adapter_groups, generate_adapters
 from .constrained import schema_processor
 from .hf import Completions, generate

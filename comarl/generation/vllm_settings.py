@@ -62,7 +62,7 @@ class EngineSettings:
 
     def validate(self, where: str = "train.hardware.vllm") -> None:
         """Bad values, each a ``ValueError`` naming ``where.<key>`` (a ``ConfigError`` from a config)."""
-        from ..config_io import ConfigError
+        from ..core.config_io import ConfigError
 
         def bad(key: str, msg: str):
             raise ConfigError(f"{where}.{key}: {msg}")
@@ -94,7 +94,7 @@ class EngineSettings:
 
     def check_agents(self, num_agents: int, where: str = "train.hardware.vllm") -> None:
         """``agent_cpus`` has one entry per agent."""
-        from ..config_io import ConfigError
+        from ..core.config_io import ConfigError
 
         if self.agent_cpus is not None and len(self.agent_cpus) != num_agents:
             raise ConfigError(f"{where}.agent_cpus: has {len(self.agent_cpus)} entries for {num_agents} agents "

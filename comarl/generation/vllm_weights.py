@@ -108,7 +108,7 @@ def write_model_folder(model: torch.nn.Module, folder: str | Path) -> Path:
 
 
 def write_adapter(adapter_model, folder: str | Path, state_dict: dict | None = None) -> Path:
-    """Write one LoRA adapter (a :class:`comarl.lora.AdapterModel`, or anything whose ``save_pretrained(folder)``
+    """Write one LoRA adapter (a :class:`comarl.models.lora.AdapterModel`, or anything whose ``save_pretrained(folder)``
     writes ``adapter_config.json`` + ``adapter_model.safetensors``) into a fresh ``folder``; ``state_dict``: the
     adapter's weights gathered from FSDP2 shards (:func:`gathered_adapter`)."""
     folder = Path(folder)
@@ -120,7 +120,7 @@ def write_adapter(adapter_model, folder: str | Path, state_dict: dict | None = N
         adapter_model.save_pretrained(folder, state_dict=state_dict)
     if not (folder / "adapter_config.json").exists():
         raise ValueError(f"write_adapter: {type(adapter_model).__name__}.save_pretrained wrote no adapter_config.json "
-                         f"into {folder}; pass a LoRA adapter view (comarl.lora.AdapterModel)")
+                         f"into {folder}; pass a LoRA adapter view (comarl.models.lora.AdapterModel)")
     return folder
 
 

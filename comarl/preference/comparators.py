@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 import torch
 
-from .. import checkpoint as ckpt
 from ..compute import distributed as dist
 from ..compute.sharding import built_on_rank0, full_state_dict
-from ..config_io import ConfigError
+from ..core.config_io import ConfigError
+from ..runs import checkpoint as ckpt
 
 if TYPE_CHECKING:
-    from ..seams import TeamView
+    from ..core.seams import TeamView
     from .settings import IterativeSettings
 
 
@@ -80,7 +80,7 @@ class FixedModel:
 
     def agents(self, team: "TeamView", r: int) -> list | None:
         if self.held is None:
-            from ..agents import build_agents  # (the agents module builds models: imported when one is needed)
+            from ..models.agents import build_agents  # (the agents module builds models: imported when one is needed)
 
             plain = [dataclasses.replace(a.config, model=self.model, tokenizer=None, lora=None,
                                          share_weights_with=None, gguf_file=None, model_kwargs={})

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config_io import ConfigError
+from ..core.config_io import ConfigError
 from .reward_model import JointRewardModel, RewardModelEnv
 
 
@@ -69,7 +69,7 @@ def load_classifier(spec: str, device: str):
     if spec == "tiny":
         from transformers import Qwen2ForSequenceClassification
 
-        from ..tiny_model import tiny_model
+        from ..models.tiny_model import tiny_model
 
         lm, tok = tiny_model()
         config = lm.config

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ..types import AgentSamples
+from ..core.types import AgentSamples
 
 
 def tokenizer_fingerprint(tokenizer) -> str:

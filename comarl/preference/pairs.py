@@ -46,7 +46,7 @@ def joint_returns(rewards: torch.Tensor, child: torch.Tensor, gamma: float, disc
     """Team return of every joint action of a rollout tree: ``R[g, j] = mean_i r[g, j, i] + gamma * V(child)``.
 
     ``V(c) = mean_j R[c, j]``, 0 where the branch ended (child -1); children come after their parents.
-    A team graph's tree (``comarl/stages.py``) gives ``discount`` [G, J] (1 into a later stage of the same
+    A team graph's tree (``comarl/core/stages.py``) gives ``discount`` [G, J] (1 into a later stage of the same
     turn, in place of gamma) and ``width`` [G] (node g has that many joint actions; the rest is padding).
     Shapes: rewards [G, J, N], child [G, J] -> [G, J]. With one turn it is the mean reward over agents.
     """

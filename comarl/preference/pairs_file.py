@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..compute import distributed as dist
-from ..config_io import ConfigError
+from ..core.config_io import ConfigError
+from ..core.steps import PairBatch
 from ..data.paths import resolve_source
 from ..sources import EpochCursor, Plain
-from ..steps import PairBatch
 from .rollout_pairs import check_text_pairs, text_pairs_to_ids
 
 if TYPE_CHECKING:
-    from ..seams import TeamView
+    from ..core.seams import TeamView
 
 
 def read_pairs(path: Path) -> list[dict]:

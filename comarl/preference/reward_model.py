@@ -39,7 +39,7 @@ import torch
 from ..compute.stepping import MicroLoss, micro_batched_backward, optimizer_step
 from ..critics.joint_input import role_marker_template
 from ..envs.base import AgentRewards, EnvState, Environment, Transition, rollout_modules
-from ..losses import bradley_terry_loss
+from ..objective.losses import bradley_terry_loss
 
 if TYPE_CHECKING:
     from .parallel_fit import ParallelFit

@@ -15,7 +15,7 @@ import random
 from pathlib import Path
 
 from ..compute import distributed as dist
-from ..steps import AgentPairs
+from ..core.steps import AgentPairs
 from .pair_tokens import joint_tokens, side_tokens, tokenizer_fingerprint
 from .pairs import JointPair, NodeRng, comparator_pairs, joint_returns, tree_pairs
 

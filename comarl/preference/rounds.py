@@ -34,20 +34,20 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .. import checkpoint as ckpt
 from ..compute import distributed as dist
-from ..config_io import ConfigError
+from ..core.config_io import ConfigError
+from ..core.steps import PairBatch, PromptBatch, SkipStep
 from ..envs.base import rollout_modules
-from ..rollout import RolloutSettings, collect_rollout, join_rollout
+from ..rollout.tree import RolloutSettings, collect_rollout, join_rollout
+from ..runs import checkpoint as ckpt
 from ..sources import PromptBatches
-from ..steps import PairBatch, PromptBatch, SkipStep
 from .comparators import comparator_for
-from .pairs_file import read_pairs
 from .pair_tokens import tokenizer_fingerprint
+from .pairs_file import read_pairs
 from .parallel_fit import ParallelFit
 
 if TYPE_CHECKING:
-    from ..seams import TeamView
+    from ..core.seams import TeamView
     from .reward_model import JointRewardModel
 from .replay import replay_pool
 from .rollout_pairs import (all_ranks_pairs, comparison_pairs_of, node_items, node_rngs, step_pairs, text_pairs,

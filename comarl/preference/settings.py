@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ..config_io import ConfigError, Moved, aliased
+from ..core.config_io import ConfigError, Moved, aliased
 from .marlhf import RewardModelSettings
 from .pairs import SELECTIONS
 

@@ -21,22 +21,22 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from ..agents import Agent, AgentConfig, build_agents
 from ..algorithms.base import Algorithm, Parts
+from ..algorithms.program import check_program_run
 from ..compute import distributed as dist
 from ..compute.placement import agent_device_names, check_shared_devices
-from ..compute.precision import setup_memory_savers
 from ..compute.placement import place_references
+from ..compute.precision import setup_memory_savers
 from ..compute.sharding import AgentAtATime, built_on_rank0, shard_agents
-from ..config_io import ConfigError
+from ..core.config_io import ConfigError
+from ..core.runtime import check_mixed_precision
+from ..core.seams import StepSource, TeamGenerator, Update
+from ..core.stages import stage_graph
 from ..critics import build_critic, shard_critic
 from ..envs.base import Environment
-from ..algorithms.program import check_program_run
 from ..envs.program import program_env_of
-from ..rollout import check_tree_size
-from ..seams import StepSource, TeamGenerator, Update
-from ..stages import stage_graph
-from ..runtime import check_mixed_precision
+from ..models.agents import Agent, AgentConfig, build_agents
+from ..rollout.tree import check_tree_size
 from .optim import build_optimizer, build_scheduler
 from .team import Team, new_references
 

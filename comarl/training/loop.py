@@ -16,17 +16,17 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .. import run_dir
-from ..agents import Agent, AgentConfig
 from ..algorithms.base import get_algorithm
 from ..compute import distributed as dist
 from ..compute.watchdog import Watchdog
 from ..config import TrainConfig, from_config, python_wording
-from ..config_io import ConfigError, UserError, to_dict
+from ..core.config_io import ConfigError, UserError, to_dict
+from ..core.steps import PromptBatch, SkipStep, StepOutput
 from ..envs.base import Environment
 from ..envs.error_policy import error_policy_of, with_error_policy
-from ..evaluation import evaluate_agents
-from ..steps import PromptBatch, SkipStep, StepOutput
+from ..models.agents import Agent, AgentConfig
+from ..runs import run_dir
+from ..runs.evaluation import evaluate_agents
 from . import run_files
 from .build import as_items, build_run, check_items, check_run
 from .interrupt import DeferredInterrupt, TrainingInterrupted

@@ -15,8 +15,8 @@ import math
 
 import torch
 
-from ..config_io import ConfigError
-from ..runtime import check_optimizer
+from ..core.config_io import ConfigError
+from ..core.runtime import check_optimizer
 
 _BNB = {"adamw_8bit": "AdamW8bit", "paged_adamw": "PagedAdamW", "paged_adamw_8bit": "PagedAdamW8bit"}
 

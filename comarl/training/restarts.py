@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..compute.watchdog import HEARTBEAT_ENV, HUNG_EXIT
-from ..config_io import ConfigError
+from ..core.config_io import ConfigError
 
 LOG = "restarts.jsonl"
 """The run folder's log of restarts."""
@@ -126,8 +126,8 @@ def read_step(heartbeat: Path) -> int:
 
 def resume_point(out: Path) -> Path | None:
     """The newest checkpoint of the run in ``out`` that verifies (None: none yet)."""
-    from .. import checkpoint as ckpt
-    from .. import run_dir
+    from ..runs import checkpoint as ckpt
+    from ..runs import run_dir
 
     with contextlib.suppress(Exception), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the child warns about each broken newer checkpoint when it resumes

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .. import checkpoint as ckpt
-from .. import run_dir
 from ..compute import distributed as dist
 from ..compute.sharding import full_state_dict
+from ..runs import checkpoint as ckpt
+from ..runs import run_dir
 from .build import seed_everything
 from .optim import rebuild_scheduler
 

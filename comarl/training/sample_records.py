@@ -47,9 +47,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from ..core.stages import StageGraph, env_attribute, stage_graph
+from ..core.types import Rollout, RolloutTree
 from ..envs.error_policy import ID_KEYS
-from ..stages import StageGraph, env_attribute, stage_graph
-from ..types import Rollout, RolloutTree
 
 VERSION = 1
 VIEW_BYTES = 16_384

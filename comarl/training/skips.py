@@ -10,7 +10,7 @@ tried nothing (``SkipStep``: ``marlhf_iter`` before its first reward model) leav
 """
 from __future__ import annotations
 
-from ..config_io import UserError
+from ..core.config_io import UserError
 
 SKIP_COUNTERS = ("nonfinite_skips", "empty_batch_skips", "critic_nonfinite_skips")
 

@@ -21,7 +21,7 @@ from ..compute.placement import place_references
 from ..compute.sharding import AgentAtATime, Sharding
 from ..compute.stepping import optimizer_step
 from ..envs.base import rollout_modules
-from ..reference import build_reference
+from ..models.reference import build_reference
 
 
 def new_references(agents: list, share_prefix: bool) -> list:
@@ -43,7 +43,7 @@ def new_counters() -> dict[str, int]:
 class Team:
     """Attributes:
         agents: [N] the trained agents (LoRA agents on one base share its model object).
-        references: [N] each agent's frozen reference policy (``comarl.reference``), or None where no
+        references: [N] each agent's frozen reference policy (``comarl.models.reference``), or None where no
             KL or DPO needs one.
         optimizers, schedulers: [N] one of each per agent.
         scalers: id(model) -> fp16 ``LossScaler`` (``train.hardware.mixed_precision: fp16``).

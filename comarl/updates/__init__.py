@@ -1,4 +1,4 @@
-"""Updates: what one training step does with its batch (``comarl/steps.py``).
+"""Updates: what one training step does with its batch (``comarl/core/steps.py``).
 
 An Update is a small object the algorithm record names (``comarl/algorithms/``)::
 

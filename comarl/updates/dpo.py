@@ -35,16 +35,16 @@ from ..compute.dropout import dropout_disabled
 from ..compute.precision import autocast
 from ..compute.sharding import idle_backward, lockstep_count
 from ..compute.stepping import MicroLoss, micro_batched_backward
-from ..logprobs import completion_logprobs, forced_mask
-from ..losses import joint_dpo_loss, reference_free_dpo_loss
+from ..core.steps import AgentPairs, PairBatch, PromptBatch, StepOutput
+from ..core.types import joined_samples
+from ..objective.logprobs import completion_logprobs, forced_mask
+from ..objective.losses import joint_dpo_loss, reference_free_dpo_loss
 from ..preference.pair_tokens import tokenizer_fingerprint
 from ..preference.rollout_pairs import step_pairs, write_pairs
-from ..steps import AgentPairs, PairBatch, PromptBatch, StepOutput
-from ..types import joined_samples
 from .rollout_step import roll_out, rollout_step_metrics
 
 if TYPE_CHECKING:
-    from ..seams import TeamView
+    from ..core.seams import TeamView
 
 
 def _sampled(mask: torch.Tensor, forced, idx: list[int]) -> torch.Tensor:

@@ -18,24 +18,24 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from .. import checkpoint as ckpt
-from ..advantages import token_advantages
 from ..compute import distributed as dist
 from ..compute.dropout import dropout_disabled
 from ..compute.micro_batches import micro_batch_spans
 from ..compute.precision import autocast
 from ..compute.sharding import idle_backward, lockstep_count
 from ..compute.stepping import MicroLoss, micro_batched_backward
-from ..config_io import ConfigError
-from ..engine_mismatch import GapTotals, logprob_gap, padded, truncated_is_weights
-from ..logprobs import completion_logprobs, forced_mask
-from ..losses import clipped_policy_loss, entropy_bonus, kl_estimate, kl_penalty, sequence_kl, token_weights
-from ..steps import PromptBatch, StepOutput
-from ..types import AgentView, joined_engine_logprobs, joined_samples
+from ..core.config_io import ConfigError
+from ..core.steps import PromptBatch, StepOutput
+from ..core.types import AgentView, joined_engine_logprobs, joined_samples
+from ..objective.advantages import token_advantages
+from ..objective.engine_mismatch import GapTotals, logprob_gap, padded, truncated_is_weights
+from ..objective.logprobs import completion_logprobs, forced_mask
+from ..objective.losses import clipped_policy_loss, entropy_bonus, kl_estimate, kl_penalty, sequence_kl, token_weights
+from ..runs import checkpoint as ckpt
 from .rollout_step import roll_out, rollout_step_metrics
 
 if TYPE_CHECKING:
-    from ..seams import TeamView
+    from ..core.seams import TeamView
 
 
 @dataclass

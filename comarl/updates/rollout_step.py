@@ -13,10 +13,10 @@ import math
 import time
 from typing import TYPE_CHECKING
 
-from ..rollout import collect_rollout, join_rollout, rollout_metrics
+from ..rollout.tree import collect_rollout, join_rollout, rollout_metrics
 
 if TYPE_CHECKING:
-    from ..seams import TeamView
+    from ..core.seams import TeamView
 
 
 def chunks_of(items: list, n_chunks: int) -> list[list]:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config_io import UserError
-from ..run_dir import MARKER, run_contents
+from ..core.config_io import UserError
+from ..runs.run_dir import MARKER, run_contents
 
 FILES = {"metrics": "metrics.jsonl", "samples": "samples.jsonl", "trees": "trees.jsonl"}
 """The files a page follows: step metrics, flat sample rows (older runs, preference rounds), rollout trees."""

@@ -5,10 +5,10 @@ import torch
 
 import comarl
 from comarl.config import load_config
-from comarl.config_io import ConfigError
+from comarl.core.config_io import ConfigError
 from comarl.critics import CriticSettings
 from comarl.envs.base import AgentRewards
-from comarl.rollout import collect_rollout
+from comarl.rollout.tree import collect_rollout
 from toy_tasks import same_word
 from config_keys import set_keys
 
@@ -194,7 +194,7 @@ def test_bad_critic_settings_are_errors_that_name_the_key():
 def test_a_sequence_classification_model_is_its_own_critic_head():
     from transformers import Qwen2ForSequenceClassification
 
-    from comarl.tiny_model import tiny_model
+    from comarl.models.tiny_model import tiny_model
 
     lm, tok = tiny_model()
     config = lm.config

@@ -2,9 +2,9 @@ import importlib.util
 
 import pytest
 
-from comarl.agents import AgentConfig, build_agents, smollm2_dir
-from comarl.config_io import ConfigError
-from comarl.tiny_model import tiny_model
+from comarl.models.agents import AgentConfig, build_agents, smollm2_dir
+from comarl.core.config_io import ConfigError
+from comarl.models.tiny_model import tiny_model
 
 
 def test_smollm2_missing_package_gives_install_hint(monkeypatch):

@@ -64,7 +64,7 @@ def test_centralized_actor_trains_and_logs_parse_failures(algorithm):
 
 def test_config_centralized_needs_one_agent_and_a_role_tag():
     from comarl.config import load_config
-    from comarl.config_io import ConfigError
+    from comarl.core.config_io import ConfigError
 
     from pathlib import Path
 

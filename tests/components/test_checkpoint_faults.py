@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from comarl.cli import main
-from comarl.config_io import ConfigError
+from comarl.core.config_io import ConfigError
 from demo_runs import demo_trainer
-from comarl import checkpoint as ckpt
+from comarl.runs import checkpoint as ckpt
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = str(ROOT / "configs/demo/writing.yaml")

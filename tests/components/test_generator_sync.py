@@ -10,7 +10,7 @@ import torch
 import comarl
 from comarl.generation.team import generate_for_agents
 from comarl.generation.vllm_engine import EngineCompletions
-from comarl.logprobs import completion_logprobs
+from comarl.objective.logprobs import completion_logprobs
 from toy_tasks import same_word
 
 ITEMS = [{"n": i} for i in range(4)]
@@ -127,7 +127,7 @@ def test_resume_pushes_the_loaded_weights(tmp_path):
 
 
 def test_heldout_score_samples_with_the_trainers_generator():
-    from comarl.heldout import heldout_score
+    from comarl.runs.heldout import heldout_score
 
     team = agents()
     engine = CopyEngine(team)

@@ -4,12 +4,12 @@ import math
 import pytest
 import torch
 
-from comarl.agents import AgentConfig, build_agents
+from comarl.models.agents import AgentConfig, build_agents
 from comarl.demo import demo_items, reward_window
 from comarl.envs import demo_writing
 from comarl.envs.registry import get_env
 from comarl.generation import generate
-from comarl.heldout import HeldOutScore, heldout_score, mean_and_stderr, paired_gain
+from comarl.runs.heldout import HeldOutScore, heldout_score, mean_and_stderr, paired_gain
 
 
 def test_mean_and_stderr_by_hand():

@@ -5,11 +5,11 @@ import pytest
 import torch
 
 import comarl
-from comarl.agents import build_agents
+from comarl.models.agents import build_agents
 from comarl.envs.base import FunctionEnv
-from comarl.logprobs import completion_logprobs
-from comarl.lora import LoraSettings
-from comarl.losses import kl_estimate, kl_penalty, sequence_kl
+from comarl.objective.logprobs import completion_logprobs
+from comarl.models.lora import LoraSettings
+from comarl.objective.losses import kl_estimate, kl_penalty, sequence_kl
 
 # pi = (1/2, 1/4, 1/4), pi_ref = (1/4, 1/2, 1/4): KL(pi || pi_ref) = 1/2 ln 2 - 1/4 ln 2 = 1/4 ln 2
 P = torch.tensor([0.5, 0.25, 0.25])

@@ -5,12 +5,12 @@ import pytest
 import torch
 
 import comarl
-from comarl.agents import AgentConfig, build_agents
-from comarl.config_io import ConfigError, from_dict
+from comarl.models.agents import AgentConfig, build_agents
+from comarl.core.config_io import ConfigError, from_dict
 from comarl.envs.base import FunctionEnv
-from comarl.logprobs import completion_logprobs
-from comarl.lora import AdapterModel, LoraSettings
-from comarl import checkpoint as ckpt
+from comarl.objective.logprobs import completion_logprobs
+from comarl.models.lora import AdapterModel, LoraSettings
+from comarl.runs import checkpoint as ckpt
 
 PROMPT, COMP = [[5, 6, 7]], [[8, 9, 0]]
 

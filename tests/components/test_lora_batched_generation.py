@@ -3,11 +3,11 @@ import pytest
 import torch
 
 import comarl
-from comarl.agents import AgentConfig, build_agents
+from comarl.models.agents import AgentConfig, build_agents
 from comarl.envs.base import FunctionEnv
 from comarl.generation import adapter_groups, generate_adapters
-from comarl.lora import LoraSettings
-from comarl.rollout import generate_for_agents
+from comarl.models.lora import LoraSettings
+from comarl.rollout.tree import generate_for_agents
 
 
 def _distinct_adapters(agents):

@@ -9,7 +9,7 @@ import torch
 import comarl
 from comarl.envs.base import FunctionEnv
 from comarl.generation.team import generate_for_agents
-from comarl.lora import LoraSettings
+from comarl.models.lora import LoraSettings
 from comarl.compute.dropout import dropout_disabled
 from config_keys import set_keys
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from comarl import AgentConfig, ConfigError, FunctionEnv, HardwareConfig, RolloutConfig, RunConfig, TrainConfig, Trainer
-from comarl.logprobs import completion_logprobs
-from comarl.tiny_model import tiny_model
-from comarl.runtime import check_mixed_precision
+from comarl.objective.logprobs import completion_logprobs
+from comarl.models.tiny_model import tiny_model
+from comarl.core.runtime import check_mixed_precision
 from comarl.compute.precision import LossScaler, autocast, backward, enable_gradient_checkpointing
 
 HAS_BNB = importlib.util.find_spec("bitsandbytes") is not None

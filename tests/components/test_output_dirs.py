@@ -5,11 +5,11 @@ import json
 import pytest
 
 import comarl
-from comarl.config_io import ConfigError
+from comarl.core.config_io import ConfigError
 from comarl.demo import demo_setup, new_run_folder
 from demo_runs import demo_trainer
-from comarl import checkpoint as ckpt
-from comarl import run_dir
+from comarl.runs import checkpoint as ckpt
+from comarl.runs import run_dir
 
 
 _trainer = demo_trainer

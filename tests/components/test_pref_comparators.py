@@ -6,11 +6,11 @@ import pytest
 import torch
 
 import comarl
-from comarl.config_io import ConfigError
+from comarl.core.config_io import ConfigError
 from comarl.preference import DPOSettings, IterativeSettings, PairSettings, PreferenceSettings
 from comarl.preference.pairs import comparator_pairs
-from comarl.tiny_model import tiny_model
-from comarl.checkpoint import save_agent_weights
+from comarl.models.tiny_model import tiny_model
+from comarl.runs.checkpoint import save_agent_weights
 from toy_tasks import same_word
 
 ENV = comarl.FunctionEnv(formatters=[lambda it: f"Name a colour ({it['n']}):", lambda it: f"Pick one ({it['n']}):"],

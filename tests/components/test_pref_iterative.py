@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import comarl
-from comarl.config_io import ConfigError
+from comarl.core.config_io import ConfigError
 from comarl.preference import DPOSettings, IterativeSettings, PairSettings, PreferenceSettings
 
 ENV = comarl.FunctionEnv(formatters=[lambda it: f"Name a colour ({it['n']}):", lambda it: f"Pick one ({it['n']}):"],

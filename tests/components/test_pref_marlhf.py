@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from comarl.config import load_config
-from comarl.config_io import ConfigError
+from comarl.core.config_io import ConfigError
 from comarl.experiment import build_trainer
 from comarl.preference import RewardModelEnv
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import comarl
-from comarl.config_io import ConfigError
+from comarl.core.config_io import ConfigError
 from comarl.preference import IterativeSettings, PairSettings, PreferenceSettings
 from comarl.preference.marlhf import RewardModelSettings
 from toy_tasks import same_word

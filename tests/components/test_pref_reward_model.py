@@ -15,7 +15,7 @@ BAD = ["bad", "awful", "poor", "wrong"]
 def classifier(seed=0):
     from transformers import Qwen2ForSequenceClassification
 
-    from comarl.tiny_model import tiny_model
+    from comarl.models.tiny_model import tiny_model
 
     lm, tok = tiny_model()
     config = lm.config

@@ -16,11 +16,11 @@ pytest.importorskip("fastapi")
 openai = pytest.importorskip("openai")
 
 import comarl  # noqa: E402
-from comarl.advantages import token_advantages  # noqa: E402
+from comarl.objective.advantages import token_advantages  # noqa: E402
 from comarl.config import LossConfig, RolloutConfig, RunConfig  # noqa: E402
-from comarl.config_io import ConfigError  # noqa: E402
+from comarl.core.config_io import ConfigError  # noqa: E402
 from comarl.envs.error_policy import EnvItemError  # noqa: E402
-from comarl.steps import PromptBatch  # noqa: E402
+from comarl.core.steps import PromptBatch  # noqa: E402
 from gateway_fakes import FakeTeam  # noqa: E402
 
 ITEMS = [{"id": "a", "text": "first"}, {"id": "b", "text": "second"}]

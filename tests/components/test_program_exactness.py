@@ -17,7 +17,7 @@ from comarl.envs.demo_writing import DemoReward, build  # noqa: E402
 from comarl.envs.program import ProgramEnv  # noqa: E402
 from comarl.generation.hf import Completions  # noqa: E402
 from comarl.generation.team import scripted  # noqa: E402
-from comarl.steps import PromptBatch  # noqa: E402
+from comarl.core.steps import PromptBatch  # noqa: E402
 
 ITEMS = [{"text": "My neighbour's dog barks every night at three."}, {"text": "I fixed the leaking kitchen tap."}]
 WORDS = ["the", "dog", "barks", "tap", "fixed", "night", "a", "kitchen", "at", "three"]

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 import comarl
-from comarl.config_io import ConfigError
+from comarl.core.config_io import ConfigError
 from comarl.critics import Critic, CriticSettings
 from comarl.critics.inputs import AgentInputs, JointInputs
-from comarl.rollout import collect_rollout
-from comarl.tiny_model import tiny_tokenizer
+from comarl.rollout.tree import collect_rollout
+from comarl.models.tiny_model import tiny_tokenizer
 from toy_tasks import same_word, word
 from config_keys import set_keys
 

@@ -4,14 +4,14 @@ from pathlib import Path
 import pytest
 
 from comarl.config import load_config
-from comarl.config_io import ConfigError
+from comarl.core.config_io import ConfigError
 from comarl.envs.base import AgentRewards, FunctionEnv
 from comarl.envs.loading import check_no_overlap, item_keys
 from comarl.envs.reward_processing import ProcessedRewardEnv, process_reward, with_reward_processing
 from comarl.experiment import build_env, build_trainer
 from comarl.generation import Completions
 from comarl.generation.team import scripted
-from comarl.rollout import RolloutSettings, collect_rollout, siblings_end
+from comarl.rollout.tree import RolloutSettings, collect_rollout, siblings_end
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,13 +8,13 @@ import pytest
 import torch
 
 import comarl
-from comarl.advantages import group_relative
+from comarl.objective.advantages import group_relative
 from comarl.envs.base import AgentRewards, FunctionEnv
 from comarl.envs.error_policy import with_error_policy
 from comarl.generation import Completions
 from comarl.generation.team import scripted
-from comarl.rollout import RolloutSettings, collect_rollout
-from comarl.stages import Stage, StageGraph, tag_route
+from comarl.rollout.tree import RolloutSettings, collect_rollout
+from comarl.core.stages import Stage, StageGraph, tag_route
 from comarl.training.sample_records import MIN_TEXT, fit_texts, leaf_texts, tree_records
 
 
@@ -228,7 +228,7 @@ def test_an_environment_draws_its_own_view_of_each_leaf_through_wrappers():
 def test_training_writes_trees_jsonl_and_resume_truncates_it(tmp_path):
     """Tiny models, 2 steps: a line per item per logged step; log_samples_max_kb=0 writes none."""
     from comarl.demo import demo_setup
-    from comarl.run_dir import truncate_logs
+    from comarl.runs.run_dir import truncate_logs
 
     agents, env, items, cfg = demo_setup("tiny", "writing", 2, str(tmp_path), 0)
     for a in agents:

@@ -1,9 +1,9 @@
 """Generation with each prompt prefilled once: the same tokens as copying the prompt K times."""
 import torch
 
-from comarl.agents import AgentConfig, build_agents
+from comarl.models.agents import AgentConfig, build_agents
 from comarl.generation import generate, generate_adapters
-from comarl.lora import LoraSettings
+from comarl.models.lora import LoraSettings
 
 PROMPTS = [[5, 6, 0, 7, 8, 9], [10, 11], [12], [13, 14, 15, 0, 16, 17, 18, 19]]  # EOS/pad = 0 inside, 1-token
 

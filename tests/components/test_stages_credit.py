@@ -6,14 +6,14 @@ call, so the tables below follow from the reward tables alone. docs/teams.md wor
 import pytest
 import torch
 
-from comarl.advantages import group_relative, leave_one_out, no_baseline
-from comarl.config_io import ConfigError
+from comarl.objective.advantages import group_relative, leave_one_out, no_baseline
+from comarl.core.config_io import ConfigError
 from comarl.envs.base import FunctionEnv
 from comarl.generation import Completions
 from comarl.generation.team import scripted
 from comarl.preference.pairs import tree_pairs
-from comarl.rollout import RolloutSettings, check_tree_size, collect_rollout
-from comarl.stages import Stage, StageGraph, parse_stages, tag_route
+from comarl.rollout.tree import RolloutSettings, check_tree_size, collect_rollout
+from comarl.core.stages import Stage, StageGraph, parse_stages, tag_route
 
 
 class FakeAgent:
@@ -276,7 +276,7 @@ def test_gae_passes_through_the_nodes_a_column_does_not_value():
     V_coder(P1's node) .8, lambda .5. The planner's column passes through the coder's nodes (their backed-up
     values .5 and 1, lambda 1 into them): A = [.5 - .6, 1 - .6] = [-.1, .4]. The coder's column at its nodes:
     rewards minus its values, [.6, -.4] and [.2, .2]."""
-    from comarl.advantages import gae_tree, sample_advantages
+    from comarl.objective.advantages import gae_tree, sample_advantages
 
     out = collect_rollout([FakeAgent("P"), FakeAgent("C")], planner_coder_env(TABLE), [{}], settings(Script()))
     t = out.tree

@@ -7,7 +7,7 @@ import comarl
 from comarl.config import load_config
 from comarl.critics import CriticSettings
 from comarl.envs.base import FunctionEnv
-from comarl.stages import Stage, StageGraph, tag_route
+from comarl.core.stages import Stage, StageGraph, tag_route
 
 
 def _reward(responses, item):

@@ -1,4 +1,4 @@
-"""Structured generation: schemas (comarl/schema.py), constrained decoding (comarl/generation/constrained.py)
+"""Structured generation: schemas (comarl/core/schema.py), constrained decoding (comarl/generation/constrained.py)
 and forced tokens out of the loss (logprobs, token weights, the training loop)."""
 import json
 import pickle
@@ -8,14 +8,14 @@ import pytest
 import torch
 
 import comarl
-from comarl.agents import AgentConfig, build_agents
+from comarl.models.agents import AgentConfig, build_agents
 from comarl.generation import generate
 from comarl.generation.constrained import classify_tokens
-from comarl.logprobs import completion_logprobs
-from comarl.lora import LoraSettings
-from comarl.losses import clipped_policy_loss, token_weights
-from comarl.rollout import generate_for_agents
-from comarl.schema import Schema, Slot, schema_of, with_schema
+from comarl.objective.logprobs import completion_logprobs
+from comarl.models.lora import LoraSettings
+from comarl.objective.losses import clipped_policy_loss, token_weights
+from comarl.rollout.tree import generate_for_agents
+from comarl.core.schema import Schema, Slot, schema_of, with_schema
 from test_lora_batched_generation import _distinct_adapters
 
 SCHEMA = Schema(('{"city": "', Slot(5), ', "food": "', Slot(3), '}'))

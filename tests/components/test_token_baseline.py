@@ -3,7 +3,7 @@ example of docs/algorithms.md's "Add an algorithm"."""
 import torch
 
 import comarl
-from comarl.advantages import token_group_baseline
+from comarl.objective.advantages import token_group_baseline
 from comarl.envs.base import FunctionEnv
 from comarl.generation.team import generate_for_agents
 

@@ -47,7 +47,7 @@ def test_debug_flag_and_env_show_the_traceback(tmp_path, monkeypatch):
     import pytest
 
     from comarl.cli import main
-    from comarl.config_io import ConfigError
+    from comarl.core.config_io import ConfigError
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("train: [\n")
@@ -156,7 +156,7 @@ def test_python_errors_name_the_python_argument_and_config_errors_the_key(tmp_pa
     import pytest
 
     from comarl.config import load_config
-    from comarl.config_io import ConfigError
+    from comarl.core.config_io import ConfigError
     from comarl.experiment import build_trainer
 
     _python_trainer(tmp_path).train()
@@ -182,7 +182,7 @@ def test_a_mistyped_key_gets_did_you_mean_not_sixty_keys(tmp_path):
     _user_error(r, "unknown config key train.num_generation (did you mean train.rollout.num_generations")
     assert len(r.stderr) < 200, r.stderr
     from comarl.config import load_config
-    from comarl.config_io import ConfigError
+    from comarl.core.config_io import ConfigError
 
     with pytest.raises(ConfigError, match=r"train\.rollout\.batch_size \(did you mean train\.run\.batch_size\?\)"):
         load_config(DEMO, ["train.rollout.batch_size=8"])  # a key of another section

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from comarl.agents import AgentConfig, build_agents
+from comarl.models.agents import AgentConfig, build_agents
 from comarl.generation.vllm_engine import VLLMEngine
 from comarl.generation.vllm_generator import VLLMGenerator
 from comarl.generation.vllm_settings import EngineSettings, vllm_installed

@@ -12,7 +12,7 @@ gaps of 1e-2 and more (checked in each test before the push, so the tests can fa
 import pytest
 import torch
 
-from comarl.agents import AgentConfig, build_agents
+from comarl.models.agents import AgentConfig, build_agents
 from comarl.generation import generate
 from comarl.generation.vllm_engine import (EngineCompletions, EngineSettings, Sampling, VLLMEngine, check_head_size,
                                            vllm_available)

@@ -5,13 +5,13 @@ Needs ``vllm`` (skipped otherwise; see tests/components/test_vllm_engine.py for 
 import pytest
 import torch
 
-from comarl.agents import AgentConfig, build_agents
+from comarl.models.agents import AgentConfig, build_agents
 from comarl.generation import generate
 from comarl.generation.hf import Completions
 from comarl.generation.vllm_engine import EngineCompletions, EngineSettings, vllm_available
 from comarl.generation.vllm_generator import VLLMGenerator, check_agent, check_device
-from comarl.lora import LoraSettings
-from comarl.schema import Schema, Slot
+from comarl.models.lora import LoraSettings
+from comarl.core.schema import Schema, Slot
 from test_vllm_engine import TINY, TOL, max_gap, train_a_little
 
 pytestmark = pytest.mark.vllm  # make test runs these with .venv-vllm (pytest -m vllm)

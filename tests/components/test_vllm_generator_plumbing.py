@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from comarl.agents import AgentConfig, build_agents
+from comarl.models.agents import AgentConfig, build_agents
 from comarl.compute import distributed as dist
 from comarl.generation.vllm_engine import EngineCompletions
 from comarl.generation.vllm_generator import VLLMGenerator
 from comarl.generation.vllm_settings import EngineSettings
-from comarl.lora import LoraSettings
+from comarl.models.lora import LoraSettings
 
 OWN = EngineSettings(in_process=False)
 

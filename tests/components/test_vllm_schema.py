@@ -4,11 +4,11 @@ Needs ``vllm`` (skipped otherwise; models and tolerance as in tests/components/t
 """
 import pytest
 
-from comarl.agents import AgentConfig, build_agents
+from comarl.models.agents import AgentConfig, build_agents
 from comarl.generation import generate
 from comarl.generation.vllm_engine import EngineSettings, Sampling, vllm_available
 from comarl.generation.vllm_generator import VLLMGenerator
-from comarl.schema import Schema, Slot
+from comarl.core.schema import Schema, Slot
 from test_structured_generation import SCHEMA, _check_rows
 from test_vllm_engine import TINY, TOL, hf_token_logprobs
 

@@ -5,11 +5,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from comarl.agents import AgentConfig, build_agents
+from comarl.models.agents import AgentConfig, build_agents
 from comarl.generation.vllm_weights import (base_weights, full_weights, lora_rank_slot, write_adapter,
                                             write_model_folder)
-from comarl.lora import LoraSettings
-from comarl.tiny_model import tiny_model
+from comarl.models.lora import LoraSettings
+from comarl.models.tiny_model import tiny_model
 
 
 def test_full_weights_spell_out_the_tied_output_layer():

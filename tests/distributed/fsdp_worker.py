@@ -55,7 +55,7 @@ import torch  # noqa: E402
 
 from comarl import (AgentConfig, FunctionEnv, HardwareConfig, LossConfig, RolloutConfig, RunConfig,  # noqa: E402
                     TrainConfig, Trainer)
-from comarl.lora import LoraSettings  # noqa: E402
+from comarl.models.lora import LoraSettings  # noqa: E402
 from comarl.compute import distributed as dist  # noqa: E402
 from comarl.compute.sharding import full_state_dict  # noqa: E402
 from dist_worker import seeded  # noqa: E402  (tests/: the same split-independent sampling)

@@ -137,7 +137,7 @@ def test_per_node_metrics_weigh_by_their_observations_across_ranks():
 def test_rollout_metrics_weigh_chunks_by_nodes_or_items():
     from types import SimpleNamespace
 
-    from comarl.rollout import rollout_metrics
+    from comarl.rollout.tree import rollout_metrics
 
     def chunk(items, metrics, counts):
         turns = torch.tensor([0] * items + [1] * counts.get("reward/turn1", 0))
@@ -213,7 +213,7 @@ def test_trainer_resumes_a_checkpoint_written_by_more_ranks(tmp_path):
     state = json.loads(state_file.read_text())
     state["world_size"], state["global_batch"] = 2, 4  # pretend 2 ranks wrote it: 1 step x 4 items
     state_file.write_text(json.dumps(state))
-    from comarl.checkpoint import write_manifest
+    from comarl.runs.checkpoint import write_manifest
     write_manifest(tmp_path / "checkpoint-1")  # the edited file's new size (else it no longer verifies)
     r = make(resume="latest")
     assert r.state.step == 1 and r.state.epoch == 0

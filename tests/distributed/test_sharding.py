@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from comarl.config_io import ConfigError
+from comarl.core.config_io import ConfigError
 from comarl.config import HardwareConfig, TrainConfig
 from comarl.compute.sharding import block_modules, mesh_shape, mixed_precision_policy
 
@@ -195,7 +195,7 @@ def test_mixed_precision_maps_to_fsdp_policy():
 
 
 def test_blocks_are_the_decoder_layers_and_a_model_without_them_is_refused():
-    from comarl.tiny_model import tiny_model
+    from comarl.models.tiny_model import tiny_model
 
     model, _ = tiny_model(hidden_size=32, num_layers=3)
     assert [type(b).__name__ for b in block_modules(model, "agent0")] == ["Qwen2DecoderLayer"] * 3

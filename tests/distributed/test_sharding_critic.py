@@ -17,7 +17,7 @@ import fsdp_critic_worker
 from comarl.critics import CriticSettings, ValueHead, ValueModel
 from comarl.critics.critic import Critic, _Targets
 from comarl.critics.inputs import AgentInputs
-from comarl.tiny_model import tiny_model
+from comarl.models.tiny_model import tiny_model
 from sharded_runs import LONG, launch_beside
 from sharded_runs import load_result as _load
 from sharded_runs import max_diff as _max_diff

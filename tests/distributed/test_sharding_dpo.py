@@ -151,7 +151,7 @@ def test_madpo_offline_splits_the_batch_and_saves_a_sharded_checkpoint(runs):
 # ------------------------------------------------------------------ single process
 
 def test_copy_weights_in_place_copies_every_tensor_and_refuses_other_shapes():
-    from comarl.tiny_model import tiny_model
+    from comarl.models.tiny_model import tiny_model
     from comarl.preference.rounds import copy_weights_in_place
 
     src, _ = tiny_model(hidden_size=32, num_layers=2, seed=1)
@@ -172,5 +172,5 @@ def test_offline_pairs_are_checked_whole_and_an_empty_share_gives_empty_data():
     with pytest.raises(ValueError, match="preference pair 1: 'chosen' needs 2 entries"):
         check_text_pairs([{"prompts": ["a", "b"], "chosen": ["x", "y"], "rejected": ["z", "w"]},
                           {"prompts": ["a", "b"], "chosen": ["x"], "rejected": ["z", "w"]}], 2)
-    from comarl.steps import AgentPairs
+    from comarl.core.steps import AgentPairs
     assert text_pairs_to_ids([object(), object()], []) == [AgentPairs([], [], [], [], None)] * 2

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from comarl import checkpoint as ckpt
+from comarl.runs import checkpoint as ckpt
 from comarl.generation.vllm_settings import vllm_installed
 from sharded_runs import LONG, TORCHRUN
 from test_distributed import _launch
@@ -39,7 +39,7 @@ def test_a_stalled_push_on_one_rank_stops_the_run_with_one_line_and_the_checkpoi
     run = tmp_path / "out" / "stall" / "run"
     assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-1"]
     ckpt.verify_checkpoint(run / "checkpoint-1")
-    from comarl.agents import build_agents
+    from comarl.models.agents import build_agents
     from comarl.training.optim import build_optimizer, build_scheduler
 
     agents = build_agents(vllm_worker.agents(False))

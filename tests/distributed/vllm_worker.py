@@ -36,7 +36,7 @@ from comarl.compute import distributed as dist  # noqa: E402
 from comarl.compute.sharding import full_state_dict  # noqa: E402
 from comarl.generation.hf import Completions  # noqa: E402
 from comarl.generation.vllm_settings import EngineSettings  # noqa: E402
-from comarl.lora import LoraSettings  # noqa: E402
+from comarl.models.lora import LoraSettings  # noqa: E402
 
 PROBES = ["Name a colour (9):", "Pick a colour (7):"]
 ITEMS = [{"n": i} for i in range(8)]

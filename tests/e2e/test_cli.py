@@ -6,7 +6,7 @@ import pytest
 
 from comarl.cli import main
 from comarl.config import load_config
-from comarl.config_io import ConfigError
+from comarl.core.config_io import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from comarl.config import load_config
-from comarl.config_io import ConfigError
+from comarl.core.config_io import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = (ROOT / "docs" / "faq.md").read_text(encoding="utf-8")

@@ -64,7 +64,7 @@ def test_api_reference_renders_the_public_surface(site):
     assert 'id="comarl.Trainer"' in trainer and 'id="comarl.Trainer.train"' in trainer
     assert ":class:" not in trainer  # Sphinx roles turned into code (docs/griffe_rst_roles.py)
     config = (site / "api/config/index.html").read_text()
-    for name in ["comarl.config.TrainConfig", "comarl.config.ExperimentConfig", "comarl.agents.AgentConfig",
+    for name in ["comarl.config.TrainConfig", "comarl.config.ExperimentConfig", "comarl.models.agents.AgentConfig",
                  "comarl.config.load_config"]:
         assert f'id="{name}"' in config, name
     envs = (site / "api/envs/index.html").read_text()

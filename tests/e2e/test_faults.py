@@ -10,7 +10,7 @@ import pytest
 import comarl
 from comarl.cli import main
 from comarl.config import load_config
-from comarl.config_io import ConfigError
+from comarl.core.config_io import ConfigError
 from comarl.envs.base import EnvState, FunctionEnv
 from comarl.envs.error_policy import EnvItemError, ErrorPolicyEnv, error_policy_of, with_error_policy
 from comarl.experiment import build_env
@@ -48,7 +48,7 @@ def test_a_run_whose_steps_are_all_skipped_stops_with_a_checkpoint(tmp_path):
     assert "3 steps in a row took no update (steps 1-3: 6 non-finite losses or gradients" in msg
     assert "weights are those of step 0" in msg and f"saved in {tmp_path / 'checkpoint-3'}" in msg
     assert "TrainConfig(run=RunConfig(max_consecutive_skips=3))" in msg  # built in Python: its argument
-    comarl.checkpoint.verify_checkpoint(tmp_path / "checkpoint-3")
+    comarl.runs.checkpoint.verify_checkpoint(tmp_path / "checkpoint-3")
     assert t.history[-1]["count/nonfinite_skips"] == 6
 
 

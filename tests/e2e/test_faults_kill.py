@@ -27,7 +27,7 @@ import pytest
 import torch
 import yaml
 
-from comarl import checkpoint as ckpt
+from comarl.runs import checkpoint as ckpt
 
 SEED = 33  # the kill points' RNG
 STEPS = 4
@@ -92,7 +92,7 @@ class Hooks:
     def install(self) -> None:
         import comarl.critics.critic as critic
         import comarl.preference.rounds as rounds
-        import comarl.rollout as rollout
+        import comarl.rollout.tree as rollout
         import comarl.training.team as team
 
         self.wrap(rollout, "generate_for_agents", "generate")

@@ -34,7 +34,7 @@ def test_the_readme_quotes_the_second_runs_error_as_python_users_get_it(tmp_path
     """Running the README's example twice: the refusal it quotes is the one a Python user gets."""
     import pytest
 
-    from comarl.config_io import ConfigError
+    from comarl.core.config_io import ConfigError
 
     code = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)[0]
     monkeypatch.chdir(tmp_path)

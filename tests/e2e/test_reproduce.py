@@ -137,10 +137,10 @@ def test_tldr_split_is_disjoint_and_keeps_the_demo_heldout_posts():
 
 
 def test_team_score_draws_what_heldout_score_draws():
-    """One turn, two agents in parallel: the grid's scorer gives comarl.heldout's numbers exactly."""
+    """One turn, two agents in parallel: the grid's scorer gives comarl.runs.heldout's numbers exactly."""
     from comarl import AgentConfig, build_agents
     from comarl.envs.registry import get_env
-    from comarl.heldout import heldout_score
+    from comarl.runs.heldout import heldout_score
 
     agents = build_agents([AgentConfig(model="tiny", max_new_tokens=6, model_kwargs={"seed": i}) for i in range(2)])
     env = get_env("demo_writing").build(2)

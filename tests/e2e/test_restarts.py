@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from comarl.config_io import ConfigError
+from comarl.core.config_io import ConfigError
 from restart_runs import STEPS, child_env, config, final_state, restarts, same, train
 
 SEED = 42  # the crash step's RNG

@@ -16,7 +16,7 @@ openai = pytest.importorskip("openai")
 
 import comarl  # noqa: E402
 from comarl.config import RunConfig, RolloutConfig  # noqa: E402
-from comarl.config_io import ConfigError  # noqa: E402
+from comarl.core.config_io import ConfigError  # noqa: E402
 from comarl.gateway.serve import build_team, served_folder, team_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,8 +23,8 @@ import pytest
 
 import comarl
 from comarl.envs.base import AgentRewards, FunctionEnv
-from comarl.heldout import heldout_score
-from comarl.stages import Stage, StageGraph
+from comarl.runs.heldout import heldout_score
+from comarl.core.stages import Stage, StageGraph
 
 SECRETS = ("red", "green")
 TRAIN = [{"n": i, "secret": SECRETS[i % 2]} for i in range(60)]

@@ -8,7 +8,7 @@ import torch
 
 import comarl
 from comarl.demo import demo_setup
-from comarl import run_dir
+from comarl.runs import run_dir
 from config_keys import set_keys
 
 
@@ -33,7 +33,7 @@ def test_reward_rises_on_the_demo_task():
     and the held-out score (24 posts never trained on, 4 samples each) by >= 0.15 (measured 0.412 -> 0.710,
     s.e. ~0.02, after these 90 steps; the 300-step demo's number is ``comarl.demo.EXPECTED_HELDOUT``)."""
     from comarl.demo import demo_items
-    from comarl.heldout import heldout_score
+    from comarl.runs.heldout import heldout_score
 
     t = _trainer(steps=90)
     _, heldout = demo_items("writing")
@@ -83,7 +83,7 @@ def test_interrupted_save_keeps_previous_checkpoint(tmp_path, monkeypatch):
 
 
 def test_heterogeneous_agents_two_architectures_and_tokenizers(tmp_path):
-    from comarl.tiny_model import tiny_model
+    from comarl.models.tiny_model import tiny_model
 
     llama, llama_tok = tiny_model("llama", vocab_size=600, hidden_size=96, num_layers=3, seed=1)
     agents = [comarl.AgentConfig(model="tiny", max_new_tokens=8, lr=1e-3),

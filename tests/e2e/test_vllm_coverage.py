@@ -21,8 +21,8 @@ from comarl.critics import CriticSettings
 from comarl.preference import IterativeSettings, PairSettings, PreferenceSettings
 from comarl.preference.centralized import CentralizedEnv
 from comarl.preference.marlhf import RewardModelSettings
-from comarl.schema import Schema, Slot, with_schema
-from comarl.stages import Stage, StageGraph
+from comarl.core.schema import Schema, Slot, with_schema
+from comarl.core.stages import Stage, StageGraph
 from test_vllm_training import (ENGINE, ITEMS, TOL, agent_configs, check_trained, initial_models, pytestmark,  # noqa: F401
                                 run, scrambled, toy_env)
 

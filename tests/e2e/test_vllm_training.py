@@ -19,7 +19,7 @@ import comarl
 from comarl.cli import main
 from comarl.critics import CriticSettings
 from comarl.generation.vllm_settings import EngineSettings, vllm_installed
-from comarl.lora import LoraSettings
+from comarl.models.lora import LoraSettings
 from comarl.preference import DPOSettings, IterativeSettings, PreferenceSettings
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not vllm_installed(), reason="vllm is not installed "

@@ -1,6 +1,6 @@
 import torch
 
-from comarl.advantages import MAX_SCALED, external_baseline, group_relative, no_baseline, scale_by_group_std
+from comarl.objective.advantages import MAX_SCALED, external_baseline, group_relative, no_baseline, scale_by_group_std
 
 # one reward table shared by the estimator tests: 2 groups x 4 samples
 R = torch.tensor([[1.0, 2.0, 3.0, 6.0],
@@ -74,7 +74,7 @@ def test_std_scaled_advantages_are_bounded_for_any_group():
 
 
 def test_token_advantages_broadcast_a_sequence_estimate_over_each_samples_tokens():
-    from comarl.advantages import token_advantages
+    from comarl.objective.advantages import token_advantages
 
     adv = torch.tensor([[1.0, -1.0], [2.0, 0.5]])  # G=2, K=2: samples 0..3
     lengths = torch.tensor([2, 1, 3, 0])
@@ -90,7 +90,7 @@ def test_token_advantages_broadcast_a_sequence_estimate_over_each_samples_tokens
 
 
 def test_token_group_baseline_by_hand():
-    from comarl.advantages import token_group_baseline
+    from comarl.objective.advantages import token_group_baseline
 
     # one group, returns 1, 2, 6, lengths 1, 2, 3:
     # t=0: all three write, baseline 3 -> -2, -1, 3; t=1: samples 1 and 2, baseline 4 -> -2, 2; t=2: sample 2 alone -> 0
@@ -102,7 +102,7 @@ def test_token_group_baseline_by_hand():
 
 
 def test_std_scaling_of_a_per_token_estimate_uses_its_groups_returns():
-    from comarl.advantages import scale_by_group_std_any, token_group_baseline
+    from comarl.objective.advantages import scale_by_group_std_any, token_group_baseline
 
     lengths = torch.full((8,), 3)
     scaled = scale_by_group_std_any(token_group_baseline(R, lengths), R)

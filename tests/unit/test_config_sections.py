@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from comarl.config import HardwareConfig, LossConfig, RunConfig, TrainConfig, load_config
-from comarl.config_io import ConfigError, DeprecatedKey, Moved, to_dict
+from comarl.core.config_io import ConfigError, DeprecatedKey, Moved, to_dict
 from comarl.critics import CriticSettings
 from comarl.preference import PreferenceSettings
 

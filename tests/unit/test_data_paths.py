@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from comarl.config import load_config
-from comarl.config_io import ConfigError
+from comarl.core.config_io import ConfigError
 from comarl.data import FIXTURES, fixture_names, resolve_source
 from comarl.envs.registry import get_env
 

@@ -6,10 +6,10 @@ from types import SimpleNamespace
 import pytest
 
 from comarl.config import ExperimentConfig, load_config
-from comarl.config_io import from_dict, to_dict
+from comarl.core.config_io import from_dict, to_dict
 from comarl.demo import demo_config, demo_items, speed_hints
 from comarl.experiment import load_items
-from comarl.heldout import records_score
+from comarl.runs.heldout import records_score
 from comarl.envs.base import AgentRewards
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from comarl.losses import bradley_terry_loss, joint_dpo_loss, reference_free_dpo_loss
+from comarl.objective.losses import bradley_terry_loss, joint_dpo_loss, reference_free_dpo_loss
 
 
 def test_joint_dpo_sums_agents_log_ratios():

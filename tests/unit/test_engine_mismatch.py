@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from comarl.engine_mismatch import GapTotals, logprob_gap, padded, truncated_is_weights
+from comarl.objective.engine_mismatch import GapTotals, logprob_gap, padded, truncated_is_weights
 
 L = math.log
 

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from comarl.advantages import gae, gae_tree, node_baseline, sample_advantages, whiten, whiten_across
-from comarl.losses import explained_variance, value_loss
+from comarl.objective.advantages import gae, gae_tree, node_baseline, sample_advantages, whiten, whiten_across
+from comarl.objective.losses import explained_variance, value_loss
 
 # one 3-turn branch: r = [1, 0, 2], V = [0.5, 1.0, 1.5], gamma = 0.9
 R = torch.tensor([1.0, 0.0, 2.0])
@@ -229,7 +229,7 @@ def test_whiten_across_ranks_is_whiten_of_the_whole_batch():
 def test_entropy_bonus_by_hand():
     """logp = ln[.5, .25], w = .5 each, coef .1: loss = .1 * .5 * (ln2^2 + 4 ln2^2) = .25 ln2^2;
     d loss / d logp_t = coef * w * logp_t (the surrogate's gradient is -coef * grad H)."""
-    from comarl.losses import entropy_bonus
+    from comarl.objective.losses import entropy_bonus
 
     logp = torch.log(torch.tensor([[0.5, 0.25]])).requires_grad_()
     loss = entropy_bonus(logp, torch.full((1, 2), 0.5), 0.1)

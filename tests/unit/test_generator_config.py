@@ -4,7 +4,7 @@ import pytest
 
 import comarl
 from comarl.config import load_config
-from comarl.config_io import ConfigError
+from comarl.core.config_io import ConfigError
 from comarl.generation.team import generate_for_agents
 from comarl.generation.vllm_settings import EngineSettings, vllm_installed
 

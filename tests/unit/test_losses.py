@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from comarl.losses import clipped_policy_loss, token_weights
+from comarl.objective.losses import clipped_policy_loss, token_weights
 
 
 def test_token_weights_three_normalisations():

@@ -1,8 +1,8 @@
 import torch
 
-from comarl.agents import build_agents
+from comarl.models.agents import build_agents
 from comarl.generation import cut_at_eos, generate
-from comarl.logprobs import collate, completion_logprobs
+from comarl.objective.logprobs import collate, completion_logprobs
 
 
 def test_cut_at_first_eos_with_pad_equal_eos():

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from comarl.config import ExperimentConfig
-from comarl.config_io import load_yaml, old_spellings
+from comarl.core.config_io import load_yaml, old_spellings
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD = old_spellings(ExperimentConfig)
@@ -63,7 +63,7 @@ def yaml_blocks(markdown: str) -> list[str]:
 
 def old_keywords(source: str) -> list[str]:
     """``TrainConfig(num_generations=...)`` and the like: calls of the config classes with an old keyword."""
-    from comarl.config_io import aliases
+    from comarl.core.config_io import aliases
 
     from comarl.config import HardwareConfig, TrainConfig
     from comarl.critics.settings import CriticSettings

@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from comarl.config_io import ConfigError
+from comarl.core.config_io import ConfigError
 from comarl.preference import IterativeSettings, PreferenceSettings
 from comarl.preference.replay import replay_pool, replay_sample_size, sample_replay, sampled_round_probabilities
 

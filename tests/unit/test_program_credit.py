@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from comarl.advantages import group_relative, token_advantages
+from comarl.objective.advantages import group_relative, token_advantages
 from comarl.envs.base import AgentRewards
 from comarl.envs.program import ProgramRunError, RunOutcome, run_reward
-from comarl.types import AgentSamples
+from comarl.core.types import AgentSamples
 from comarl.updates.policy_gradient import group_sizes
 
 

@@ -3,9 +3,9 @@ import pickle
 
 import pytest
 
-from comarl.prefill import prefill_of, with_prefill
-from comarl.prompt_notes import AnnotatedPrompt, annotate
-from comarl.schema import Schema, Slot, schema_of, with_schema
+from comarl.core.prefill import prefill_of, with_prefill
+from comarl.core.prompt_notes import AnnotatedPrompt, annotate
+from comarl.core.schema import Schema, Slot, schema_of, with_schema
 
 
 def test_schema_and_prefill_compose_in_either_order():

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from comarl import checkpoint as ckpt
+from comarl.runs import checkpoint as ckpt
 from comarl.compute.watchdog import HEARTBEAT_ENV
 from comarl.training.restarts import backoff, classify, command, restart_args, supervise
 

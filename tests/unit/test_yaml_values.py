@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from comarl.config import ExperimentConfig, load_config
-from comarl.config_io import ConfigError, Written, from_dict, load_yaml, parse_value, read_yaml, to_dict
+from comarl.core.config_io import ConfigError, Written, from_dict, load_yaml, parse_value, read_yaml, to_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "configs/demo/writing.yaml"

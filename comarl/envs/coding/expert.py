@@ -15,7 +15,7 @@ import re
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 if TYPE_CHECKING:
-    from comarl.agents import Agent
+    from comarl.models.agents import Agent
 
 _JSON = re.compile(r"\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}", re.DOTALL)
 
@@ -62,7 +62,7 @@ class Expert:
 
     def _load(self):
         if self._agent is None:
-            from comarl.agents import AgentConfig, build_agents
+            from comarl.models.agents import AgentConfig, build_agents
             try:
                 cfg = AgentConfig(**self.spec)
             except TypeError as e:

@@ -21,7 +21,7 @@ import re
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
-from ...stages import Stage, StageGraph
+from ...core.stages import Stage, StageGraph
 from ..base import EnvState, Transition
 from ..coding.data import load_function_items
 from ..coding.function_env import FunctionCodingEnv

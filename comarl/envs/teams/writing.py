@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ...stages import Stage, StageGraph
+from ...core.stages import Stage, StageGraph
 from ..base import EnvState
 from ..registry import EnvEntry, register_env
 from ..writing import tldr

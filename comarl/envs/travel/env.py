@@ -11,7 +11,7 @@ benchmark's metrics.
 
 Two ways to hold the policies to the JSON format: ``prefill`` forces only the
 opening as prompt tokens; ``structured`` declares the whole answer as a schema
-(``comarl/schema.py``, :meth:`TravelEnv.answer_schema`): the skeleton for every
+(``comarl/core/schema.py``, :meth:`TravelEnv.answer_schema`): the skeleton for every
 day of the query and every owned field is forced during generation and left
 out of the loss, the policy writes only the values (each capped at
 ``slot_tokens``), and every structured answer parses.
@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping, Sequence
 
-from ...prefill import restore, with_prefill
-from ...schema import Schema, Slot, with_schema
+from ...core.prefill import restore, with_prefill
+from ...core.schema import Schema, Slot, with_schema
 from ..base import EnvState, EvalRecord, Transition, scalar_reward
 from ..registry import EnvEntry, register_env
 from . import catalog as C
@@ -258,7 +258,7 @@ class TravelEnv:
 def build(num_agents: int = 2, **args: Any) -> TravelEnv:
     """The environment from ``env.args``: ``roles`` (one field list per agent; every plan field exactly
     once), ``role_names``, ``catalog_chars`` (per-agent catalog budget, default 6000), ``reward`` (weights),
-    ``prefill`` (force the JSON opening, see :meth:`TravelEnv.answer_prefix` and ``comarl.prefill``),
+    ``prefill`` (force the JSON opening, see :meth:`TravelEnv.answer_prefix` and ``comarl.core.prefill``),
     ``structured`` (force the whole JSON skeleton, values sampled; :meth:`TravelEnv.answer_schema`),
     ``slot_tokens`` (with ``structured``: most tokens per value, one int for every field or a
     ``{field: int}`` mapping over the defaults ``SLOT_TOKENS``), ``delivery`` (``benchmark``, the default:

@@ -1,16 +1,16 @@
-"""Forced answer start (comarl.prefill) and the TravelPlanner ``prefill`` option: the JSON opening is
+"""Forced answer start (comarl.core.prefill) and the TravelPlanner ``prefill`` option: the JSON opening is
 prompt, not completion, so it is never sampled nor in the loss; the env parses it back."""
 import json
 import pickle
 
 import pytest
 
-from comarl.agents import AgentConfig, build_agents
+from comarl.models.agents import AgentConfig, build_agents
 from comarl.envs.registry import get_env
 from comarl.envs.travel import catalog as C
 from comarl.envs.travel.data import load_items
-from comarl.prefill import prefill_of, with_prefill
-from comarl.rollout import RolloutSettings, collect_rollout
+from comarl.core.prefill import prefill_of, with_prefill
+from comarl.rollout.tree import RolloutSettings, collect_rollout
 
 
 def test_prefilled_prompt_is_a_string_that_keeps_its_prefill():

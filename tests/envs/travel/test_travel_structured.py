@@ -4,12 +4,12 @@ import json
 
 import pytest
 
-from comarl.agents import AgentConfig, build_agents
+from comarl.models.agents import AgentConfig, build_agents
 from comarl.envs.registry import get_env
 from comarl.envs.travel import catalog as C
 from comarl.envs.travel.data import load_items
-from comarl.rollout import RolloutSettings, collect_rollout
-from comarl.schema import Slot, schema_of
+from comarl.rollout.tree import RolloutSettings, collect_rollout
+from comarl.core.schema import Slot, schema_of
 
 
 def test_schema_of_a_two_day_logistics_answer():

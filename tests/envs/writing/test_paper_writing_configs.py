@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from comarl.config import load_config
-from comarl.config_io import ConfigError
+from comarl.core.config_io import ConfigError
 from comarl.experiment import build_trainer
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -87,7 +87,7 @@ class StepOutput:
         weight: the weight of this rank's metrics in that average (items trained on).
         counts: per-node metrics' observation counts, which weigh those instead (``rollout_metrics``).
         examples: a few (prompt, response, reward) rows for ``samples.jsonl``.
-        rollouts: the step's rollouts (``comarl.types.Rollout``), as rolled out (nothing writes into them); empty
+        rollouts: the step's rollouts (``comarl.core.types.Rollout``), as rolled out (nothing writes into them); empty
             for an update that rolls nothing out.
         advantages: per agent, per rollout, the advantages the update computed ([G, K], or [S, T] from a
             per-token estimator); empty when the update computes none (DPO).

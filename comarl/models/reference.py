@@ -2,13 +2,13 @@
 
 * Full fine-tuning agent: a frozen deep copy of the model, taken when the
   trainer is built (before any update or resume), on the agent's device.
-* LoRA agent (:class:`comarl.lora.AdapterModel`, or a ``PeftModel`` passed in
+* LoRA agent (:class:`comarl.models.lora.AdapterModel`, or a ``PeftModel`` passed in
   as the model object): the same base with the adapter switched off, so it
   costs no extra copy. That is the starting policy because a fresh LoRA
   adapter's ``B`` matrix is zero.
 
 The trainer builds references only when ``train.loss.kl_beta > 0``. With
-``share_prefix`` each distinct prompt is encoded once (comarl/prefix_cache.py).
+``share_prefix`` each distinct prompt is encoded once (comarl/objective/prefix_cache.py).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from contextlib import nullcontext
 
 import torch
 
-from .logprobs import completion_logprobs
+from ..objective.logprobs import completion_logprobs
 
 
 class Reference:

@@ -5,7 +5,7 @@ agent of stage s writes after the agents of stages 0..s-1 on the same branch and
 outputs of the earlier agents it *reads* (a DAG: an agent reads only earlier stages). The default graph,
 one stage of all agents reading nobody, is the rollout as it always was.
 
-How a stage samples (``comarl/rollout.py`` builds the tree, docs/teams.md works an example):
+How a stage samples (``comarl/rollout/tree.py`` builds the tree, docs/teams.md works an example):
 
 - a **branch** stage (the first stage always is one) opens a new tree node for every joint action of the
   stage before it: each agent of the stage writes K samples from one prompt (K successors share their

@@ -27,10 +27,10 @@ from typing import Any, Sequence
 
 import torch
 
-from .envs.base import EvalRecord
-from .envs.error_policy import describe_item
-from .envs.program import OUTCOME, ProgramEnv, RunOutcome
-from .types import AgentSamples, Rollout
+from ..core.types import AgentSamples, Rollout
+from ..envs.base import EvalRecord
+from ..envs.error_policy import describe_item
+from ..envs.program import OUTCOME, ProgramEnv, RunOutcome
 
 WARN_FIRST = 10
 _warned = {"no_call": 0}
@@ -78,7 +78,7 @@ def collect_program_rollout(agents: Sequence, env, program: ProgramEnv, items: S
     transitions = env.step_batch(states, responses)
     if len(transitions) != len(states):
         raise ValueError(f"env.step_batch returned {len(transitions)} transitions for {len(states)} program runs")
-    from .rollout import reward_vector  # (rollout dispatches here: imported late)
+    from .tree import reward_vector  # (rollout dispatches here: imported late)
 
     rewards = torch.stack([reward_vector(tr.reward, n, f"program run {r % k + 1} of {k} on item "
                                          f"{describe_item(items[r // k])}")

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from .stages import stage_graph, stage_prompt
+from ..core.stages import stage_graph, stage_prompt
 
 
 def mean_and_stderr(values: Sequence[float]) -> tuple[float, float]:
@@ -101,7 +101,7 @@ def _team_reward(reward) -> float:
 def _staged_joints(agents, env, graph, states, k: int, greedy: bool, batch_size: int,
                    generate_for_agents) -> list[tuple[str, ...]]:
     """A team graph's joint responses, ``k`` per item (item-major): the first stage writes k samples per item,
-    every later agent one per branch, from the prompt holding what it reads (``comarl/stages.py``); one
+    every later agent one per branch, from the prompt holding what it reads (``comarl/core/stages.py``); one
     ``generate`` per agent and stage."""
     n = len(agents)
     branches: list[tuple[Any, dict[int, str]]] = [(s, {}) for s in states for _ in range(k)]  # (state, agent -> text)
@@ -138,7 +138,7 @@ def heldout_score(agents: Sequence, env, items: Sequence[dict], samples: int = 1
     (``generation/team.py``; a trainer's ``Trainer.generator``, e.g. its vLLM engines, whose sampling stream
     is the engine's own: ``seed`` then fixes greedy runs only); None: Hugging Face ``generate``.
     """
-    from .rollout import generate_for_agents
+    from ..rollout.tree import generate_for_agents
 
     team_generate = generator or generate_for_agents
     if not items:

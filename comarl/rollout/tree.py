@@ -5,7 +5,7 @@ item sends its prompts through one ``generate`` call per agent. Each joint
 action of a node is scored by one ``env.step_batch`` call for the whole turn,
 and (multi-turn) continues as a child node with its own environment state.
 
-Stages (``comarl/stages.py``): when the environment declares a team graph, a
+Stages (``comarl/core/stages.py``): when the environment declares a team graph, a
 turn runs its stages in order and the tree branches within the turn as it does
 across turns. A branch stage opens a node for every joint action of the stage
 before it (its agents write K samples each from prompts that hold the earlier
@@ -42,7 +42,7 @@ and turns, until it ends); its discounted return is the node's
 LoRA agents on one shared base with identical generation settings share one
 ``generate`` call (``batch_adapters``, on by default), sampled and greedy.
 
-Structured generation: a prompt that declares a schema (``comarl/schema.py``)
+Structured generation: a prompt that declares a schema (``comarl/core/schema.py``)
 is decoded under it (unless the agent's ``structured`` is false), and the
 samples record which completion tokens were forced (``AgentSamples.forced``).
 
@@ -58,14 +58,14 @@ from typing import TYPE_CHECKING, Sequence
 
 import torch
 
-from .envs.base import AgentRewards, EnvState, Environment, EvalRecord, Transition
-from .generation.team import generate_for_agents
-from .schema import schema_of
-from .stages import Stage, StageGraph, leaves_and_completions, stage_graph, stage_prompt
-from .types import AgentSamples, Rollout, RolloutTree
+from ..core.schema import schema_of
+from ..core.stages import Stage, StageGraph, leaves_and_completions, stage_graph, stage_prompt
+from ..core.types import AgentSamples, Rollout, RolloutTree
+from ..envs.base import AgentRewards, EnvState, Environment, EvalRecord, Transition
+from ..generation.team import generate_for_agents
 
 if TYPE_CHECKING:
-    from .seams import Lockstep, TeamGenerator
+    from ..core.seams import Lockstep, TeamGenerator
 
 
 def joint_actions(mode: str, k: int, n: int) -> torch.Tensor:
@@ -530,11 +530,11 @@ def collect_rollout(agents: Sequence, env: Environment, items: Sequence[dict], s
     nodes where it acts, so its samples of its g-th group are ``g*K .. g*K+K-1`` in its :class:`AgentSamples`
     (``Rollout.tree.groups`` maps nodes to those rows).
     """
-    from .envs.program import program_env_of
+    from ..envs.program import program_env_of
 
     program = program_env_of(env)
-    if program is not None:  # a user's program drives the calls (comarl/program_rollout.py)
-        from .program_rollout import collect_program_rollout
+    if program is not None:  # a user's program drives the calls (comarl/rollout/program.py)
+        from .program import collect_program_rollout
 
         return collect_program_rollout(agents, env, program, items, s)
     n, k = len(agents), s.num_generations

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from .config_io import ConfigError
+from ..core.config_io import ConfigError
 
 
 @dataclass

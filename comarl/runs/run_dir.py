@@ -18,7 +18,7 @@ import time
 import uuid
 from pathlib import Path
 
-from .config_io import ConfigError
+from ..core.config_io import ConfigError
 
 MARKER = "run.json"
 RUN_FILES = (MARKER, "metrics.jsonl", "samples.jsonl", "trees.jsonl", "tensorboard", "final", "eval.json", "wandb",

@@ -39,7 +39,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .config_io import ConfigError, UserError
+from ..core.config_io import ConfigError, UserError
 from .run_dir import checkpoint_step, latest_checkpoint, list_checkpoints, no_checkpoint_message
 
 MANIFEST = "manifest.json"
@@ -444,7 +444,7 @@ def load_checkpoint(path: str | Path, agents, optimizers, schedulers, checksums:
     if not (path / "trainer_state.json").exists():
         raise FileNotFoundError(f"train.run.resume: {path} is not a complete checkpoint (no trainer_state.json)")
     verify_checkpoint(path, checksums)
-    from .compute.sharding import is_sharded
+    from ..compute.sharding import is_sharded
 
     for i, agent in enumerate(agents):
         folder = path / f"agent{i}"
@@ -511,7 +511,7 @@ def load_extra(path: str | Path, name: str):
 def load_agent_weights(agent, folder: Path) -> None:
     """Put saved weights (full model, or a peft adapter) back into the live model."""
     model = agent.model
-    from .lora import AdapterModel
+    from ..models.lora import AdapterModel
 
     if isinstance(model, AdapterModel):  # a LoRA agent on a shared base: its adapter only
         from peft.utils import load_peft_weights
@@ -566,7 +566,7 @@ def agents_from_folder(configs, folder: Path, key: str = "--checkpoint", meta: b
     rank 0's)."""
     import dataclasses
 
-    from .agents import build_agents
+    from ..models.agents import build_agents
 
     verify_checkpoint(folder)  # a checkpoint's manifest, where it has one (final/ folders have none)
     folders = [Path(folder) / f"agent{i}" for i in range(len(configs))]

@@ -40,7 +40,7 @@ class AgentSamples:
     engine_logprobs: list[list[float]] | None = None
     """[S] per completion token, the log-prob the generator sampled it with (a vLLM engine's), else None."""
     run_index: torch.Tensor | None = None
-    """[S] program runs (``comarl/program_rollout.py``): the run ``g*K + k`` each sample (a call) belongs to;
+    """[S] program runs (``comarl/rollout/program.py``): the run ``g*K + k`` each sample (a call) belongs to;
     ``returns`` is then per run [G, K] and a run may hold any number of an agent's samples. None: sample s is
     run s (S = G*K), as in the rollout tree."""
 
@@ -124,7 +124,7 @@ class RolloutTree:
     """Structure of one rollout tree, node-major in the same group order as :class:`AgentSamples`.
 
     A node is where some agents act together: every agent at every node in the one-stage default, the
-    agents of one stage (and of the aligned stages that join it) in a team graph (``comarl/stages.py``).
+    agents of one stage (and of the aligned stages that join it) in a team graph (``comarl/core/stages.py``).
     Node g has ``width[g]`` joint actions (K aligned, K^n cross over the n agents that branch there);
     tensors are padded to the widest node, J.
 

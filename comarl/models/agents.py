@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import torch
 
-from .config_io import ConfigError
+from ..core.config_io import ConfigError
 from .lora import LoraSettings, SharedBase, base_key
 
 
@@ -75,7 +75,7 @@ class AgentConfig:
             raise ConfigError(f"{where}.top_k must be >= 0, got {self.top_k}")
         if self.lr < 0:
             raise ConfigError(f"{where}.lr must be >= 0, got {self.lr}")
-        from .runtime import check_optimizer
+        from ..core.runtime import check_optimizer
 
         check_optimizer(self.optimizer, where)
         if self.dtype not in _DTYPES:
@@ -114,7 +114,7 @@ class Agent:
 
     def render_prompt(self, text: str) -> str:
         """The prompt string the model sees for an environment prompt ``text``; a forced answer
-        start (``comarl.prefill``) follows the generation prompt, inside the assistant turn."""
+        start (``comarl.core.prefill``) follows the generation prompt, inside the assistant turn."""
         prefill = getattr(text, "prefill", "")
         if self.config.chat_template and getattr(self.tokenizer, "chat_template", None):
             msgs = [{"role": "system", "content": self.config.system_prompt}] if self.config.system_prompt else []

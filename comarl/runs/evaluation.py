@@ -1,7 +1,7 @@
 """Evaluation: roll out without training and summarise.
 
 Each item gets ``num_generations`` aligned joint responses (and the full tree
-when ``num_turns`` > 1); with a team graph (``comarl/stages.py``) the first stage
+when ``num_turns`` > 1); with a team graph (``comarl/core/stages.py``) the first stage
 writes ``num_generations`` samples and every later agent one per branch, so an
 item still has ``num_generations`` leaves per turn, and the metrics add each
 stage's (``stage<s>/spread``, ``route/<agent>``, ``tree/leaves``). Metrics are the rollout's (reward per turn, return,
@@ -14,9 +14,9 @@ from typing import Any, Sequence
 
 import torch
 
-from .generation.team import generate_for_agents
-from .rollout import RolloutSettings, collect_rollout, join_rollout, rollout_metrics
-from .compute import distributed as dist
+from ..compute import distributed as dist
+from ..generation.team import generate_for_agents
+from ..rollout.tree import RolloutSettings, collect_rollout, join_rollout, rollout_metrics
 
 
 @torch.no_grad()

@@ -225,7 +225,7 @@ def gae_tree(rewards: torch.Tensor, values: torch.Tensor, child: torch.Tensor, g
     where a branch was cut; with lam = 0 it is ``r_j + gamma * V_next,j - b``.
     Children come after their parents in group order.
 
-    Team graphs (``comarl/stages.py``) add three optional arguments:
+    Team graphs (``comarl/core/stages.py``) add three optional arguments:
 
     - ``discount`` [G, J]: each edge's discount in place of gamma (1 into a later stage of the same turn);
     - ``valid`` [G, J]: the joint actions that exist (nodes differ in width); means run over those;

@@ -1,0 +1,1 @@
+"""The math of the objective: advantages, losses, token log-probs, engine mismatch."""

@@ -1,0 +1,1 @@
+"""A run's folder: checkpoints, run files, held-out evaluation."""
