@@ -109,7 +109,8 @@ def run_rollout(n: int, batched: bool, hidden: int, layers: int, tokens: int, re
     from comarl.models.agents import AgentConfig, build_agents
     from comarl.envs.base import FunctionEnv
     from comarl.models.lora import LoraSettings
-    from comarl.rollout.tree import RolloutSettings, collect_rollout, generate_for_agents
+    from comarl.generation.team import generate_for_agents
+    from comarl.rollout import RolloutSettings, collect_rollout
 
     torch.set_num_threads(THREADS)
     torch.manual_seed(0)

@@ -40,7 +40,7 @@ def synthetic(agents: int, k: int, items: int, turns: int, mode: str, stages: in
     from comarl.envs.base import FunctionEnv
     from comarl.generation import Completions
     from comarl.generation.team import scripted
-    from comarl.rollout.tree import RolloutSettings, collect_rollout
+    from comarl.rollout import RolloutSettings, collect_rollout
     from comarl.core.stages import Stage, StageGraph
 
     class Agent:

@@ -79,7 +79,7 @@ def child(args) -> None:
     torch.set_num_threads(args.threads)
     from comarl.generation.vllm_engine import EngineSettings
     from comarl.generation.vllm_generator import VLLMGenerator
-    from comarl.rollout.tree import generate_for_agents
+    from comarl.generation.team import generate_for_agents
 
     workload = args.workload[0]  # a child runs one workload
     k, max_new = WORKLOADS[workload]

@@ -314,7 +314,10 @@ class TrainConfig:
     """
 
     algorithm: str = "magrpo"
-    """Algorithm name (magrpo, grpo, ...; see comarl.algorithms)."""
+    """Algorithm name (magrpo, grpo, ...; see comarl.algorithms), or ``package.module:RECORD`` for your own."""
+    estimator: str | None = None
+    """Advantage estimator replacing a policy-gradient algorithm's own: a name (group_relative, leave_one_out,
+    no_baseline, greedy, group_max, token_group) or ``package.module:function``; None: the algorithm's."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     """How a step samples (the rollout tree)."""
     loss: LossConfig = field(default_factory=LossConfig)

@@ -13,10 +13,7 @@ from .training.loop import Trainer
 def build_env(cfg: ExperimentConfig):
     """The environment of ``cfg.env``, under ``env.on_error`` (comarl/envs/error_policy.py), with
     ``env.reward_scale`` / ``env.reward_shift`` applied."""
-    try:
-        entry = get_env(cfg.env.name)
-    except KeyError as e:
-        raise ConfigError(str(e.args[0])) from None
+    entry = get_env(cfg.env.name)
     args = dict(cfg.env.args)
     if cfg.train.rollout.num_turns > 1:
         args.setdefault("max_turns", cfg.train.rollout.num_turns)

@@ -22,16 +22,20 @@ A record names:
   when the config is loaded, before any model is built.
 
 ``Parts`` is what the factories receive. No string in the loop says which family runs.
+
+Two registries (``core/registry.py``) name what a config picks: ``ALGORITHMS`` (``train.algorithm``) and
+``ESTIMATORS`` (``train.estimator``: an advantage estimator that replaces a policy-gradient algorithm's own).
+Both load a user's object from ``package.module:NAME`` with no edit to comarl (docs/algorithms.md).
 """
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
 from ..core.config_io import ConfigError
+from ..core.registry import Registry
 from ..objective.advantages import scale_by_group_std_any
 
 if TYPE_CHECKING:
@@ -65,7 +69,7 @@ class Parts:
 
     def rollout_settings(self, **changes):
         """The rollout settings of the steps (the team's lockstep; the algorithm's greedy baseline)."""
-        from ..rollout.tree import RolloutSettings
+        from ..rollout import RolloutSettings
 
         return RolloutSettings.from_train_config(self.config, **{
             "greedy_baseline": self.algorithm.greedy_baseline, "lockstep": self.lockstep,
@@ -121,9 +125,26 @@ class Algorithm:
     check: Callable[[Any, list], None] = field(default=no_check)
     reference: Callable[[Any], bool] = field(default=no_reference)
 
+    @classmethod
+    def with_estimator(cls, name: str, estimator: "Estimator", summary: str = "", **fields: Any) -> "Algorithm":
+        """A policy-gradient record whose advantages are ``estimator``'s."""
+        return cls(name, estimator.advantage, min_generations=estimator.min_generations,
+                   greedy_baseline=estimator.greedy_baseline, summary=summary or estimator.summary, **fields)
+
     def step_algorithm(self, config) -> "Algorithm":
-        """The record whose estimator, critic and update run each step (itself, or ``steps_with``'s)."""
-        return self.steps_with(config) if self.steps_with is not None else self
+        """The record whose estimator, critic and update run each step (itself, or ``steps_with``'s), with
+        ``train.estimator``'s advantages when that key names one."""
+        inner = self.steps_with(config) if self.steps_with is not None else self
+        name = getattr(config, "estimator", None)
+        if not name:
+            return inner
+        if inner.advantage is None or inner.critic is not None or inner.update is not policy_gradient:
+            raise ConfigError(f"train.estimator: {inner.name} takes no estimator-based policy-gradient step "
+                              f"(its advantages come from {'a critic' if inner.critic else 'its own update'}); "
+                              f"leave train.estimator unset")
+        est = ESTIMATORS.get(name)
+        return replace(inner, advantage=est.advantage, min_generations=est.min_generations,
+                       greedy_baseline=est.greedy_baseline)
 
     def generations_needed(self, config) -> int:
         """The smallest K (``train.rollout.num_generations``) this algorithm and the one its steps run accept."""
@@ -144,8 +165,24 @@ class Algorithm:
             inner.check(config, agents)
 
 
-_REGISTRY: dict[str, Algorithm] = {}
-_BUILTIN_MODULES = {
+@dataclass(frozen=True)
+class Estimator:
+    """An advantage estimator and what it needs from the rollout.
+
+    Attributes:
+        advantage: ``advantage(view, loss) -> [G, K] or [S, T]`` (see the module docstring).
+        min_generations: the smallest K it is defined for.
+        greedy_baseline: the rollout also decodes one greedy joint response per node (its ``view.baseline``).
+    """
+
+    name: str
+    advantage: Callable[..., torch.Tensor]
+    min_generations: int = 1
+    greedy_baseline: bool = False
+    summary: str = ""
+
+
+_BUILTIN_ALGORITHMS = {
     "magrpo": "comarl.algorithms.magrpo",
     "grpo": "comarl.algorithms.magrpo",
     "mareinforce": "comarl.algorithms.reinforce",
@@ -164,13 +201,38 @@ _BUILTIN_MODULES = {
     "madpo_offline": "comarl.algorithms.madpo",
     "marlhf_iter": "comarl.algorithms.marlhf",
 }
+_BUILTIN_ESTIMATORS = {
+    "group_relative": "comarl.algorithms.magrpo",
+    "no_baseline": "comarl.algorithms.reinforce",
+    "leave_one_out": "comarl.algorithms.rloo",
+    "greedy": "comarl.algorithms.remax",
+    "group_max": "comarl.algorithms.remax",
+    "token_group": "comarl.algorithms.token_baseline",
+}
+
+
+def _estimator_from_import(obj: Any, spec: str) -> Estimator:
+    """An ``Estimator`` as it is, or a function ``estimate(view) -> [G, K] or [S, T]`` (``train.loss.
+    scale_advantages`` applies to it as to every built-in estimator)."""
+    if isinstance(obj, Estimator):
+        return obj
+    if not callable(obj):
+        raise TypeError("is neither an Estimator nor a function estimate(view) -> advantages")
+    return Estimator(spec, optionally_scaled(obj), summary=(obj.__doc__ or "").strip().split("\n")[0])
+
+
+ALGORITHMS: Registry[Algorithm] = Registry("algorithm", "train.algorithm", _BUILTIN_ALGORITHMS, kind=Algorithm)
+ESTIMATORS: Registry[Estimator] = Registry("estimator", "train.estimator", _BUILTIN_ESTIMATORS,
+                                           from_import=_estimator_from_import)
 
 
 def register_algorithm(alg: Algorithm, aliases: tuple[str, ...] = ()) -> Algorithm:
     """Register ``alg`` under its name and under ``aliases`` (e.g. the single-agent name: grpo for magrpo)."""
-    for name in (alg.name, *aliases):
-        _REGISTRY[name] = alg
-    return alg
+    return ALGORITHMS.register(alg.name, alg, aliases)
+
+
+def register_estimator(est: Estimator) -> Estimator:
+    return ESTIMATORS.register(est.name, est)
 
 
 def optionally_scaled(estimator: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
@@ -186,9 +248,5 @@ def optionally_scaled(estimator: Callable[..., torch.Tensor]) -> Callable[..., t
 
 
 def get_algorithm(name: str) -> Algorithm:
-    if name not in _REGISTRY and name in _BUILTIN_MODULES:
-        importlib.import_module(_BUILTIN_MODULES[name])
-    if name not in _REGISTRY:
-        raise ConfigError(f"train.algorithm: unknown algorithm {name!r}; known: "
-                          f"{', '.join(sorted(set(_REGISTRY) | set(_BUILTIN_MODULES)))}")
-    return _REGISTRY[name]
+    """The record named ``name``: built in, registered, or ``package.module:RECORD``."""
+    return ALGORITHMS.get(name)

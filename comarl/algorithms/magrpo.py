@@ -13,7 +13,7 @@ the mean return of the joint actions that contain a sample (see
 from __future__ import annotations
 
 from ..objective.advantages import group_relative
-from .base import Algorithm, optionally_scaled, register_algorithm
+from .base import Algorithm, Estimator, optionally_scaled, register_algorithm, register_estimator
 
 
 def magrpo_estimate(view):
@@ -21,5 +21,6 @@ def magrpo_estimate(view):
     return group_relative(view.returns)
 
 
-MAGRPO = register_algorithm(Algorithm("magrpo", optionally_scaled(magrpo_estimate), min_generations=2,
-                                      summary="group-relative baseline per agent and node"), aliases=("grpo",))
+GROUP_RELATIVE = register_estimator(Estimator("group_relative", optionally_scaled(magrpo_estimate), min_generations=2,
+                                              summary="group-relative baseline per agent and node"))
+MAGRPO = register_algorithm(Algorithm.with_estimator("magrpo", GROUP_RELATIVE), aliases=("grpo",))

@@ -13,7 +13,7 @@ multi-turn rollouts are the tree's credited discounted returns (see
 from __future__ import annotations
 
 from ..objective.advantages import no_baseline
-from .base import Algorithm, optionally_scaled, register_algorithm
+from .base import Algorithm, Estimator, optionally_scaled, register_algorithm, register_estimator
 
 
 def reinforce_estimate(view):
@@ -21,6 +21,6 @@ def reinforce_estimate(view):
     return no_baseline(view.returns)
 
 
-MAREINFORCE = register_algorithm(Algorithm("mareinforce", optionally_scaled(reinforce_estimate), min_generations=1,
-                                           summary="no baseline: advantage = credited return"),
-                                 aliases=("reinforce",))
+NO_BASELINE = register_estimator(Estimator("no_baseline", optionally_scaled(reinforce_estimate), min_generations=1,
+                                           summary="no baseline: advantage = credited return"))
+MAREINFORCE = register_algorithm(Algorithm.with_estimator("mareinforce", NO_BASELINE), aliases=("reinforce",))

@@ -27,7 +27,7 @@ clipped-ratio loss, identical when ``num_iterations`` = 1.
 from __future__ import annotations
 
 from ..objective.advantages import external_baseline, group_max
-from .base import Algorithm, optionally_scaled, register_algorithm
+from .base import Algorithm, Estimator, optionally_scaled, register_algorithm, register_estimator
 
 
 def remax_estimate(view):
@@ -43,9 +43,11 @@ def group_max_estimate(view):
     return group_max(view.returns)
 
 
-MAREMAX = register_algorithm(Algorithm("maremax", optionally_scaled(remax_estimate), min_generations=1,
-                                       greedy_baseline=True,
-                                       summary="greedy joint response's return as baseline (one extra "
-                                               "greedy generation per agent and node)"), aliases=("remax",))
-GROUP_MAX = register_algorithm(Algorithm("maremax_groupmax", optionally_scaled(group_max_estimate), min_generations=2,
+GREEDY = register_estimator(Estimator("greedy", optionally_scaled(remax_estimate), min_generations=1,
+                                      greedy_baseline=True,
+                                      summary="greedy joint response's return as baseline (one extra "
+                                              "greedy generation per agent and node)"))
+GROUP_MAX = register_estimator(Estimator("group_max", optionally_scaled(group_max_estimate), min_generations=2,
                                          summary="best of the node's K samples as baseline (no extra generation)"))
+MAREMAX = register_algorithm(Algorithm.with_estimator("maremax", GREEDY), aliases=("remax",))
+MAREMAX_GROUP_MAX = register_algorithm(Algorithm.with_estimator("maremax_groupmax", GROUP_MAX))

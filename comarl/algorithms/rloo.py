@@ -16,7 +16,7 @@ gradient when ``num_iterations`` = 1).
 from __future__ import annotations
 
 from ..objective.advantages import leave_one_out
-from .base import Algorithm, optionally_scaled, register_algorithm
+from .base import Algorithm, Estimator, optionally_scaled, register_algorithm, register_estimator
 
 
 def rloo_estimate(view):
@@ -24,5 +24,6 @@ def rloo_estimate(view):
     return leave_one_out(view.returns)
 
 
-MARLOO = register_algorithm(Algorithm("marloo", optionally_scaled(rloo_estimate), min_generations=2,
-                                      summary="leave-one-out baseline per agent and node"), aliases=("rloo",))
+LEAVE_ONE_OUT = register_estimator(Estimator("leave_one_out", optionally_scaled(rloo_estimate), min_generations=2,
+                                             summary="leave-one-out baseline per agent and node"))
+MARLOO = register_algorithm(Algorithm.with_estimator("marloo", LEAVE_ONE_OUT), aliases=("rloo",))

@@ -17,7 +17,7 @@ instead of ``[G, K]`` is all a per-token method needs; the update broadcasts and
 from __future__ import annotations
 
 from ..objective.advantages import token_group_baseline
-from .base import Algorithm, optionally_scaled, register_algorithm
+from .base import Algorithm, Estimator, optionally_scaled, register_algorithm, register_estimator
 
 
 def token_baseline_estimate(view):
@@ -25,7 +25,7 @@ def token_baseline_estimate(view):
     return token_group_baseline(view.returns, view.lengths)
 
 
-MAGRPO_TOKEN = register_algorithm(Algorithm(
-    "magrpo_token", optionally_scaled(token_baseline_estimate), min_generations=2,
-    summary="group baseline per token over the samples still writing at that position"),
-    aliases=("grpo_token",))
+TOKEN_GROUP = register_estimator(Estimator(
+    "token_group", optionally_scaled(token_baseline_estimate), min_generations=2,
+    summary="group baseline per token over the samples still writing at that position"))
+MAGRPO_TOKEN = register_algorithm(Algorithm.with_estimator("magrpo_token", TOKEN_GROUP), aliases=("grpo_token",))

@@ -210,7 +210,7 @@ class AgentAtATime:
     shared LoRA base) per call instead of the whole team per step, and the ranks keep in step.
 
     Every rank must enter the same scopes in the same order, so a rank with nothing left to generate
-    still enters them (``rollout.join_rollout``, ``_join_generation``) and the turn loop ends only when
+    still enters them (``rollout.join_rollout``, ``rollout.nodes.join_generation``) and the turn loop ends only when
     :meth:`any` says that no rank has work left.
     """
 

@@ -42,6 +42,11 @@ def scalar_reward(reward: Reward, where: str) -> float:
     return float(reward)
 
 
+def mean_or_none(xs: Sequence[float]) -> float | None:
+    """The mean of ``xs`` for an evaluation summary; None (shown as "-") when there is nothing to average."""
+    return float(sum(xs) / len(xs)) if xs else None
+
+
 @dataclass(frozen=True)
 class EnvState:
     """What one branch of an episode looks like before a turn.

@@ -6,16 +6,16 @@ dataset id or a local file/folder; ``None`` means the entry's default.
 Modules register themselves on import; ``get_env`` imports the built-in ones
 lazily so that, e.g., the coding sandbox is not loaded for a writing run.
 
-A name of the form ``package.module:function`` needs no registration: the
-function is ``build(num_agents, **args) -> Environment`` and items come from
-``data.*.source`` as plain rows (a local JSON/JSONL file or folder, or a hub id).
+A name of the form ``package.module:NAME`` needs no registration: ``NAME`` is an ``EnvEntry``, or a function
+``build(num_agents, **args) -> Environment`` whose items come from ``data.*.source`` as plain rows (a local
+JSON/JSONL file or folder, or a hub id).
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..core.registry import Registry
 from .base import Environment
 
 
@@ -25,8 +25,6 @@ class EnvEntry:
     load_items: Callable[[str | None, str | None, int | None], list[dict[str, Any]]]
     description: str = ""
 
-
-_REGISTRY: dict[str, EnvEntry] = {}
 
 # name -> module that registers it (imported on first use)
 _BUILTIN_MODULES: dict[str, str] = {
@@ -47,10 +45,6 @@ _BUILTIN_MODULES: dict[str, str] = {
 }
 
 
-def register_env(name: str, entry: EnvEntry) -> None:
-    _REGISTRY[name] = entry
-
-
 def _plain_rows(source: str | None, split: str | None, limit: int | None) -> list[dict[str, Any]]:
     if source is None:
         raise ValueError("data source: an environment given by import path needs data.train.source "
@@ -60,24 +54,22 @@ def _plain_rows(source: str | None, split: str | None, limit: int | None) -> lis
     return load_rows(source, split, limit, lambda i, row, src: row, "the fields your environment reads")
 
 
-def _from_import_path(name: str) -> EnvEntry:
-    from ..core.config_io import ConfigError, import_callable
+def _from_import(obj: Any, spec: str) -> EnvEntry:
+    """An ``EnvEntry`` as it is, or a ``build(num_agents, **args)`` function whose items are plain rows."""
+    if isinstance(obj, EnvEntry):
+        return obj
+    if not callable(obj):
+        raise TypeError("is neither an EnvEntry nor a build(num_agents, **args) function")
+    return EnvEntry(obj, _plain_rows, f"user environment {spec}")
 
-    try:
-        build = import_callable(name, "env.name")
-    except ConfigError as e:
-        raise KeyError(str(e)) from None
-    return EnvEntry(build, _plain_rows, f"user environment {name}")
+
+ENVIRONMENTS: Registry[EnvEntry] = Registry("environment", "env.name", _BUILTIN_MODULES, from_import=_from_import)
+
+
+def register_env(name: str, entry: EnvEntry) -> None:
+    ENVIRONMENTS.register(name, entry)
 
 
 def get_env(name: str) -> EnvEntry:
-    if ":" in name and name not in _REGISTRY:
-        return _from_import_path(name)
-    if name not in _REGISTRY and name in _BUILTIN_MODULES:
-        importlib.import_module(_BUILTIN_MODULES[name])
-    if name not in _REGISTRY:
-        known = sorted(set(_REGISTRY) | set(_BUILTIN_MODULES))
-        raise KeyError(f"env.name: unknown environment {name!r}; known: {', '.join(known)} "
-                       f"(or give package.module:build_function)")
-    return _REGISTRY[name]
-
+    """The entry named ``name``: built in, registered, or ``package.module:NAME`` (see the module docstring)."""
+    return ENVIRONMENTS.get(name)

@@ -112,7 +112,7 @@ def serve(args) -> int:
     torch.manual_seed(cfg.train.run.seed)
     agents, generator = build_team(cfg, folder)
     hw = cfg.train.hardware
-    gateway = Gateway(agents, generator, None, {"batch_size": hw.generation_batch_size,
+    gateway = Gateway(agents, generator, None, {"batch_size": hw.prompts_per_generate,
                                                 "batch_adapters": hw.batch_adapters, "share_prefix": hw.share_prefix},
                       window_s=args.window_ms / 1000, api_key=api_key, max_body_bytes=args.max_body_bytes,
                       request_timeout_s=args.request_timeout)

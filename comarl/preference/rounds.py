@@ -38,7 +38,7 @@ from ..compute import distributed as dist
 from ..core.config_io import ConfigError
 from ..core.steps import PairBatch, PromptBatch, SkipStep
 from ..envs.base import rollout_modules
-from ..rollout.tree import RolloutSettings, collect_rollout, join_rollout
+from ..rollout import RolloutSettings, collect_rollout, join_rollout
 from ..runs import checkpoint as ckpt
 from ..sources import PromptBatches
 from .comparators import comparator_for

@@ -54,7 +54,7 @@ def collect_program_rollout(agents: Sequence, env, program: ProgramEnv, items: S
     n, k, b = len(agents), s.num_generations, len(items)
     if program.num_agents != n:
         raise ValueError(f"the ProgramEnv expects {program.num_agents} agents, {n} were given")
-    server = program.gateway(agents, s.team_generator, {"batch_size": s.generation_batch_size,
+    server = program.gateway(agents, s.team_generator, {"batch_size": s.prompts_per_generate,
                                                         "batch_adapters": s.batch_adapters,
                                                         "share_prefix": s.share_prefix})
     gateway, episodes = server.gateway, server.gateway.episodes
@@ -78,7 +78,7 @@ def collect_program_rollout(agents: Sequence, env, program: ProgramEnv, items: S
     transitions = env.step_batch(states, responses)
     if len(transitions) != len(states):
         raise ValueError(f"env.step_batch returned {len(transitions)} transitions for {len(states)} program runs")
-    from .tree import reward_vector  # (rollout dispatches here: imported late)
+    from .returns import reward_vector
 
     rewards = torch.stack([reward_vector(tr.reward, n, f"program run {r % k + 1} of {k} on item "
                                          f"{describe_item(items[r // k])}")

@@ -16,7 +16,7 @@ import torch
 
 from ..compute import distributed as dist
 from ..generation.team import generate_for_agents
-from ..rollout.tree import RolloutSettings, collect_rollout, join_rollout, rollout_metrics
+from ..rollout import RolloutSettings, collect_rollout, join_rollout, rollout_metrics
 
 
 @torch.no_grad()

@@ -138,7 +138,7 @@ def heldout_score(agents: Sequence, env, items: Sequence[dict], samples: int = 1
     (``generation/team.py``; a trainer's ``Trainer.generator``, e.g. its vLLM engines, whose sampling stream
     is the engine's own: ``seed`` then fixes greedy runs only); None: Hugging Face ``generate``.
     """
-    from ..rollout.tree import generate_for_agents
+    from ..generation.team import generate_for_agents
 
     team_generate = generator or generate_for_agents
     if not items:

@@ -36,7 +36,7 @@ from ..critics import build_critic, shard_critic
 from ..envs.base import Environment
 from ..envs.program import program_env_of
 from ..models.agents import Agent, AgentConfig, build_agents
-from ..rollout.tree import check_tree_size
+from ..rollout import check_tree_size
 from .optim import build_optimizer, build_scheduler
 from .team import Team, new_references
 

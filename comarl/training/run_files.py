@@ -60,13 +60,17 @@ def resume(trainer: Trainer, where: str) -> None:
     saved = ckpt.load_checkpoint(path, team.agents, team.optimizers, team.schedulers, checksums=False)
     trainer.update.restore(path, team)
     source.restore(path, team)
-    trainer.run_id = saved.get("run_id") or trainer.run_id  # checkpoints older than run ids: a new id
+    missing = [k for k in ("run_id", "global_batch", "world_size") if k not in saved]
+    if missing:
+        raise ckpt.CheckpointError(f"{path}: trainer_state.json lacks {', '.join(missing)}: a checkpoint of a comarl "
+                                   f"before 0.1, which this version does not resume (start a fresh run from its "
+                                   f"agent folders with agents[i].model)")
+    trainer.run_id = saved["run_id"]
     trainer.resumed_from = str(path)
     trainer.state.step = step = saved["step"]
     team.counters.clear()
     team.counters.update(saved["counters"])
-    # checkpoints before global_batch was saved: the per-rank batch is assumed unchanged
-    saved_global = saved.get("global_batch", saved.get("world_size", 1) * cfg.run.batch_size)
+    saved_global = saved["global_batch"]
     source.cursor.restore(saved, saved_global)
     if saved_global != trainer.global_batch and not cfg.run.max_steps and source.epoch_based:
         # another global batch (ranks x batch_size): run the rest of the epochs in the new batch size

@@ -13,7 +13,7 @@ import math
 import time
 from typing import TYPE_CHECKING
 
-from ..rollout.tree import collect_rollout, join_rollout, rollout_metrics
+from ..rollout import collect_rollout, join_rollout, rollout_metrics
 
 if TYPE_CHECKING:
     from ..core.seams import TeamView

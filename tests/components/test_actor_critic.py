@@ -8,7 +8,7 @@ from comarl.config import load_config
 from comarl.core.config_io import ConfigError
 from comarl.critics import CriticSettings
 from comarl.envs.base import AgentRewards
-from comarl.rollout.tree import collect_rollout
+from comarl.rollout import collect_rollout
 from toy_tasks import same_word
 from config_keys import set_keys
 

@@ -11,7 +11,7 @@ from comarl.envs.base import FunctionEnv
 from comarl.generation import Completions
 from comarl.generation.team import scripted
 from comarl.objective.losses import clipped_policy_loss
-from comarl.rollout.tree import RolloutSettings, collect_rollout
+from comarl.rollout import RolloutSettings, collect_rollout
 from config_keys import set_keys
 
 # the reward table of tests/unit/test_advantages.py: 2 groups x 4 samples

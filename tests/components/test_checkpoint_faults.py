@@ -238,3 +238,18 @@ def test_resume_latest_after_a_run_died_before_its_first_checkpoint(tmp_path, ca
 def test_resume_latest_in_an_empty_folder_says_there_is_no_run(tmp_path):
     with pytest.raises(ConfigError, match="holds no run to continue .* drop train.run.resume"):
         _trainer(tmp_path / "new", resume="latest")
+
+
+def test_a_checkpoint_from_before_global_batch_and_run_ids_is_refused_by_name(tmp_path):
+    t = _trainer(tmp_path)
+    path = Path(_save_at(t, 2)[0])
+    state_file = path / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    del state["global_batch"], state["run_id"]
+    state_file.write_text(json.dumps(state))
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["files"]["trainer_state.json"]["size"] = state_file.stat().st_size  # the file is whole, only older
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ckpt.CheckpointError, match=r"trainer_state.json lacks run_id, global_batch: a checkpoint of "
+                                                   r"a comarl before 0.1"):
+        _trainer(tmp_path, resume=str(path))

@@ -7,7 +7,7 @@ from comarl.models.agents import AgentConfig, build_agents
 from comarl.envs.base import FunctionEnv
 from comarl.generation import adapter_groups, generate_adapters
 from comarl.models.lora import LoraSettings
-from comarl.rollout.tree import generate_for_agents
+from comarl.generation.team import generate_for_agents
 
 
 def _distinct_adapters(agents):

@@ -9,7 +9,7 @@ import comarl
 from comarl.core.config_io import ConfigError
 from comarl.objective.logprobs import completion_logprobs
 from comarl.preference import DPOSettings, PairSettings, PreferenceSettings
-from comarl.rollout.tree import collect_rollout
+from comarl.rollout import collect_rollout
 from comarl.preference.rollout_pairs import step_pairs
 from comarl.updates.dpo import _pair_indices
 from toy_tasks import same_word

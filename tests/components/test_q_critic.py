@@ -10,7 +10,7 @@ import comarl
 from comarl.core.config_io import ConfigError
 from comarl.critics import Critic, CriticSettings
 from comarl.critics.inputs import AgentInputs, JointInputs
-from comarl.rollout.tree import collect_rollout
+from comarl.rollout import collect_rollout
 from comarl.models.tiny_model import tiny_tokenizer
 from toy_tasks import same_word, word
 from config_keys import set_keys

@@ -11,7 +11,7 @@ from comarl.envs.reward_processing import ProcessedRewardEnv, process_reward, wi
 from comarl.experiment import build_env, build_trainer
 from comarl.generation import Completions
 from comarl.generation.team import scripted
-from comarl.rollout.tree import RolloutSettings, collect_rollout, siblings_end
+from comarl.rollout import RolloutSettings, collect_rollout, siblings_end
 
 ROOT = Path(__file__).resolve().parents[2]
 

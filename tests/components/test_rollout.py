@@ -4,7 +4,7 @@ import torch
 from comarl.envs.base import AgentRewards, FunctionEnv
 from comarl.generation import Completions
 from comarl.generation.team import scripted
-from comarl.rollout.tree import (RolloutSettings, check_tree_size, collect_rollout, credit_returns, joint_actions,
+from comarl.rollout import (RolloutSettings, check_tree_size, collect_rollout, credit_returns, joint_actions,
                             samples_per_item)
 
 

@@ -13,7 +13,7 @@ from comarl.envs.base import AgentRewards, FunctionEnv
 from comarl.envs.error_policy import with_error_policy
 from comarl.generation import Completions
 from comarl.generation.team import scripted
-from comarl.rollout.tree import RolloutSettings, collect_rollout
+from comarl.rollout import RolloutSettings, collect_rollout
 from comarl.core.stages import Stage, StageGraph, tag_route
 from comarl.training.sample_records import MIN_TEXT, fit_texts, leaf_texts, tree_records
 

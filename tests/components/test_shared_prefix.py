@@ -10,7 +10,7 @@ from comarl.envs.base import FunctionEnv
 from comarl.objective.logprobs import completion_logprobs
 from comarl.models.lora import LoraSettings
 from comarl.objective.prefix_cache import unique_prompts, worth_sharing
-from comarl.rollout.tree import collect_rollout
+from comarl.rollout import collect_rollout
 from comarl.models.tiny_model import tiny_model
 from comarl.compute.micro_batches import micro_batch_spans
 from config_keys import set_keys

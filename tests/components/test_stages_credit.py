@@ -12,7 +12,7 @@ from comarl.envs.base import FunctionEnv
 from comarl.generation import Completions
 from comarl.generation.team import scripted
 from comarl.preference.pairs import tree_pairs
-from comarl.rollout.tree import RolloutSettings, check_tree_size, collect_rollout
+from comarl.rollout import RolloutSettings, check_tree_size, collect_rollout
 from comarl.core.stages import Stage, StageGraph, parse_stages, tag_route
 
 

@@ -14,7 +14,7 @@ from comarl.generation.constrained import classify_tokens
 from comarl.objective.logprobs import completion_logprobs
 from comarl.models.lora import LoraSettings
 from comarl.objective.losses import clipped_policy_loss, token_weights
-from comarl.rollout.tree import generate_for_agents
+from comarl.generation.team import generate_for_agents
 from comarl.core.schema import Schema, Slot, schema_of, with_schema
 from test_lora_batched_generation import _distinct_adapters
 

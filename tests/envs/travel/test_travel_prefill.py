@@ -10,7 +10,7 @@ from comarl.envs.registry import get_env
 from comarl.envs.travel import catalog as C
 from comarl.envs.travel.data import load_items
 from comarl.core.prefill import prefill_of, with_prefill
-from comarl.rollout.tree import RolloutSettings, collect_rollout
+from comarl.rollout import RolloutSettings, collect_rollout
 
 
 def test_prefilled_prompt_is_a_string_that_keeps_its_prefill():

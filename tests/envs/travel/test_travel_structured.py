@@ -8,7 +8,7 @@ from comarl.models.agents import AgentConfig, build_agents
 from comarl.envs.registry import get_env
 from comarl.envs.travel import catalog as C
 from comarl.envs.travel.data import load_items
-from comarl.rollout.tree import RolloutSettings, collect_rollout
+from comarl.rollout import RolloutSettings, collect_rollout
 from comarl.core.schema import Slot, schema_of
 
 
