@@ -123,9 +123,8 @@ class LocalHelper:
             free_memory()
 
     def metrics(self) -> dict[str, float]:
-        p = f"helpers/{self.name}"
-        return {f"{p}/calls": float(self.calls), f"{p}/loads": float(self.loads),
-                f"{p}/tokens_out": float(self.tokens_out)}
+        return {f"helpers/{self.name}/calls": float(self.calls), f"helpers/{self.name}/loads": float(self.loads),
+                f"helpers/{self.name}/tokens_out": float(self.tokens_out)}
 
     def close(self) -> None:
         self._agent = None

@@ -208,9 +208,12 @@ class HostedModel:
     def metrics(self) -> dict[str, float]:
         """The run's totals so far: ``helpers/<name>/{requests, retries, tokens_in, tokens_out, cost_usd}``."""
         with self._lock:
-            out = {f"helpers/{self.name}/{k}": float(v) for k, v in self.counts.items()}
-        out[f"helpers/{self.name}/cost_usd"] = self.cost_usd
-        return out
+            c = dict(self.counts)
+        return {f"helpers/{self.name}/requests": float(c["requests"]),
+                f"helpers/{self.name}/retries": float(c["retries"]),
+                f"helpers/{self.name}/tokens_in": float(c["tokens_in"]),
+                f"helpers/{self.name}/tokens_out": float(c["tokens_out"]),
+                f"helpers/{self.name}/cost_usd": self.cost_usd}
 
     @contextlib.contextmanager
     def use(self) -> Iterator["HostedModel"]:

@@ -138,3 +138,25 @@ def test_the_key_comes_from_the_named_variable_only():
 def test_bad_endpoint_settings_name_their_key(change, key):
     with pytest.raises(ConfigError, match=f"helpers.h.endpoint.{key}"):
         HelperSpec(endpoint=EndpointSettings(**{"model": "m", **change})).validate("helpers.h")
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_hosted_expert_s_edits_reach_the_agents_next_prompts(api):
+    """Coding ``expert_edits`` with the expert on an endpoint: each branch's request goes out, the JSON answer is
+    parsed, and each agent's turn-2 prompt carries its part of the edits."""
+    from comarl.envs.coding.data import load_function_items
+    from comarl.envs.coding.function_env import FunctionCodingEnv
+
+    item = load_function_items("humaneval", "fixture:humaneval", "[:1]", None)[0]
+    answer = '{"aux": "return the sum", "main": "call aux(x) first"}'
+    with FakeAPI(reply=lambda prompt: f"Here you go: {answer}") as fake:
+        env = FunctionCodingEnv("humaneval", 2, preset="paper", max_turns=2, feedback="expert_edits",
+                                expert=helper(api, fake), expert_retries=1, workers=1)
+        try:
+            t = env.step_batch([env.reset(item)], [("def aux(x):\n    return x\n", "def f(x):\n    return 0\n")])[0]
+        finally:
+            env.close()
+    assert len(fake.requests) == 1 and item["entry_point"] in str(fake.requests[0]["body"])
+    helper_prompt, main_prompt = t.next_state.prompts
+    assert helper_prompt.endswith("Proposed edits from an expert:\nreturn the sum")
+    assert main_prompt.endswith("Proposed edits from an expert:\ncall aux(x) first")
