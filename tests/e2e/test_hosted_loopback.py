@@ -102,3 +102,36 @@ def test_an_api_expert_answers_a_coding_runs_expert_edits(server, tmp_path, monk
     assert asked == history[-1]["helpers/coder/requests"] == 2  # 1 item x K=2 branches into turn 2, one try each
     assert history[-1]["helpers/coder/tokens_in"] > 0
     assert KEY.encode() not in every_file_text(tmp_path)
+
+
+@pytest.mark.slow
+def test_a_hosted_helper_talks_to_comarl_serve(tmp_path):
+    """The same client path against the ``comarl serve`` command itself (a process of its own, stopped with
+    Ctrl-C): the helper's requests are answered and counted."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from comarl.generation.helper_settings import EndpointSettings, HelperSpec
+    from comarl.generation.hosted import HostedModel
+
+    team = tmp_path / "team.yaml"
+    team.write_text("agents: [{model: tiny, name: tiny-chat, temperature: 0.3, max_new_tokens: 6}]\n")
+    proc = subprocess.Popen([sys.executable, "-m", "comarl.cli", "serve", str(team), "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "COMARL_API_KEY": KEY})
+    try:
+        line = proc.stdout.readline()
+        assert " on http://127.0.0.1:" in line, (line, proc.stderr.read() if proc.poll() is not None else "")
+        url = line.split(" on ")[1].split()[0]
+        spec = HelperSpec(endpoint=EndpointSettings(model="tiny-chat", base_url=url, api_key_env="K", timeout_s=60),
+                          max_new_tokens=6)
+        helper = HostedModel("served", spec, environ={"K": KEY})
+        assert len(helper(["Say hello.", "Say bye."])) == 2
+        assert helper.metrics()["helpers/served/requests"] == 2 and helper.metrics()["helpers/served/tokens_in"] > 0
+        helper.close()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert "stopped after 2 completion requests" in err, err
