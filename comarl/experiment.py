@@ -31,7 +31,7 @@ def inject_helpers(args: dict, keys: tuple[str, ...], helpers: Helpers, where: s
     args = dict(args)
     for key in keys:
         value, at = args.get(key), f"{where}.{key}"
-        if value is None:
+        if value is None or callable(value):  # absent, or built already (a Python caller's)
             continue
         if isinstance(value, str):
             args[key] = helpers.get(value, at)
