@@ -1,11 +1,12 @@
 """Experiment configuration: dataclasses filled from YAML and ``key=value`` overrides.
 
-A YAML file has four sections::
+A YAML file has four sections, and a fifth for the frozen helper models it uses::
 
     agents: [ {model: ..., max_new_tokens: ..., lr: ...}, ... ]   # AgentConfig each
     env:    {name: demo_writing, args: {...}}                      # EnvConfig
     data:   {train: {source, split, limit}, eval: {...}}           # DataConfig
     train:  {algorithm: magrpo, rollout: {num_generations: 4}, run: {batch_size: 4}, ...}   # TrainConfig
+    helpers: {coder: {model: ..., device: cuda:1}, judge: {endpoint: {api: chat, model: ...}}}   # HelperSpec each
 
 ``train`` has one section per component (``rollout``, ``loss``, ``run``, ``hardware``, ``critic``,
 ``preference``). The flat keys of earlier configs (``train.num_generations``) are deprecated: they still work
@@ -22,9 +23,11 @@ from typing import Any, ClassVar
 from .core.config_io import (ConfigError, Moved, aliased, apply_overrides, canonical, canonical_key, from_dict,
                              moved_out, read_yaml)
 from .critics.settings import CriticSettings
+from .generation.helper_settings import HelperSpec, check_helper_names
 from .generation.vllm_settings import EngineSettings
 from .models.agents import AgentConfig
 from .objective.losses import KL_ESTIMATORS, NORMALISATIONS
+from .preference.judge import JudgeSettings
 from .preference.marlhf import RewardModelSettings
 from .preference.settings import PreferenceSettings
 
@@ -484,6 +487,9 @@ class EnvConfig:
     """Reward of a centralised completion whose sections cannot be parsed."""
     reward_model: RewardModelSettings | None = None
     """MARLHF: a joint reward model fitted on a pairs file replaces the reward (docs/preference.md); None = off."""
+    judge: JudgeSettings | None = None
+    """A helper model (helpers.<name>) scores each joint response, and its score replaces the reward
+    (docs/helpers.md); None = off."""
     on_error: str = "raise"
     """An item whose reward or transition raises: raise (stop, naming the item) | zero (score it 0, count it, go on)."""
     stages: Any = None
@@ -504,6 +510,10 @@ class EnvConfig:
                               f"{self.centralized_roles} and {self.centralized_tag!r}")
         if self.reward_model is not None:
             self.reward_model.validate()
+        if self.judge is not None:
+            self.judge.validate()
+            if self.reward_model is not None:
+                raise ConfigError("env.judge: the reward is the judge's or env.reward_model's; give one")
         if self.on_error not in ("raise", "zero"):
             raise ConfigError(f"env.on_error: must be raise or zero, got {self.on_error!r}")
 
@@ -514,12 +524,26 @@ class ExperimentConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    helpers: dict[str, HelperSpec] = field(default_factory=dict)
+    """Frozen helper models by name (docs/helpers.md): a local model or a hosted endpoint each, used as the coding
+    expert (env.args.expert: NAME), the comparator of the preference rounds (train.preference.iterative.comparator:
+    helper) or a judge (env.judge.helper); never trained."""
 
     def validate(self) -> None:
         from .algorithms.base import get_algorithm
 
         if not self.agents:
             raise ConfigError("agents: at least one agent is required (N >= 1)")
+        check_helper_names(self.helpers)
+        for name, spec in self.helpers.items():
+            spec.validate(f"helpers.{name}")
+        it = self.train.preference.iterative
+        if it.comparator == "helper" and it.comparator_helper and it.comparator_helper not in self.helpers:
+            raise ConfigError(f"train.preference.iterative.comparator_helper: no helper {it.comparator_helper!r} "
+                              f"(helpers: {', '.join(sorted(self.helpers)) or 'none are declared'})")
+        if self.env.judge is not None and self.env.judge.helper and self.env.judge.helper not in self.helpers:
+            raise ConfigError(f"env.judge.helper: no helper {self.env.judge.helper!r} "
+                              f"(helpers: {', '.join(sorted(self.helpers)) or 'none are declared'})")
         for i, a in enumerate(self.agents):
             a.validate(f"agents.{i}")
         self.env.validate()
@@ -606,6 +630,15 @@ def _python_value(text: str) -> str:
         return f'"{text}"'
 
 
+def refuse_hosted_agents(data: dict) -> None:
+    """An agent is trained, so it cannot be a hosted endpoint (whose weights are not here): one line naming the key."""
+    for i, a in enumerate(data.get("agents") or []):
+        if isinstance(a, dict) and "endpoint" in a:
+            raise ConfigError(f"agents.{i}.endpoint: a hosted endpoint cannot be trained (its weights are not "
+                              f"here); declare it under helpers: and use it as a comparator, judge or expert "
+                              f"(docs/helpers.md)")
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> ExperimentConfig:
     """Read a YAML experiment (or start from defaults), apply overrides, validate."""
     data: dict = {}
@@ -616,10 +649,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         data = read_yaml(p) or {}
         if not isinstance(data, dict):
             raise ConfigError(f"{p}: top level must be a mapping with agents/env/data/train")
+    refuse_hosted_agents(data)
     data = canonical(ExperimentConfig, data)  # old keys into their sections (warned), so overrides of either meet
     overrides = [canonical_key(ExperimentConfig, ov.split("=", 1)[0].strip()) + "=" + ov.split("=", 1)[1]
                  if "=" in ov else ov for ov in overrides or []]
     apply_overrides(data, overrides)
+    refuse_hosted_agents(data)
     cfg = from_dict(ExperimentConfig, data)
     mark_from_config(cfg.train)
     cfg.validate()

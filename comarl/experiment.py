@@ -1,20 +1,64 @@
 """From an :class:`ExperimentConfig` to live objects: agents, environment, items, trainer."""
 from __future__ import annotations
 
+import dataclasses
+
 from .config import DataSource, ExperimentConfig
 from .core.config_io import ConfigError
 from .envs.error_policy import with_error_policy
 from .envs.loading import check_no_overlap
 from .envs.registry import get_env
 from .envs.reward_processing import with_reward_processing
+from .generation.helpers import Helpers
 from .training.loop import Trainer
 
 
-def build_env(cfg: ExperimentConfig):
+def build_helpers(cfg: ExperimentConfig) -> Helpers:
+    """The run's helper models of ``cfg.helpers`` (a hosted one's key is read now; a local one's model is read when
+    the Team places it, or at its first use)."""
+    return Helpers.build(cfg.helpers)
+
+
+def inject_helpers(args: dict, keys: tuple[str, ...], helpers: Helpers, where: str) -> dict:
+    """``args`` with each helper arg (``keys``, the entry's ``EnvEntry.helpers``) replaced by the built helper it
+    names: ``expert: coder`` -> ``helpers.get("coder")``. The earlier spelling, an inline mapping
+    (``expert: {model: tiny, max_new_tokens: 64, retries: 3, agent: {device: cuda:1}}``), still works: it declares
+    a helper named after the key, its ``retries`` becomes ``<key>_retries`` and its ``agent`` fields the helper's."""
+    from .core.config_io import from_dict
+    from .generation.helper_settings import HelperSpec
+    from .generation.helpers import build_helper
+
+    args = dict(args)
+    for key in keys:
+        value, at = args.get(key), f"{where}.{key}"
+        if value is None or callable(value):  # absent, or built already (a Python caller's)
+            continue
+        if isinstance(value, str):
+            args[key] = helpers.get(value, at)
+        elif isinstance(value, dict):
+            inline = dict(value)
+            if "retries" in inline:
+                args.setdefault(f"{key}_retries", inline.pop("retries"))
+            inline.update(inline.pop("agent", None) or {})
+            known = {f.name for f in dataclasses.fields(HelperSpec)}
+            unknown = sorted(set(inline) - known)
+            if unknown:
+                raise ConfigError(f"{at}.{unknown[0]}: not a helper key (helpers take {', '.join(sorted(known))})")
+            helper = build_helper(key, from_dict(HelperSpec, inline, at))
+            helpers.add(key, helper, at)
+            args[key] = helper
+        else:
+            raise ConfigError(f"{at}: name a helper of helpers: (docs/helpers.md), got {value!r}")
+    return args
+
+
+def build_env(cfg: ExperimentConfig, helpers: Helpers | None = None):
     """The environment of ``cfg.env``, under ``env.on_error`` (comarl/envs/error_policy.py), with
-    ``env.reward_scale`` / ``env.reward_shift`` applied."""
+    ``env.reward_scale`` / ``env.reward_shift`` applied. ``helpers``: the run's helper models (None: built here
+    from ``cfg.helpers``); the args that name one (``env.args.expert``) get the built helper."""
     entry = get_env(cfg.env.name)
-    args = dict(cfg.env.args)
+    helpers = helpers if helpers is not None else build_helpers(cfg)
+    args = inject_helpers(dict(cfg.env.args), entry.helpers, helpers, "env.args")
     if cfg.train.rollout.num_turns > 1:
         args.setdefault("max_turns", cfg.train.rollout.num_turns)
     roles = cfg.env.centralized_roles or len(cfg.agents)
@@ -33,6 +77,10 @@ def build_env(cfg: ExperimentConfig):
     env = with_reward_processing(env, cfg.env.reward_scale, cfg.env.reward_shift)
     if cfg.env.reward_model is not None:  # MARLHF: the fitted joint reward model's score is the reward
         env = _reward_model_env(env, cfg)
+    if cfg.env.judge is not None:  # a generating judge (a helper model) scores each joint response
+        from .preference.judge import JudgeEnv
+
+        env = JudgeEnv(env, helpers.get(cfg.env.judge.helper, "env.judge.helper"), cfg.env.judge)
     if cfg.env.centralized_roles:  # one model writes every role (docs/preference.md)
         from .preference.centralized import CentralizedEnv, TaggedFormat
         from .core.stages import stage_graph
@@ -100,7 +148,8 @@ def build_trainer(cfg: ExperimentConfig, agents=None) -> Trainer:
         ConfigError: the eval set shares items with the training set and
             ``data.allow_overlap`` is false (the message names both splits).
     """
-    env = build_env(cfg)
+    helpers = build_helpers(cfg)  # the Team holds and places them; the environment gets those it names
+    env = build_env(cfg, helpers)
     train_items = load_items(cfg, "train")
     eval_items = load_items(cfg, "eval")
     if not cfg.data.allow_overlap:
@@ -110,7 +159,7 @@ def build_trainer(cfg: ExperimentConfig, agents=None) -> Trainer:
         except ValueError as e:
             raise ConfigError(str(e)) from None
     return Trainer(agents if agents is not None else cfg.agents, env, train_items, cfg.train,
-                   eval_dataset=eval_items)
+                   eval_dataset=eval_items, helpers=helpers)
 
 
-__all__ = ["build_env", "build_trainer", "load_items"]
+__all__ = ["build_env", "build_helpers", "build_trainer", "inject_helpers", "load_items"]

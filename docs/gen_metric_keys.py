@@ -39,6 +39,7 @@ PLACEHOLDERS = {
     "name": "agent", "agent.name": "agent", "team.agents[i].name": "agent", "self.agent_names[i]": "agent",
     "agents[a].name": "agent", "self.names[c]": "agent", "turn": "t", "si": "s", "i": "i", "k": "key",
     "key": "key", "d.type": "device", "d.index": "",
+    "self.name": "helper",
 }
 
 

@@ -217,6 +217,9 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, got {plain(value)!r}")
+        args = typing.get_args(tp)
+        if len(args) == 2 and dataclasses.is_dataclass(args[1]):  # a mapping of sections (helpers.<name>)
+            return {str(k): coerce(v, args[1], f"{key}.{k}") for k, v in value.items()}
         return plain(dict(value))
     if tp is bool:
         if isinstance(value, bool):

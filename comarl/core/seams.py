@@ -14,7 +14,9 @@ A component satisfies its Protocol by shape (no base class to inherit): ``update
 ``preference.rounds.DPORounds`` and ``preference.rounds.RewardModelRounds`` are StepSources; the Team
 (``training/team.py``) is a ``TeamView`` to them; ``generation.team.generate_for_agents`` and
 ``generation.vllm_generator.VLLMGenerator`` are TeamGenerators; ``compute.sharding.AgentAtATime`` is the
-Lockstep. mypy checks the modules that name them (``pyproject.toml``: this module is checked strictly).
+Lockstep; a helper model (``generation/helpers.py``: a local model or a hosted endpoint) is a TextGenerator to the
+environments and the comparators it is handed to. mypy checks the modules that name them (``pyproject.toml``:
+this module is checked strictly).
 """
 from __future__ import annotations
 
@@ -55,6 +57,18 @@ class TeamGenerator(Protocol):
         ...
 
 
+@runtime_checkable
+class TextGenerator(Protocol):
+    """A frozen helper model as the components it is handed to see it: text in, text out, one completion per prompt.
+
+    Environments call it (the coding expert of ``expert_edits``) and never build or place a model themselves: the
+    Team builds the helper (``helpers:`` in a config; a local model on its own device or a hosted endpoint,
+    ``generation/helpers.py``) and the environment receives it. A test passes any function of this shape."""
+
+    def __call__(self, prompts: Sequence[str]) -> list[str]:
+        """One completion per prompt, in order."""
+
+
 class TeamView(Protocol):
     """What the updates and the sources use of the Team (``training/team.py``): its models, the one gather context,
     the one optimiser step and the run's counters."""
@@ -65,6 +79,8 @@ class TeamView(Protocol):
     sharding: Any
     counters: dict[str, int]
     generator: Any
+    helpers: Any
+    """The run's helper models by name (``generation.helpers.Helpers``): comparators, judges, experts."""
 
     @property
     def lockstep(self) -> Lockstep | None: ...
@@ -124,4 +140,4 @@ class StepSource(Protocol):
         """After that checkpoint was written."""
 
 
-__all__ = ["Batch", "Lockstep", "StepSource", "TeamGenerator", "TeamView", "Update"]
+__all__ = ["Batch", "Lockstep", "StepSource", "TeamGenerator", "TeamView", "TextGenerator", "Update"]

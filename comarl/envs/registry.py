@@ -1,7 +1,8 @@
 """Name -> environment, for configs and the CLI.
 
-Each entry gives a ``build(num_agents, **args) -> Environment`` and a
-``load_items(source, split, limit) -> list[dict]``. ``source`` is a hub
+Each entry gives a ``build(num_agents, **args) -> Environment``, a
+``load_items(source, split, limit) -> list[dict]`` and the names of the args that take a helper model
+(injected built, never built by the environment). ``source`` is a hub
 dataset id or a local file/folder; ``None`` means the entry's default.
 Modules register themselves on import; ``get_env`` imports the built-in ones
 lazily so that, e.g., the coding sandbox is not loaded for a writing run.
@@ -24,6 +25,9 @@ class EnvEntry:
     build: Callable[..., Environment]
     load_items: Callable[[str | None, str | None, int | None], list[dict[str, Any]]]
     description: str = ""
+    helpers: tuple[str, ...] = ()
+    """The ``env.args`` keys that take a helper model (``helpers:``, docs/helpers.md): the config names the helper,
+    ``experiment.build_env`` hands the environment the built one (the coding envs' ``expert``)."""
 
 
 # name -> module that registers it (imported on first use)

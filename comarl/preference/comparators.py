@@ -11,7 +11,12 @@ freed before the round's training:
 | ``model`` | ``comparator_model`` for every agent, built once | the run |
 | ``checkpoint`` + ``comparator_path`` | that checkpoint's agents, loaded once | the run |
 | ``checkpoint`` | the policy ``comparator_rounds_back`` rounds earlier (snapshots taken at round starts) | a round |
+| ``helper`` + ``comparator_helper`` | that helper (``Team.helpers``) in every agent's seat | the run (1) |
 
+(1) A local helper with ``free_between_uses`` is freed after each round's sampling; a hosted one holds nothing.
+
+The round samples a comparator's agents with the run's team generator, or with the comparator's own
+``generator`` when it has one (a helper's seats: ``generation.helpers.helper_generator``).
 A comparator's models are built as the agents are: under ``sharding: fsdp`` rank 0 reads the weights and the
 others build on meta, then the models are sharded like the agents (gathered for the round's sampling only).
 """
@@ -21,7 +26,8 @@ import dataclasses
 import gc
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Protocol
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import torch
 
@@ -39,6 +45,8 @@ class Comparator(Protocol):
     """The other side of round r's pairs."""
 
     name: str
+    generator: Any
+    """The team generator its agents sample with (None: the run's)."""
 
     def agents(self, team: "TeamView", r: int) -> list | None:
         """Round r's comparator agents (None: pair the policy's own candidates). Collective under torchrun:
@@ -51,6 +59,7 @@ class Comparator(Protocol):
 @dataclasses.dataclass
 class NoComparator:
     name: str = "none"
+    generator: Any = None
 
     def agents(self, team: "TeamView", r: int) -> list | None:
         return None
@@ -62,6 +71,7 @@ class NoComparator:
 @dataclasses.dataclass
 class CurrentPolicy:
     name: str = "current"
+    generator: Any = None
 
     def agents(self, team: "TeamView", r: int) -> list | None:
         return team.agents
@@ -77,6 +87,7 @@ class FixedModel:
     model: str
     name: str = "model"
     held: list | None = None
+    generator: Any = None
 
     def agents(self, team: "TeamView", r: int) -> list | None:
         if self.held is None:
@@ -103,6 +114,7 @@ class FixedCheckpoint:
     path: Path
     name: str = "checkpoint"
     held: list | None = None
+    generator: Any = None
 
     def agents(self, team: "TeamView", r: int) -> list | None:
         if self.held is None:
@@ -126,6 +138,7 @@ class EarlierRound:
     rounds_back: int
     name: str = "checkpoint"
     loaded: list | None = None
+    generator: Any = None
 
     def agents(self, team: "TeamView", r: int) -> list | None:
         k = self.rounds_back
@@ -150,6 +163,31 @@ class EarlierRound:
         free_memory()
 
 
+@dataclasses.dataclass
+class HelperComparator:
+    """``comparator: helper``: the helper ``comparator_helper`` (``Team.helpers``: a local model or a hosted
+    endpoint) writes every agent's side, each agent's prompt sent to it as text. Its model stays loaded for the
+    round's sampling and, with ``free_between_uses``, is freed after it."""
+
+    helper: str
+    name: str = "helper"
+    generator: Any = None
+    scope: AbstractContextManager | None = None
+
+    def agents(self, team: "TeamView", r: int) -> list | None:
+        from ..generation.helpers import helper_generator, helper_seats
+
+        helper = team.helpers.get(self.helper, "train.preference.iterative.comparator_helper")
+        self.generator = helper_generator
+        self.scope = helper.use()
+        self.scope.__enter__()
+        return helper_seats(helper, team.agents)
+
+    def release(self) -> None:
+        scope, self.scope = self.scope, None
+        (scope or nullcontext()).__exit__(None, None, None)
+
+
 def comparator_for(settings: "IterativeSettings", out: Path) -> Comparator:
     """The record of ``train.preference.iterative.comparator`` (settings validated: ``PreferenceSettings.validate``)."""
     kind = settings.comparator
@@ -160,6 +198,9 @@ def comparator_for(settings: "IterativeSettings", out: Path) -> Comparator:
     if kind == "model":
         assert settings.comparator_model is not None
         return FixedModel(settings.comparator_model)
+    if kind == "helper":
+        assert settings.comparator_helper is not None
+        return HelperComparator(settings.comparator_helper)
     if kind == "checkpoint":
         if settings.comparator_path:
             return FixedCheckpoint(Path(settings.comparator_path))

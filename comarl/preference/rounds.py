@@ -28,6 +28,7 @@ The sources use the Team (``training/team.py``) through its public members only.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -123,20 +124,25 @@ class RoundSampler:
         lockstep = self.settings.lockstep
         # sharded agents and comparator (unless gathered one at a time) and any module the env's own reward runs:
         # whole for the round's sampling
+        # a comparator with its own generator (a helper's seats) holds no model of the team's: nothing to gather
+        own = self.comparator.generator is not None
+        other = dataclasses.replace(self.settings, generator=self.comparator.generator, lockstep=None) if own \
+            else self.settings
         whole = [] if lockstep is not None else [a.model for a in team.agents] + (
-            [a.model for a in comparator] if comparator is not None and comparator is not team.agents else [])
+            [a.model for a in comparator] if comparator is not None and comparator is not team.agents and not own
+            else [])
         with team.gathered(whole + rollout_modules(self.base_env)):
             for b in range(pref.iterative.round_batches):
                 items = self.prompts.next_items()
                 if not items:  # this rank's share of the batch is empty (end of an epoch under torchrun)
                     if lockstep is not None:  # one agent at a time: join the other ranks' gathers
-                        for side in [team.agents] + ([comparator] if comparator is not None else []):
+                        for side in [team.agents] + ([comparator] if comparator is not None and not own else []):
                             join_rollout(side, self.settings)
                     continue
                 sampled.append(b)
                 rollouts.append(self.collect(team.agents, self.base_env, items, self.settings))
                 if comparator is not None:
-                    others.append(self.collect(comparator, self.base_env, items, self.settings))
+                    others.append(self.collect(comparator, self.base_env, items, other))
         keys = [f"{cfg.run.seed}/round{r}/batch{b}" for b in sampled]  # pair_selection: random
         fps = [tokenizer_fingerprint(a.tokenizer) for a in team.agents]  # pairs keep their sampled tokens
         if comparator is None:

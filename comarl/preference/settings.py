@@ -9,7 +9,7 @@ from .marlhf import RewardModelSettings
 from .pairs import SELECTIONS
 
 REPLAY = ("none", "last_k", "all", "decay", "decay_sample")
-COMPARATORS = ("none", "current", "checkpoint", "model")
+COMPARATORS = ("none", "current", "checkpoint", "model", "helper")
 REFITS = ("fresh", "continue")
 
 
@@ -61,13 +61,17 @@ class IterativeSettings:
     """madpo_iter: DPO reference: current (frozen copy of the policy at each round start) | initial."""
     comparator: str = "none"
     """Iterative rounds: who writes the other side of each pair: none (another of the policy's own candidates) |
-    current (a second sample of the policy as it is at the round's start) | checkpoint | model."""
+    current (a second sample of the policy as it is at the round's start) | checkpoint | model | helper (a helper
+    model of helpers:, local or a hosted endpoint, writes every agent's side; docs/helpers.md)."""
     comparator_rounds_back: int = 1
     """comparator=checkpoint: the policy as it was this many rounds earlier (the starting policy before that)."""
     comparator_path: str | None = None
     """comparator=checkpoint: a fixed checkpoint or final/ folder (agent<i>/ inside) instead of an earlier round."""
     comparator_model: str | None = None
     """comparator=model: hub id, local model folder or "tiny" for every agent (each keeps its generation settings)."""
+    comparator_helper: str | None = None
+    """comparator=helper: the name of the helper (helpers.<name>: a local model or a hosted endpoint) that writes
+    every agent's side of the round's pairs."""
     rl_algorithm: str = "magrpo"
     """marlhf_iter: the on-policy algorithm run on the reward model's score (magrpo, marloo, maremax, iac, maac...)."""
     reward_model: RewardModelSettings | None = None
@@ -155,6 +159,12 @@ class PreferenceSettings:
                               "(hub id, local folder or tiny)")
         if it.comparator_model and it.comparator != "model":
             raise ConfigError(f"train.preference.iterative.comparator_model: only read with comparator=model "
+                              f"(comparator is {it.comparator!r})")
+        if it.comparator == "helper" and not it.comparator_helper:
+            raise ConfigError("train.preference.iterative.comparator_helper: comparator=helper needs the name of a "
+                              "helper (helpers.<name>; docs/helpers.md)")
+        if it.comparator_helper and it.comparator != "helper":
+            raise ConfigError(f"train.preference.iterative.comparator_helper: only read with comparator=helper "
                               f"(comparator is {it.comparator!r})")
         if it.comparator_path and it.comparator != "checkpoint":
             raise ConfigError(f"train.preference.iterative.comparator_path: only read with comparator=checkpoint "

@@ -7,8 +7,8 @@ minutes a 7B model takes to load and shard); ``build_run`` then builds, for the 
     agents (rank 0 reads them under sharding, the others build on meta) -> the critic the record names
     -> fp16 scalers, memory savers -> references (the KL term, or an update that learns against one)
     -> FSDP2 sharding of agents, references and critic -> optimisers -> the generator (``train.hardware.generator:
-    vllm``: engines built from the final weights) -> the source (the run's length) -> schedulers -> the Team,
-    in one constructor call with every part -> the update
+    vllm``: engines built from the final weights) -> the source (the run's length) -> schedulers -> the helper
+    models placed (``helpers:``) -> the Team, in one constructor call with every part -> the update
 """
 from __future__ import annotations
 
@@ -35,6 +35,8 @@ from ..core.stages import stage_graph
 from ..critics import build_critic, shard_critic
 from ..envs.base import Environment
 from ..envs.program import program_env_of
+from ..generation.helpers import Helpers, LocalHelper
+from ..generation.hosted import HostedModel
 from ..models.agents import Agent, AgentConfig, build_agents
 from ..rollout import check_tree_size
 from .optim import build_optimizer, build_scheduler
@@ -70,10 +72,25 @@ def check_items(env: Environment, items: list[dict], what: str) -> None:
             raise ConfigError(f"{what}[{i}]: env.reset gave {len(state.prompts)} prompts for {env.num_agents} agents")
 
 
-def check_run(cfg, algorithm: Algorithm, agents: Sequence, env: Environment, generator=None) -> None:
+def check_helpers(cfg, agents: Sequence, helpers: Helpers) -> None:
+    """A helper is never trained (an endpoint has no weights here), and every helper the config names exists."""
+    for i, a in enumerate(agents):
+        helper = (HostedModel, LocalHelper)
+        if isinstance(a, helper) or isinstance(getattr(a, "model", None), helper):
+            raise ConfigError(f"agents.{i}: {a!r} is a helper: helpers are frozen (a hosted endpoint's weights are "
+                              f"not here to train); use it as a comparator, judge or expert (docs/helpers.md)")
+    it = cfg.preference.iterative
+    if it.comparator == "helper" and it.comparator_helper is not None:
+        helpers.get(it.comparator_helper, "train.preference.iterative.comparator_helper")
+
+
+def check_run(cfg, algorithm: Algorithm, agents: Sequence, env: Environment, generator=None,
+              helpers: Helpers | None = None) -> None:
     """Every check that needs no model: the config, the algorithm's own (``Algorithm.check``), the tree size,
-    the team size the environment expects and the generator (``generator``: one the caller built)."""
+    the team size the environment expects, the generator (``generator``: one the caller built) and the helpers
+    the config names (``helpers``)."""
     cfg.validate(len(agents), algorithm.generations_needed(cfg))
+    check_helpers(cfg, agents, helpers if helpers is not None else Helpers())
     check_tree_size(cfg.rollout.joint_mode, cfg.rollout.num_generations, len(agents), cfg.rollout.num_turns,
                     cfg.rollout.max_samples_per_item, stage_graph(env, len(agents)))  # and the team graph (stages.py)
     algorithm.check_config(cfg, list(agents))
@@ -151,10 +168,11 @@ class Run:
 
 
 def build_run(agents: Sequence, env: Environment, items: list[dict], cfg, algorithm: Algorithm,
-              generator=None) -> Run:
+              generator=None, helpers: Helpers | None = None) -> Run:
     """The Team, critic, update and source of ``algorithm`` (``check_run`` has passed; the process group, if
     any, is up). Every rank calls it. ``generator``: the team generator of the rollouts (None: Hugging
-    Face's; ``train.hardware.generator: vllm`` builds one)."""
+    Face's; ``train.hardware.generator: vllm`` builds one). ``helpers``: the run's helper models
+    (``experiment.build_helpers``), placed here after the agents and held by the Team."""
     step_alg = algorithm.step_algorithm(cfg)
     # sharded: rank 0 builds the models on the CPU, the other ranks on `meta`, and every module is sharded
     # with rank 0's weights (Sharding.add), so no rank holds an agent whole on its device
@@ -187,10 +205,12 @@ def build_run(agents: Sequence, env: Environment, items: list[dict], cfg, algori
     source = algorithm.source(parts)
     total_opt = source.total_steps * cfg.loss.num_iterations
     schedulers = [build_scheduler(o, cfg.run.lr_scheduler, cfg.run.warmup_steps, total_opt) for o in optimizers]
+    helpers = helpers if helpers is not None else Helpers()
+    helpers.place()  # the resident local helpers on their devices (their own random stream: the run's is untouched)
     team = Team(built, references, optimizers, schedulers, scalers, sharding, cfg.loss.max_grad_norm,
-                hw.fsdp_gather, hw.share_prefix, hw.reference_device, generator=generator)
+                hw.fsdp_gather, hw.share_prefix, hw.reference_device, generator=generator, helpers=helpers)
     return Run(team, algorithm.update(parts), source, critic, generator)
 
 
-__all__ = ["Run", "as_items", "build_generator", "build_run", "check_items", "check_run", "kept_random_state",
-           "place_agents", "seed_everything"]
+__all__ = ["Run", "as_items", "build_generator", "build_run", "check_helpers", "check_items", "check_run",
+           "kept_random_state", "place_agents", "seed_everything"]

@@ -24,6 +24,7 @@ from ..core.config_io import ConfigError, UserError, to_dict
 from ..core.steps import PromptBatch, SkipStep, StepOutput
 from ..envs.base import Environment
 from ..envs.error_policy import error_policy_of, with_error_policy
+from ..generation.helpers import Helpers
 from ..models.agents import Agent, AgentConfig
 from ..runs import run_dir
 from ..runs.evaluation import evaluate_agents
@@ -78,10 +79,14 @@ class Trainer:
             one in a test); None: the config's ``train.hardware.generator`` (Hugging Face ``generate``, or vLLM engines,
             closed by :meth:`close`). One with a ``sync(agents)`` method gets the trained weights after every
             optimiser step that changed them, after a resume, and before the first rollout.
+        helpers: the run's helper models (``comarl.generation.helpers.Helpers``; a config's ``helpers:``, built by
+            ``experiment.build_helpers``): the Team holds and places them, the rounds take their comparator from
+            them, their counters are logged as ``helpers/<name>/...``; closed by :meth:`close`.
     """
 
     def __init__(self, agents: Sequence[Agent | AgentConfig | str], env: Environment, train_dataset: Any,
-                 config: TrainConfig | None = None, eval_dataset: Any = None, generator: Callable | None = None):
+                 config: TrainConfig | None = None, eval_dataset: Any = None, generator: Callable | None = None,
+                 helpers: Helpers | None = None):
         self.config = cfg = config or TrainConfig()
         with user_terms(cfg):  # a TrainConfig built in Python hears about its arguments, not config keys
             self.algorithm = get_algorithm(cfg.algorithm)
@@ -89,7 +94,8 @@ class Trainer:
             if policy is None:
                 env = policy = with_error_policy(env, "raise")
             self.error_policy = policy
-            check_run(cfg, self.algorithm, agents, env, generator)  # every config check, before data and models
+            helpers = helpers if helpers is not None else Helpers()
+            check_run(cfg, self.algorithm, agents, env, generator, helpers)  # every config check, before data, models
             if cfg.run.output_dir and dist.launch_rank() == 0:
                 run_dir.prepare_output_dir(cfg.run.output_dir, cfg.run.resume, cfg.run.overwrite)
             self.run_id = run_dir.new_run_id()  # a resumed run takes its checkpoint's id (resume)
@@ -104,7 +110,7 @@ class Trainer:
             self.error_policy.name_items(self.train_items, "train_dataset")
             self.error_policy.name_items(self.eval_items, "eval_dataset")
             dist.init_from_env(cfg.hardware.dist_backend)
-            run = build_run(agents, env, self.train_items, cfg, self.algorithm, generator)
+            run = build_run(agents, env, self.train_items, cfg, self.algorithm, generator, helpers)
             self.team, self.update, self.source, self.critic = run.team, run.update, run.source, run.critic
             self.generator = run.generator
             self.total_steps = self.source.total_steps
@@ -127,6 +133,7 @@ class Trainer:
     schedulers = property(lambda self: self.team.schedulers)
     scalers = property(lambda self: self.team.scalers)
     sharding = property(lambda self: self.team.sharding)
+    helpers = property(lambda self: self.team.helpers)
     env = property(lambda self: self.source.env)  # MARLHF rounds: the reward model's once fitted
     settings = property(lambda self: getattr(self.update, "settings", None))
     global_batch = property(lambda self: self.source.cursor.global_batch)
@@ -243,6 +250,7 @@ class Trainer:
         metrics = dist.reduce_metrics(out.metrics, weight=out.weight, sum_keys=("tokens_per_s",),
                                       key_weights=out.counts)
         metrics.update(self.team.peak_memory_gb())
+        metrics.update(self.team.helper_metrics())  # helpers/<name>/...: requests, tokens, cost, loads
         metrics.update({f"count/{k}": v for k, v in self.state.counters.items()})
         metrics["epoch"] = self.state.epoch
         return metrics
@@ -287,11 +295,12 @@ class Trainer:
         run_files.resume(self, where)
 
     def close(self) -> None:
-        """Stop the generator's engines (``train.hardware.generator: vllm``); a no-op for Hugging Face's. Training and
-        evaluation need a new Trainer afterwards."""
+        """Stop the generator's engines (``train.hardware.generator: vllm``; a no-op for Hugging Face's) and close the
+        helpers (their models, an endpoint's connections). Training and evaluation need a new Trainer afterwards."""
         close = getattr(self.generator, "close", None)
         if close is not None:
             close()
+        self.team.helpers.close()
 
     def save(self, path: str | Path) -> Path:
         """Write each agent's final model (or adapter) and tokenizer to ``path/agent<i>``.

@@ -4,7 +4,8 @@ Agents, their frozen references, optimisers, schedulers, fp16 loss scalers and t
 the two things every update needs from them: one ``gathered(...)`` context (sharded models whole on every
 rank inside it; a no-op without sharding) and one ``optimizer_step(i, bad, step)``. Built in one place
 (``training/build.py``). The updates (``comarl/updates/``) and the round sources
-(``comarl/preference/rounds.py``) use it through these public members only.
+(``comarl/preference/rounds.py``) use it through these public members only. The Team also holds the run's helper
+models (``helpers``), placed when it is built.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from ..compute.placement import place_references
 from ..compute.sharding import AgentAtATime, Sharding
 from ..compute.stepping import optimizer_step
 from ..envs.base import rollout_modules
+from ..generation.helpers import Helpers
 from ..models.reference import build_reference
 
 
@@ -57,6 +59,9 @@ class Team:
             a ``sync(agents)`` method (``VLLMGenerator``) samples from its own copy of the weights: the agents
             whose optimiser stepped are pushed to it by :meth:`sync_generator`.
         changed: indices of the agents whose weights an optimiser step changed since the last sync.
+        helpers: the run's frozen helper models by name (``helpers:``; ``generation.helpers.Helpers``): local
+            models placed on their own devices or hosted endpoints, handed to the environment (an expert, a judge)
+            and to the rounds (a comparator); never trained, never synced.
     """
 
     agents: list
@@ -72,6 +77,7 @@ class Team:
     counters: dict[str, int] = field(default_factory=new_counters)
     generator: Any = None
     changed: set = field(default_factory=set)
+    helpers: Helpers = field(default_factory=Helpers)
 
     # ------------------------------------------------------------- sharding
     @property
@@ -156,6 +162,10 @@ class Team:
         """Add ``n`` to counter ``key``; returns its new value."""
         self.counters[key] = self.counters.get(key, 0) + n
         return self.counters[key]
+
+    def helper_metrics(self) -> dict[str, float]:
+        """The helpers' counters (``helpers/<name>/...``: requests, tokens, cost, loads)."""
+        return self.helpers.metrics()
 
     def peak_memory_gb(self) -> dict[str, float]:
         """Peak CUDA memory (GB) of each GPU the agents use, since the start (empty without CUDA)."""

@@ -190,10 +190,13 @@ def test_coding_with_an_llm_expert_trains_its_agents_on_the_engine(shared_data):
     nothing is learned: this checks that the run goes through (both turns on the engine, the gap at rounding)."""
     from comarl.envs.coding.data import load_function_items
     from comarl.envs.coding.function_env import FunctionCodingEnv
+    from comarl.generation.helper_settings import HelperSpec
+    from comarl.generation.helpers import LocalHelper
 
     items = load_function_items("coophumaneval", str(shared_data / "coophumaneval"), "train[:2]", None)
     env = FunctionCodingEnv("coophumaneval", 2, preset="paper", max_turns=2, feedback="expert_edits",
-                            expert={"model": "tiny", "max_new_tokens": 4, "retries": 1}, workers=1)
+                            expert=LocalHelper("expert", HelperSpec(model="tiny", max_new_tokens=4)), expert_retries=1,
+                            workers=1)
     cfg = comarl.TrainConfig(algorithm="magrpo", hardware=comarl.HardwareConfig(generator="vllm", vllm=ENGINE),
                              rollout=comarl.RolloutConfig(num_generations=2, num_turns=2),
                              run=comarl.RunConfig(batch_size=2, max_steps=2, progress_bar=False, report_to=[], seed=0))

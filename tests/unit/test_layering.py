@@ -38,11 +38,6 @@ FORBIDDEN: dict[str, set[str]] = {
     # the sandbox knows no task and no part of the library
     "sandbox": set(ORDER) - {"sandbox"},
 }
-KNOWN = {
-    # the MBPP/HumanEval expert builds its own agent; helper models as a Team role (#43) remove it
-    ("comarl.envs.coding.expert", "comarl.models.agents"),
-    ("comarl.envs.coding.expert", "comarl.generation.hf"),
-}
 
 
 def layer_of(module: str) -> str | None:
@@ -113,7 +108,7 @@ def violations(package_root: Path) -> list[str]:
             continue
         for line, mod in imported_modules(path, package_root):
             there = layer_of(mod)
-            if there is None or there == here or (name, mod) in KNOWN:
+            if there is None or there == here:
                 continue
             where = f"{path.relative_to(package_root.parent)}:{line} imports {mod}"
             if there.startswith("?"):
@@ -128,12 +123,6 @@ def violations(package_root: Path) -> list[str]:
 def test_every_import_points_down():
     found = violations(PACKAGE)
     assert not found, "imports against the layers:\n" + "\n".join(found)
-
-
-def test_the_known_exceptions_still_exist():
-    """An exception that no longer happens is removed from KNOWN, so it cannot hide a new one."""
-    every = {(module_name(p, PACKAGE), mod) for p in PACKAGE.rglob("*.py") for _, mod in imported_modules(p, PACKAGE)}
-    assert KNOWN <= every
 
 
 def _package(tmp_path: Path, files: dict[str, str]) -> Path:

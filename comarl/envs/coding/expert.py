@@ -1,10 +1,11 @@
-"""The expert of feedback mode ``expert_edits``: a causal LM that proposes edits for each agent.
+"""The expert of feedback mode ``expert_edits``: a helper model that proposes edits for each agent.
 
 The paper asked a hosted model (Claude, DeepSeek, Qwen3-Coder) for a JSON
 object ``{"aux": edits, "main": edits}`` about the joint program. Here the
-expert is any Hugging Face causal LM given by hub id or local path (or
-``"tiny"`` in tests), loaded once, lazily, and sampled at temperature 0.3
-as the paper did; when its answer
+expert is a helper of the run (``helpers:`` in a config, docs/helpers.md): a
+Hugging Face causal LM on its own device or a hosted endpoint (OpenAI, Anthropic),
+built and placed by the Team and handed to the environment as a
+``seams.TextGenerator``; this module only asks and parses. When an answer
 holds no JSON object with those keys after ``retries`` tries, the agents get
 no edits (as in the paper).
 """
@@ -12,10 +13,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
-if TYPE_CHECKING:
-    from comarl.models.agents import Agent
+from ...core.seams import TextGenerator
 
 _JSON = re.compile(r"\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}", re.DOTALL)
 
@@ -43,44 +43,32 @@ def last_json_edits(text: str) -> tuple[str, str] | None:
 
 
 class Expert:
-    """A local or hub causal LM that writes edits (see module docstring).
+    """The edits an injected helper model writes for each request (see module docstring).
 
     Args:
-        model: hub id, local path or "tiny" (``AgentConfig.model``).
-        max_new_tokens / retries: generation length and tries per request.
-        agent: other ``AgentConfig`` fields (dtype, device, chat_template, model_kwargs, ...).
+        generate: the helper (``seams.TextGenerator``: prompts -> one text each), built and placed by the Team
+            from ``helpers:`` (a local model or a hosted endpoint); a test passes any function.
+        retries: tries per request until its answer holds the JSON edits (``env.args.expert_retries``).
     """
 
-    def __init__(self, model: str, max_new_tokens: int = 512, retries: int = 3, agent: Mapping[str, Any] | None = None):
-        if not isinstance(model, str) or not model:
-            raise ValueError("env.args.expert.model: a hub id, local path or 'tiny' is required")
+    def __init__(self, generate: TextGenerator, retries: int = 3):
+        if not callable(generate):
+            raise ValueError("env.args.expert: the environment takes a built helper (prompts -> texts); in a config, "
+                             "name a helper of helpers: (docs/helpers.md)")
         if retries < 1:
-            raise ValueError(f"env.args.expert.retries: must be >= 1, got {retries}")
-        self.spec = {"model": model, "max_new_tokens": max_new_tokens, "temperature": 0.3, **dict(agent or {})}
-        self.retries = retries
-        self._agent: Agent | None = None
-
-    def _load(self):
-        if self._agent is None:
-            from comarl.models.agents import AgentConfig, build_agents
-            try:
-                cfg = AgentConfig(**self.spec)
-            except TypeError as e:
-                raise ValueError(f"env.args.expert: {e}") from e
-            self._agent = build_agents([cfg])[0]
-        return self._agent
+            raise ValueError(f"env.args.expert_retries: must be >= 1, got {retries}")
+        self.generate, self.retries = generate, retries
 
     def edits(self, requests: Sequence[Mapping[str, str]]) -> list[tuple[str, str]]:
         """(helper edits, main edits) per request (keys: prompt, helper, entry_point, code)."""
-        from comarl.generation.hf import generate
-        agent = self._load()
         out: list[tuple[str, str] | None] = [None] * len(requests)
         for _ in range(self.retries):
             todo = [i for i, o in enumerate(out) if o is None]
             if not todo:
                 break
-            ids = agent.encode_prompts([EXPERT_PROMPT.format(**requests[i]) for i in todo])
-            texts = generate(agent, ids, 1).texts
+            texts = self.generate([EXPERT_PROMPT.format(**requests[i]) for i in todo])
+            if len(texts) != len(todo):
+                raise RuntimeError(f"the expert helper returned {len(texts)} texts for {len(todo)} prompts")
             for i, text in zip(todo, texts):
                 out[i] = last_json_edits(text)
         return [o if o is not None else ("", "") for o in out]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from ...core.seams import TextGenerator
 from ..base import EnvState, Transition
 from ..registry import EnvEntry, register_env
 from .data import load_function_items, normalize_function_item
@@ -52,7 +53,9 @@ class FunctionCodingEnv:
         max_failures: failed tests listed in the diagnosis.
         preset: "default" (alias "comarl") or "paper" (see module docstring).
         sandbox_slice: paper feedback modes: the first N test lines shown (negative: last N; None: all).
-        expert: feedback ``expert_edits``: ``Expert`` arguments (model, max_new_tokens, retries, agent).
+        expert: feedback ``expert_edits``: the helper that writes the edits (``seams.TextGenerator``: prompts ->
+            texts), built by the Team from ``helpers:`` and injected (a config names it: ``env.args.expert: NAME``).
+        expert_retries: tries per request until the expert's answer holds the JSON edits.
     """
 
     def __init__(self, dataset: str, num_agents: int = 2, mode: str | None = None, helper_name: str = "aux",
@@ -60,7 +63,7 @@ class FunctionCodingEnv:
                  rewards: Mapping[str, Any] | None = None, sandbox: Mapping[str, Any] | None = None,
                  workers: int = 2, pass_k: Sequence[int] = (1, 2, 4, 8, 16), max_failures: int = 3,
                  history: str = "last", preset: str = "default", sandbox_slice: int | None = None,
-                 expert: Mapping[str, Any] | None = None):
+                 expert: TextGenerator | None = None, expert_retries: int = 3):
         self.preset = choose(FUNCTION_PRESETS, preset)
         weights = self.preset.weights(rewards)
         mode = mode or ("single" if num_agents == 1 else "helper_main")
@@ -70,11 +73,12 @@ class FunctionCodingEnv:
         if num_agents != need:
             raise ValueError(f"env.args.mode={mode!r} needs {need} agent(s), the config has {num_agents}")
         check_turn_args(feedback, max_turns, history, self.preset.feedback_modes)
-        if feedback == "expert_edits" and not expert:
-            raise ValueError("env.args.expert: feedback expert_edits needs an expert model, e.g. {model: tiny}")
+        if feedback == "expert_edits" and expert is None:
+            raise ValueError("env.args.expert: feedback expert_edits needs an expert: name a helper of helpers: "
+                             "(docs/helpers.md), e.g. helpers: {coder: {model: tiny}} and env.args.expert: coder")
         if mode == "single" and feedback == "expert_edits":
             raise ValueError("env.args.feedback: expert_edits needs the helper_main mode (two agents), as in the paper")
-        self.expert = Expert(**dict(expert)) if expert and feedback == "expert_edits" else None
+        self.expert = Expert(expert, expert_retries) if expert is not None and feedback == "expert_edits" else None
         self.dataset, self.num_agents, self.max_turns = dataset, num_agents, max_turns
         self.settings = FunctionSettings(
             mode=mode, roles=("helper", "main") if mode == "helper_main" else ("single",), helper_name=helper_name,
@@ -113,7 +117,7 @@ def _entry(dataset: str, description: str) -> EnvEntry:
     def load_items(source: str | None, split: str | None, limit: int | None) -> list[dict[str, Any]]:
         return load_function_items(dataset, source, split, limit)
 
-    return EnvEntry(build, load_items, description)
+    return EnvEntry(build, load_items, description, helpers=("expert",))
 
 
 register_env("humaneval", _entry("humaneval", "HumanEval (164): helper aux + main entry point, or one agent"))

@@ -5,6 +5,8 @@ from comarl.envs.coding.data import load_function_items
 from comarl.envs.coding.expert import Expert, last_json_edits
 from comarl.envs.coding.function_env import FunctionCodingEnv
 from comarl.envs.coding.paper_feedback import PaperReport, level_feedback, level_passed, passed, slice_tests
+from comarl.generation.helper_settings import HelperSpec
+from comarl.generation.helpers import LocalHelper
 
 REPORT = PaperReport(helper="aux", entry_point="f", helper_fn="def aux(x):\n    return x",
                      main_fn="def f(x):\n    return aux(x)",
@@ -69,9 +71,26 @@ def test_expert_edits_needs_an_expert_and_runs_with_the_tiny_model():
         FunctionCodingEnv("humaneval", 2, preset="paper", max_turns=2, feedback="expert_edits")
     with pytest.raises(ValueError, match="preset=paper"):
         FunctionCodingEnv("humaneval", 2, max_turns=2, feedback="level_feedback")
-    edits = Expert("tiny", max_new_tokens=4, retries=2).edits(
+    with pytest.raises(ValueError, match="built helper"):  # the environment builds no model from a spec
+        Expert({"model": "tiny"})
+    tiny = LocalHelper("expert", HelperSpec(model="tiny", max_new_tokens=4))
+    edits = Expert(tiny, retries=2).edits(
         [{"prompt": "def f(x):\n", "helper": "aux", "entry_point": "f", "code": "def f(x):\n    return x"}])
     assert edits == [("", "")]  # a random tiny model writes no JSON: no edits, as the paper's fallback
+    assert tiny.calls == 2 and tiny.loads == 1  # both tries, one model
+
+
+def test_the_expert_asks_again_only_where_no_json_came_back():
+    """The injected helper is any prompts -> texts function: requests whose answer parses are not asked again."""
+    asked = []
+
+    def helper(prompts):
+        asked.append(len(prompts))
+        return ['{"aux": "a1", "main": "m1"}' if "def g" in p or len(asked) > 1 else "no json" for p in prompts]
+
+    ask = {"helper": "aux", "entry_point": "f", "code": "x"}
+    edits = Expert(helper, retries=3).edits([{**ask, "prompt": "def f():"}, {**ask, "prompt": "def g():"}])
+    assert edits == [("a1", "m1"), ("a1", "m1")] and asked == [2, 1]
 
 
 def test_paper_scoring_with_diagnosis_feedback(shared_data):

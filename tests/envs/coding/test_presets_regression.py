@@ -122,6 +122,11 @@ class RecordingRunner:
         pass
 
 
+def no_edits(prompts):
+    """The injected expert helper of the ``expert_edits`` cases (``FakeExpert`` replaces its ``Expert`` anyway)."""
+    return [""] * len(prompts)
+
+
 class FakeExpert:
     """``Expert.edits``'s contract: (helper edits, main edits) per request; no edits for some requests."""
 
@@ -289,7 +294,7 @@ def _function_cases() -> list[dict[str, Any]]:
     for mode in ("level_passed", "passed", "plain", "diagnosis"):
         specs.append((f"paper_helper_2turn_{mode}", 2, {"preset": "paper", "max_turns": 2, "feedback": mode}, 2, kinds))
     specs.append(("paper_helper_2turn_expert_edits", 2, {"preset": "paper", "max_turns": 2, "feedback": "expert_edits",
-                                                         "expert": {"model": "tiny"}}, 2, kinds))
+                                                         "expert": no_edits}, 2, kinds))
     specs.append(("paper_helper_2turn_level_feedback_slice_last", 2,
                   {"preset": "paper", "max_turns": 2, "feedback": "level_feedback", "sandbox_slice": -1}, 2, kinds))
     out = []
