@@ -95,7 +95,7 @@ def measure_rollout(args) -> None:
     """One launch's rank: a sharded team, one step; the peak parameter bytes held during generate calls."""
     import torch
 
-    import comarl.rollout.tree as rollout
+    import comarl.generation.team as rollout  # its generate is what each agent's rollout calls
     from comarl import AgentConfig, FunctionEnv, HardwareConfig, RolloutConfig, RunConfig, TrainConfig, Trainer
     from comarl.compute import distributed as dist
     from comarl.compute.sharding import local_bytes

@@ -92,7 +92,7 @@ class Hooks:
     def install(self) -> None:
         import comarl.critics.critic as critic
         import comarl.preference.rounds as rounds
-        import comarl.rollout.tree as rollout
+        import comarl.rollout.settings as rollout
         import comarl.training.team as team
 
         self.wrap(rollout, "generate_for_agents", "generate")
