@@ -77,7 +77,9 @@ class Prefetcher:
         with self.cond:
             if b not in self.results and b != self.busy and all(q != b for q, _ in self.queue):
                 raise KeyError(f"Prefetcher: batch {b} was never submitted")
-            self.cond.wait_for(lambda: b in self.results)
+            self.cond.wait_for(lambda: b in self.results or self.closed)
+            if b not in self.results:
+                raise RuntimeError(f"Prefetcher: closed before batch {b} was sampled")
             result, error = self.results.pop(b)
         if error is not None:
             raise error
