@@ -198,3 +198,69 @@ def test_torchrun_is_refused(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ConfigError, match=r"the generation worker runs in one process for now"):
         load_config(None, ["train.rollout.max_staleness=1"])
+
+
+class OwnWeights:
+    """A generator with its own weights, as vLLM's engines (``sync``): HF ``generate`` on copies, their log-probs
+    with the samples; records each call and push, and whether a push came while it was sampling."""
+
+    def __init__(self, agents):
+        import dataclasses
+
+        from comarl.generation.vllm_engine import EngineCompletions
+
+        self.completions = EngineCompletions
+        self.agents = list(agents)
+        self.copies = [dataclasses.replace(a, model=copy.deepcopy(a.model)) for a in agents]
+        self.sampling, self.overlapped, self.log = False, False, []
+
+    def __call__(self, agents, prompt_ids, k, **kw):
+        from comarl.generation.team import generate_for_agents
+
+        assert all(a is b for a, b in zip(agents, self.agents))  # the trainer's agents: the weights are its own
+        self.sampling = True
+        self.log.append("sample")
+        try:
+            comps = generate_for_agents(self.copies, prompt_ids, k, **{**kw, "batch_adapters": False})
+            out = []
+            for c, agent in zip(comps, self.copies):
+                prompts = [p for p in c.prompt_ids for _ in range(c.num_samples)]
+                with torch.no_grad():
+                    lp, _ = completion_logprobs(agent.model, prompts, c.ids, agent.tokenizer.pad_token_id,
+                                                agent.config.temperature)
+                out.append(self.completions(c.prompt_ids, c.ids, c.truncated, c.texts, c.num_samples, c.forced,
+                                            logprobs=[lp[s, :len(ids)].tolist() for s, ids in enumerate(c.ids)]))
+            return out
+        finally:
+            self.sampling = False
+
+    def sync(self, agents):
+        self.overlapped |= self.sampling
+        self.log.append("push")
+        for a in agents:
+            self.copies[self.agents.index(a)].model.load_state_dict(a.model.state_dict())
+
+
+def test_a_generator_with_its_own_weights_is_pushed_between_its_batches_and_its_log_probs_are_the_behaviour():
+    """As with ``generator: vllm``: the worker samples through the generator (the trainer's agents, the engine's
+    weights), the pushes come between its calls, and the loss's old log-probs are the engine's."""
+    team = comarl.build_agents([comarl.AgentConfig(model="tiny", max_new_tokens=3, lr=5e-2, chat_template=False,
+                                                   model_kwargs={"seed": i}) for i in range(2)])
+    engine = OwnWeights(team)
+    cfg = comarl.TrainConfig(rollout=comarl.RolloutConfig(num_generations=2, max_staleness=1),
+                             run=comarl.RunConfig(batch_size=2, max_steps=4, progress_bar=False, report_to=[], seed=0))
+    t = comarl.Trainer(team, _env(), ITEMS, cfg, generator=engine)
+    real, calls = t.update.loss_fn, []
+
+    def spy(logp, old, *a, **k):
+        calls.append((logp.detach().clone(), old.detach().clone()))
+        return real(logp, old, *a, **k)
+
+    t.update.loss_fn = spy
+    hist = t.train()
+    t.close()
+    assert not engine.overlapped
+    assert engine.log.count("push") == 1 + 4  # the caller's generator at the start, then after each step
+    assert [h["rollout/staleness_max"] for h in hist] == [0.0, 1.0, 1.0, 1.0]
+    assert torch.allclose(calls[0][0], calls[0][1], atol=1e-6)  # version 0: the engine's log-probs are the trainer's
+    assert not torch.allclose(calls[-1][0], calls[-1][1], atol=1e-4)  # one step behind
