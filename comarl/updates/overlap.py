@@ -97,6 +97,10 @@ class Overlap:
         self.accumulation_steps, self.seed, self.k = accumulation_steps, seed, max_staleness
         self.behaviour = behaviour and not self.own_weights
         self.taken = -1  # the batch the trainer took last: its push is version taken + 1
+        # GPUs: the worker's kernels on streams of their own (one thread's kernels on the default stream would
+        # queue behind the other's)
+        devices = {str(a.device) for a in self.copies if a.device.type == "cuda"} if not self.own_weights else set()
+        self.streams = [torch.cuda.Stream(torch.device(d)) for d in sorted(devices)]
         self.prefetcher = Prefetcher(self._sample, max_staleness)
 
     @classmethod
@@ -127,8 +131,12 @@ class Overlap:
         missing = [a.name for a in agents if id(a) not in index]
         if missing:
             raise ValueError(f"Overlap.sync: {missing} are not the agents the worker copied")
-        return self.prefetcher.push(self.taken + 1, lambda: copy_trained(
-            list(agents), [self.copies[index[id(a)]] for a in agents]))
+        def write() -> None:
+            copy_trained(list(agents), [self.copies[index[id(a)]] for a in agents])
+            for stream in self.streams:  # the copies are written before the worker's stream reads them
+                torch.cuda.current_stream(stream.device).synchronize()
+
+        return self.prefetcher.push(self.taken + 1, write)
 
     def close(self) -> None:
         """Stop the worker, then the generator's engines."""
@@ -144,11 +152,14 @@ class Overlap:
         np.random.seed(s % (2 ** 32))
         torch.manual_seed(s)
         t0 = time.perf_counter()
-        rollouts, _, _ = roll_out(SamplingTeam(self.copies), batch.env, batch.items, self.settings,
-                                  self.accumulation_steps)
-        if self.behaviour:
-            for i, agent in enumerate(self.copies):
-                behaviour_logprobs(agent, [r.agents[i] for r in rollouts], self.hardware)
+        with contextlib.ExitStack() as on_streams:
+            for stream in self.streams:
+                on_streams.enter_context(torch.cuda.stream(stream))
+            rollouts, _, _ = roll_out(SamplingTeam(self.copies), batch.env, batch.items, self.settings,
+                                      self.accumulation_steps)
+            if self.behaviour:
+                for i, agent in enumerate(self.copies):
+                    behaviour_logprobs(agent, [r.agents[i] for r in rollouts], self.hardware)
         for r in rollouts:
             for samples in r.agents:
                 samples.policy_version = torch.full((samples.num_samples,), version, dtype=torch.long)
