@@ -30,14 +30,15 @@ def _env(reward=_reward):
     return comarl.FunctionEnv([lambda it: f"Say a ({it['n']}):", lambda it: f"Say b ({it['n']}):"], reward)
 
 
-def _trainer(algorithm="magrpo", k=1, steps=4, loss=None, out=None, generator=None, env=None, **run):
+def _trainer(algorithm="magrpo", k=1, steps=4, loss=None, out=None, generator=None, env=None, eval_items=None,
+             **run):
     agents = [comarl.AgentConfig(model="tiny", max_new_tokens=4, lr=2e-2, chat_template=False,
                                  model_kwargs={"seed": i, "hidden_size": 32, "num_layers": 1}) for i in range(2)]
     cfg = comarl.TrainConfig(algorithm=algorithm, rollout=comarl.RolloutConfig(num_generations=2, max_staleness=k),
                              loss=comarl.LossConfig(**(loss or {})),
                              run=comarl.RunConfig(batch_size=2, max_steps=steps, progress_bar=False, report_to=[],
                                                   seed=0, log_samples_steps=0, output_dir=out, **run))
-    return comarl.Trainer(agents, env or _env(), ITEMS, cfg, generator=generator)
+    return comarl.Trainer(agents, env or _env(), ITEMS, cfg, generator=generator, eval_dataset=eval_items)
 
 
 def _weights(trainer) -> list[torch.Tensor]:
@@ -154,12 +155,33 @@ def test_a_resumed_run_takes_up_the_batch_sampled_ahead_and_goes_on_exactly(tmp_
 
 
 def test_evaluation_samples_with_the_trainers_weights_while_the_worker_waits():
-    t = _trainer(steps=2)
-    t.train()
-    out = t.evaluate(ITEMS[:2], num_generations=1)
-    assert "reward/mean" in out["metrics"]
-    assert t.team.generator is t.generator  # the worker: evaluation goes through its pause
+    t = _trainer(steps=3, eval_items=ITEMS[:2], eval_steps=1)
+    calls = []
+    paused = t.generator.prefetcher.paused
+
+    def watched():
+        calls.append("pause")
+        return paused()
+
+    t.generator.prefetcher.paused = watched
+    hist = t.train()
+    assert all("eval/reward/mean" in h for h in hist) and len(calls) >= 3  # every evaluation went through the pause
+    assert t.team.generator is t.generator
     t.close()
+
+
+def test_an_environment_error_in_the_worker_stops_the_run_as_on_policy():
+    def broken(responses, item):
+        if item["n"] == 3:
+            raise ValueError("no score for this one")
+        return _reward(responses, item)
+
+    for k in (0, 1):
+        with pytest.raises(Exception, match="no score for this one") as caught:
+            _trainer(k=k, env=_env(broken)).train()
+        if k == 0:
+            on_policy = type(caught.value)
+    assert type(caught.value) is on_policy
 
 
 def test_the_sampling_copy_shares_frozen_tensors_and_takes_the_trained_ones():
