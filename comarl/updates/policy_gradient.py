@@ -1,6 +1,7 @@
 """The policy-gradient update, written once for every on-policy algorithm: advantages from an estimator or a critic.
 
-One step: roll out this rank's items (``rollout_step.roll_out``, ``gradient_accumulation_steps`` chunks),
+One step: roll out this rank's items (``rollout_step.roll_out``, ``gradient_accumulation_steps`` chunks; a batch
+the generation worker sampled ahead, ``train.rollout.max_staleness``, comes rolled out: ``updates/overlap.py``),
 turn credited returns into advantages with the algorithm's ``advantage(view, loss)`` (a critic, when the
 algorithm has one, prepares GAE advantages first and the estimator reads them from the view), then for each
 agent: per-token advantages ``[S, T]`` (a per-sequence estimate broadcast over each sample's tokens) -> token
@@ -211,9 +212,10 @@ class PolicyGradient:
         ``mask_truncated``) skips the update (``count/empty_batch_skips``). Samples from an engine (vLLM)
         add their log-prob gap to ``gaps`` and, with ``train.loss.tis_cap``, weigh the loss (``engine_mismatch``).
         ``critic_adv``: per rollout chunk, the critic's advantages (``Critic.prepare``), or None. ``batch``: the
-        samples as :meth:`loss_batch` gives them (None: built here); ``behaviour``: the sampling policy's
-        log-probs taken before any agent of the step stepped (an agent sharing its weights with another), used as
-        the old log-probs (None: taken here, when needed).
+        samples as :meth:`loss_batch` gives them (None: built here); ``behaviour``: the old log-probs when they
+        cannot be taken here: the sampling policy's taken before any agent of the step stepped (an agent sharing
+        its weights with another), or those that came with samples of an older policy (:meth:`sampled_logprobs`)
+        (None: taken here, when needed).
 
         Returns (metrics, per rollout chunk the estimator's advantages: [G, K], or [S, T] for a per-token one).
         """
