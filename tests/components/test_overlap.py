@@ -286,3 +286,19 @@ def test_a_generator_with_its_own_weights_is_pushed_between_its_batches_and_its_
     assert [h["rollout/staleness_max"] for h in hist] == [0.0, 1.0, 1.0, 1.0]
     assert torch.allclose(calls[0][0], calls[0][1], atol=1e-6)  # version 0: the engine's log-probs are the trainer's
     assert not torch.allclose(calls[-1][0], calls[-1][1], atol=1e-4)  # one step behind
+
+
+def test_lora_agents_on_one_base_sample_from_a_copy_of_their_adapters():
+    agents = [comarl.AgentConfig(model="tiny", max_new_tokens=4, lr=2e-2, chat_template=False,
+                                 lora=LoraSettings(r=4), model_kwargs={"hidden_size": 32, "num_layers": 1})
+              for _ in range(2)]
+    cfg = comarl.TrainConfig(rollout=comarl.RolloutConfig(num_generations=2, max_staleness=1),
+                             run=comarl.RunConfig(batch_size=2, max_steps=3, progress_bar=False, report_to=[], seed=0))
+    t = comarl.Trainer(agents, _env(), ITEMS, cfg)
+    adapters = sum(p.numel() * p.element_size() for a in t.agents for p in a.model.parameters())
+    assert t.generator.copy_bytes == adapters  # the base is the trainer's
+    hist = t.train()
+    t.close()
+    assert [h["rollout/staleness_max"] for h in hist] == [0.0, 1.0, 1.0] and hist[0]["gen/logprob_gap_max"] == 0.0
+    for a, c in zip(t.agents, t.generator.copies):  # the last push reached the copies
+        assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), c.model.parameters()))
