@@ -131,6 +131,7 @@ class Overlap:
         missing = [a.name for a in agents if id(a) not in index]
         if missing:
             raise ValueError(f"Overlap.sync: {missing} are not the agents the worker copied")
+
         def write() -> None:
             copy_trained(list(agents), [self.copies[index[id(a)]] for a in agents])
             for stream in self.streams:  # the copies are written before the worker's stream reads them
