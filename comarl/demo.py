@@ -55,7 +55,7 @@ TLDR_SOURCE = "package:comarl/envs/writing/demo_tldr.jsonl"
 
 
 def demo_config(model: str = "tiny", task: str = "writing", steps: int = 0, output_dir: str | None = "runs/demo",
-                seed: int = 0) -> dict:
+                seed: int = 0, max_staleness: int = 0) -> dict:
     """The demo as an experiment config (the YAML shape of ``configs/demo/writing.yaml``): what ``comarl demo``
     trains, written as ``config.yaml`` into its run folder so that ``comarl eval`` scores the held-out posts
     as the demo does (``data.eval``, ``train.run.eval_num_generations``, ``train.run.seed``) and ``comarl train``
@@ -79,7 +79,10 @@ def demo_config(model: str = "tiny", task: str = "writing", steps: int = 0, outp
                 "eval": {"source": TLDR_SOURCE, "split": f"train[-{TLDR_HELDOUT}:]"}}
     else:
         raise ValueError(f"--task must be writing or tldr, got {task!r}")
-    train = {"algorithm": "magrpo", "rollout": {"num_generations": 4},
+    rollout: dict[str, int] = {"num_generations": 4}
+    if max_staleness:  # sampling while training (docs/overlap.md); benchmarks/smollm2_demo.py --max-staleness
+        rollout["max_staleness"] = max_staleness
+    train = {"algorithm": "magrpo", "rollout": rollout,
              "run": {"batch_size": batch, "max_steps": steps, "seed": seed,
                      "eval_num_generations": 1 if demo_greedy(model) else HELDOUT_SAMPLES, "log_samples_steps": 20,
                      "report_to": ["jsonl", "tensorboard"], "save_steps": 0, "output_dir": output_dir}}
@@ -93,10 +96,10 @@ def demo_greedy(model: str) -> bool:
 
 
 def demo_setup(model: str = "tiny", task: str = "writing", steps: int = 0, output_dir: str | None = "runs/demo",
-               seed: int = 0):
+               seed: int = 0, max_staleness: int = 0):
     """(agents, env, training items, TrainConfig) of the demo, built from :func:`demo_config`; the tests reuse
     this."""
-    cfg = from_dict(ExperimentConfig, demo_config(model, task, steps, output_dir, seed))
+    cfg = from_dict(ExperimentConfig, demo_config(model, task, steps, output_dir, seed, max_staleness))
     env = get_env(cfg.env.name).build(len(cfg.agents), **cfg.env.args)
     train, _ = demo_items(task)
     return cfg.agents, env, train, mark_from_config(cfg.train)  # the demo's users write keys (config.yaml)
@@ -193,7 +196,7 @@ def plot_rewards(history: list[dict], path: Path, before: HeldOutScore | None = 
 
 
 def run_demo(model: str = "tiny", task: str = "writing", steps: int = 0, output_dir: str = "runs/demo",
-             seed: int = 0) -> list[dict]:
+             seed: int = 0, max_staleness: int = 0) -> list[dict]:
     """Run the demo into a new ``output_dir/<date>-<time>/`` folder (``output_dir/latest`` links to it).
 
     The headline is the held-out score before and after training (posts never trained on), computed as
@@ -202,11 +205,11 @@ def run_demo(model: str = "tiny", task: str = "writing", steps: int = 0, output_
     trained agents) and ``config.yaml`` (this run as a config) beside the logs, the plot and the summary.
     """
     run = new_run_folder(output_dir)
-    config = demo_config(model, task, steps, str(run), seed)
+    config = demo_config(model, task, steps, str(run), seed, max_staleness)
     (run / "config.yaml").write_text(f"# comarl demo --model {model} --task {task} --steps "
                                      f"{config['train']['run']['max_steps']} --seed {seed}, as a config (comarl eval "
                                      f"and comarl train read it)\n" + yaml.safe_dump(config, sort_keys=False))
-    agents, env, items, cfg = demo_setup(model, task, steps, str(run), seed)
+    agents, env, items, cfg = demo_setup(model, task, steps, str(run), seed, max_staleness)
     _, heldout = demo_items(task)
     greedy = demo_greedy(model)
     samples = cfg.run.eval_num_generations

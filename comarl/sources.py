@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .compute import distributed as dist
+from .core.config_io import ConfigError
 from .core.steps import PromptBatch
 
 if TYPE_CHECKING:
@@ -116,6 +117,13 @@ class PromptBatches(Plain):
 
     def next(self, step: int, team: "TeamView") -> PromptBatch:
         return PromptBatch(self.next_items(), self.env)
+
+    def restore(self, path: Path, team: "TeamView") -> None:
+        """Nothing to restore but the cursor (the loop's); refuses a checkpoint holding batches sampled ahead
+        (``updates/overlap.py``), whose rows the cursor has passed: this run would skip them."""
+        if (Path(path) / "inflight.pt").exists():
+            raise ConfigError(f"train.rollout.max_staleness: {path} holds batches sampled ahead by a run with "
+                              f"max_staleness >= 1; resume it with the same value")
 
 
 __all__ = ["EpochCursor", "Plain", "PromptBatches"]

@@ -156,7 +156,10 @@ class Algorithm:
 
     def check_config(self, config, agents: list) -> None:
         """Every check of this record (and of the one its steps run), before any model is built."""
+        from .overlap import check_lag
+
         self.check(config, agents)
+        check_lag(config, self)  # train.rollout.max_staleness: families sound with lag (algorithms/overlap.py)
         inner = self.step_algorithm(config)
         if config.loss.entropy_coef > 0 and inner.update is not policy_gradient:  # a term of the policy-gradient loss
             raise ConfigError(f"train.loss.entropy_coef: the entropy bonus is a term of the policy-gradient loss, "

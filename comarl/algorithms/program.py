@@ -15,6 +15,9 @@ def check_program_run(cfg, algorithm) -> None:
     cross joint actions and early stops shape a tree the program replaces with its own control flow.
     """
     r = cfg.rollout
+    if r.max_staleness:
+        raise ConfigError("train.rollout.max_staleness: a program's calls are served by the gateway as the program "
+                          "makes them, not sampled ahead by a generation worker; set it to 0")
     if r.num_turns != 1:
         raise ConfigError(f"train.rollout.num_turns: {r.num_turns}; a program runs its own turns (a ProgramEnv run is "
                           f"one episode): set 1")

@@ -17,6 +17,26 @@ import torch
 
 
 @dataclass
+class Prefetched:
+    """A batch's rollouts, sampled ahead by the generation worker (``train.rollout.max_staleness`` >= 1,
+    ``updates/overlap.py``) while the trainer updated on earlier batches.
+
+    Attributes:
+        rollouts: one ``Rollout`` per ``gradient_accumulation_steps`` chunk; each agent's samples carry the
+            policy version that sampled them (``AgentSamples.policy_version``) and its log-probs
+            (``AgentSamples.engine_logprobs``).
+        version: the policy version (training steps done) whose weights sampled them.
+        rollout_s: seconds the worker took to sample them (beside the trainer's update).
+        wait_s: seconds the trainer waited for them.
+    """
+
+    rollouts: list
+    version: int
+    rollout_s: float
+    wait_s: float = 0.0
+
+
+@dataclass
 class PromptBatch:
     """This rank's items of one global batch, and the environment that scores them.
 
@@ -24,11 +44,14 @@ class PromptBatch:
         items: the rank's share of the batch (may be empty: a rank out of items at the end of an epoch).
         env: the environment whose reward this step trains on (MARLHF rounds: the reward model's).
         metrics: what the source reports with the step (MARLHF rounds: ``rm/*``, ``pref/*``, the round).
+        rolled: the batch's rollouts when the generation worker sampled them ahead
+            (``train.rollout.max_staleness`` >= 1); None: the update rolls the items out itself.
     """
 
     items: list[dict]
     env: Any
     metrics: dict[str, float] = field(default_factory=dict)
+    rolled: Prefetched | None = None
 
 
 @dataclass
@@ -104,4 +127,4 @@ class StepOutput:
     values: list = field(default_factory=list)
 
 
-__all__ = ["AgentPairs", "PairBatch", "PromptBatch", "SkipStep", "StepOutput"]
+__all__ = ["AgentPairs", "PairBatch", "Prefetched", "PromptBatch", "SkipStep", "StepOutput"]

@@ -38,11 +38,15 @@ class AgentSamples:
     forced: list[list[bool]] | None = None
     """[S] per completion token, True where a schema forced it (structured generation): out of the loss; else None."""
     engine_logprobs: list[list[float]] | None = None
-    """[S] per completion token, the log-prob the generator sampled it with (a vLLM engine's), else None."""
+    """[S] per completion token, the log-prob the generator sampled it with (a vLLM engine's, or the generation
+    worker's weight copy under ``train.rollout.max_staleness``: the behaviour policy's), else None."""
     run_index: torch.Tensor | None = None
     """[S] program runs (``comarl/rollout/program.py``): the run ``g*K + k`` each sample (a call) belongs to;
     ``returns`` is then per run [G, K] and a run may hold any number of an agent's samples. None: sample s is
     run s (S = G*K), as in the rollout tree."""
+    policy_version: torch.Tensor | None = None
+    """[S] long, the policy version (training steps done) whose weights sampled each sample, when the generation
+    worker sampled ahead (``train.rollout.max_staleness`` >= 1); None: the step's own weights (on-policy)."""
 
     @property
     def num_samples(self) -> int:

@@ -7,8 +7,9 @@ minutes a 7B model takes to load and shard); ``build_run`` then builds, for the 
     agents (rank 0 reads them under sharding, the others build on meta) -> the critic the record names
     -> fp16 scalers, memory savers -> references (the KL term, or an update that learns against one)
     -> FSDP2 sharding of agents, references and critic -> optimisers -> the generator (``train.hardware.generator:
-    vllm``: engines built from the final weights) -> the source (the run's length) -> schedulers -> the helper
-    models placed (``helpers:``) -> the Team, in one constructor call with every part -> the update
+    vllm``: engines built from the final weights; ``train.rollout.max_staleness``: the generation worker around it,
+    ``updates/overlap.py``) -> the source (the run's length) -> schedulers -> the helper models placed (``helpers:``)
+    -> the Team, in one constructor call with every part -> the update
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from ..generation.helpers import Helpers, LocalHelper
 from ..generation.hosted import HostedModel
 from ..models.agents import Agent, AgentConfig, build_agents
 from ..rollout import check_tree_size
+from ..updates.overlap import Overlap
 from .optim import build_optimizer, build_scheduler
 from .team import Team, new_references
 
@@ -202,14 +204,17 @@ def build_run(agents: Sequence, env: Environment, items: list[dict], cfg, algori
     generator = build_generator(built, cfg, generator, sharding)  # synced after each optimiser step
     lockstep = AgentAtATime(sharding) if sharding is not None and hw.fsdp_gather == "agent" else None
     parts = Parts(cfg, lockstep, env, items, step_alg, critic, generator)
-    source = algorithm.source(parts)
+    overlap = Overlap.of(parts, built) if cfg.rollout.max_staleness else None  # a worker samples ahead
+    if overlap is not None:  # it is the generator the team syncs, and the source's batches come rolled out
+        parts = dataclasses.replace(parts, generator=overlap)
+    source = algorithm.source(parts) if overlap is None else overlap.prefetching(algorithm.source(parts))
     total_opt = source.total_steps * cfg.loss.num_iterations
     schedulers = [build_scheduler(o, cfg.run.lr_scheduler, cfg.run.warmup_steps, total_opt) for o in optimizers]
     helpers = helpers if helpers is not None else Helpers()
     helpers.place()  # the resident local helpers on their devices (their own random stream: the run's is untouched)
     team = Team(built, references, optimizers, schedulers, scalers, sharding, cfg.loss.max_grad_norm,
-                hw.fsdp_gather, hw.share_prefix, hw.reference_device, generator=generator, helpers=helpers)
-    return Run(team, algorithm.update(parts), source, critic, generator)
+                hw.fsdp_gather, hw.share_prefix, hw.reference_device, generator=parts.generator, helpers=helpers)
+    return Run(team, algorithm.update(parts), source, critic, parts.generator)
 
 
 __all__ = ["Run", "as_items", "build_generator", "build_run", "check_helpers", "check_items", "check_run",

@@ -41,7 +41,7 @@ from ..objective.logprobs import completion_logprobs, forced_mask
 from ..objective.losses import joint_dpo_loss, reference_free_dpo_loss
 from ..preference.pair_tokens import tokenizer_fingerprint
 from ..preference.rollout_pairs import step_pairs, write_pairs
-from .rollout_step import roll_out, rollout_step_metrics
+from .rollout_step import roll_out, rollout_step_metrics, step_times
 
 if TYPE_CHECKING:
     from ..core.seams import TeamView
@@ -214,14 +214,17 @@ class OnlineDPO:
 
     def step(self, team: "TeamView", batch: PromptBatch, step: int) -> StepOutput:
         t0 = time.perf_counter()
-        rollouts, _, t_roll = roll_out(team, batch.env, batch.items, self.settings, self.accumulation_steps)
+        if batch.rolled is not None:  # sampled ahead by the generation worker (train.rollout.max_staleness)
+            rollouts, t_roll = batch.rolled.rollouts, 0.0
+        else:
+            rollouts, _, t_roll = roll_out(team, batch.env, batch.items, self.settings, self.accumulation_steps)
         metrics, counts = rollout_step_metrics(rollouts, {})
         team.count("completions", sum(r.num_completions for r in rollouts))
         metrics.update(self.learn(team, rollouts, step))
         trained = sum(len(c) for r in rollouts for s in r.agents for c in s.completion_ids)
         dt = time.perf_counter() - t0
-        metrics.update({"time/step_s": dt, "time/rollout_s": t_roll, "time/update_s": dt - t_roll,
-                        "tokens_per_s": trained / max(dt, 1e-9)})
+        metrics.update(step_times(dt, t_roll, batch))
+        metrics["tokens_per_s"] = trained / max(metrics["time/step_s"], 1e-9)
         return StepOutput(metrics, float(len(batch.items)), counts, rollouts[0].examples if rollouts else [],
                           rollouts=rollouts)
 

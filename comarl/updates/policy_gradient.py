@@ -1,6 +1,7 @@
 """The policy-gradient update, written once for every on-policy algorithm: advantages from an estimator or a critic.
 
-One step: roll out this rank's items (``rollout_step.roll_out``, ``gradient_accumulation_steps`` chunks),
+One step: roll out this rank's items (``rollout_step.roll_out``, ``gradient_accumulation_steps`` chunks; a batch
+the generation worker sampled ahead, ``train.rollout.max_staleness``, comes rolled out: ``updates/overlap.py``),
 turn credited returns into advantages with the algorithm's ``advantage(view, loss)`` (a critic, when the
 algorithm has one, prepares GAE advantages first and the estimator reads them from the view), then for each
 agent: per-token advantages ``[S, T]`` (a per-sequence estimate broadcast over each sample's tokens) -> token
@@ -32,7 +33,7 @@ from ..objective.engine_mismatch import GapTotals, logprob_gap, padded, truncate
 from ..objective.logprobs import completion_logprobs, forced_mask
 from ..objective.losses import clipped_policy_loss, entropy_bonus, kl_estimate, kl_penalty, sequence_kl, token_weights
 from ..runs import checkpoint as ckpt
-from .rollout_step import roll_out, rollout_step_metrics
+from .rollout_step import roll_out, rollout_step_metrics, step_times
 
 if TYPE_CHECKING:
     from ..core.seams import TeamView
@@ -109,17 +110,26 @@ class PolicyGradient:
     # ----------------------------------------------------------------- step
     def step(self, team: "TeamView", batch: PromptBatch, step: int) -> StepOutput:
         t0 = time.perf_counter()
-        rollouts, prepared, t_roll = roll_out(team, batch.env, batch.items, self.settings, self.accumulation_steps,
-                                              self.critic)
+        if batch.rolled is not None:  # sampled ahead by the generation worker (train.rollout.max_staleness)
+            rollouts, prepared, t_roll = batch.rolled.rollouts, None, 0.0
+        else:
+            rollouts, prepared, t_roll = roll_out(team, batch.env, batch.items, self.settings,
+                                                  self.accumulation_steps, self.critic)
         metrics, counts = rollout_step_metrics(rollouts, prepared.metrics if prepared is not None else {})
         team.count("completions", sum(r.num_completions for r in rollouts))
         trained_tokens, gaps = 0, GapTotals()
         samples = [[r.agents[i] for r in rollouts] for i in range(len(team.agents))]
         batches = [self.loss_batch(s) for s in samples]  # (global counts: a collective per agent)
-        # agents that train one model object (share_weights_with): the sampling policy's log-probs of each, before
-        # the first of them steps, or a later one's ratio and clip range would centre on weights that did not sample
-        behaviour = {i: self.behaviour_logprobs(team, i, batches[i]) for i in shared_weights(team.agents)
-                     if batches[i].n_seq and batches[i].n_tok}
+        # the old log-probs, where they cannot be taken at an agent's own update: samples of an older policy (the
+        # behaviour policy's, as sampled); agents that train one model object (share_weights_with): the sampling
+        # policy's log-probs of each, before the first of them steps, or a later one's ratio and clip range would
+        # centre on weights that did not sample
+        shared, behaviour = shared_weights(team.agents), {}
+        for i in range(len(team.agents)):
+            if batches[i].n_seq and batches[i].n_tok:
+                sampled = self.sampled_logprobs(samples[i], batches[i], team.agents[i].device)
+                if sampled is not None or i in shared:
+                    behaviour[i] = sampled if sampled is not None else self.behaviour_logprobs(team, i, batches[i])
         advantages = []
         for i in range(len(team.agents)):
             trained_tokens += sum(len(c) for s in samples[i] for c in s.completion_ids)
@@ -129,8 +139,8 @@ class PolicyGradient:
             advantages.append(adv)
         metrics.update(gaps.metrics())  # the engine's log-probs against the trainer's (generator vllm)
         dt = time.perf_counter() - t0
-        metrics.update({"time/step_s": dt, "time/rollout_s": t_roll, "time/update_s": dt - t_roll,
-                        "tokens_per_s": trained_tokens / max(dt, 1e-9)})
+        metrics.update(step_times(dt, t_roll, batch))
+        metrics["tokens_per_s"] = trained_tokens / max(metrics["time/step_s"], 1e-9)
         return StepOutput(metrics, float(len(batch.items)), counts, rollouts[0].examples if rollouts else [],
                           rollouts=rollouts, advantages=advantages,
                           values=prepared.values if prepared is not None else [])
@@ -163,6 +173,18 @@ class PolicyGradient:
                          n_tok=dist.all_reduce_sum(int(lengths.sum())), n_all=dist.all_reduce_sum(len(comps)),
                          forced=forced, engine=joined_engine_logprobs(samples))
 
+    def sampled_logprobs(self, samples: list, batch: LossBatch, device) -> list[torch.Tensor] | None:
+        """The old log-probs of samples an older policy drew (``train.rollout.max_staleness``): the behaviour
+        policy's, which came with them, per micro-batch span, so the clipped ratio is taken against the policy that
+        sampled. None for on-policy samples, and under ``train.loss.tis_cap``, where the old log-probs stay the
+        trainer's and the truncated ratio to the sampler weighs the policy term (docs/overlap.md)."""
+        if self.loss.tis_cap is not None or batch.engine is None or not samples \
+                or any(s.policy_version is None for s in samples):
+            return None
+        engine = batch.engine
+        return [padded(engine[a:b], max((len(c) for c in batch.comps[a:b]), default=0)).to(device)
+                for a, b in batch.spans]
+
     def behaviour_logprobs(self, team: "TeamView", i: int, batch: LossBatch) -> list[torch.Tensor]:
         """Agent ``i``'s token log-probs of its samples under its current weights (the sampling policy's, before
         any optimiser step of the step), per micro-batch span; no dropout, no gradient."""
@@ -190,9 +212,10 @@ class PolicyGradient:
         ``mask_truncated``) skips the update (``count/empty_batch_skips``). Samples from an engine (vLLM)
         add their log-prob gap to ``gaps`` and, with ``train.loss.tis_cap``, weigh the loss (``engine_mismatch``).
         ``critic_adv``: per rollout chunk, the critic's advantages (``Critic.prepare``), or None. ``batch``: the
-        samples as :meth:`loss_batch` gives them (None: built here); ``behaviour``: the sampling policy's
-        log-probs taken before any agent of the step stepped (an agent sharing its weights with another), used as
-        the old log-probs (None: taken here, when needed).
+        samples as :meth:`loss_batch` gives them (None: built here); ``behaviour``: the old log-probs when they
+        cannot be taken here: the sampling policy's taken before any agent of the step stepped (an agent sharing
+        its weights with another), or those that came with samples of an older policy (:meth:`sampled_logprobs`)
+        (None: taken here, when needed).
 
         Returns (metrics, per rollout chunk the estimator's advantages: [G, K], or [S, T] for a per-token one).
         """

@@ -11,12 +11,22 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager
+from typing import Any, Iterable, Protocol
+
+import torch
 
 from ..rollout import collect_rollout, join_rollout, rollout_metrics
 
-if TYPE_CHECKING:
-    from ..core.seams import TeamView
+
+class RollingTeam(Protocol):
+    """What a rollout reads of a team (``core.seams.TeamView`` has it; so has the generation worker's
+    ``updates.overlap.SamplingTeam``): the agents and the context in which their models are whole."""
+
+    agents: list[Any]
+
+    def gathered(self, models: Iterable[torch.nn.Module] | None = None, *, env: Any = None, rollout: bool = False,
+                 also: Iterable[torch.nn.Module] = ()) -> AbstractContextManager[Any]: ...
 
 
 def chunks_of(items: list, n_chunks: int) -> list[list]:
@@ -25,7 +35,7 @@ def chunks_of(items: list, n_chunks: int) -> list[list]:
     return [items[i:i + size] for i in range(0, len(items), size)] if size else []
 
 
-def roll_out(team: "TeamView", env, items: list[dict], settings, n_chunks: int, critic=None):
+def roll_out(team: RollingTeam, env, items: list[dict], settings, n_chunks: int, critic=None):
     """-> (rollouts [one per chunk], what the critic prepared (``critics.Prepared``: metrics and advantages) or
     None without a critic, rollout seconds)."""
     t0 = time.perf_counter()
@@ -52,4 +62,14 @@ def rollout_step_metrics(rollouts, values: dict) -> tuple[dict[str, float], dict
     return metrics, counts
 
 
-__all__ = ["chunks_of", "roll_out", "rollout_step_metrics"]
+def step_times(dt: float, t_roll: float, batch) -> dict[str, float]:
+    """``time/step_s``, ``time/rollout_s``, ``time/update_s`` of a step that took ``dt`` seconds, ``t_roll`` of them
+    rolling out; a batch sampled ahead (``PromptBatch.rolled``): the worker's rollout seconds (spent beside the
+    trainer) and a step of the seconds waited for it plus the update."""
+    rolled = getattr(batch, "rolled", None)
+    if rolled is None:
+        return {"time/step_s": dt, "time/rollout_s": t_roll, "time/update_s": dt - t_roll}
+    return {"time/step_s": rolled.wait_s + dt, "time/rollout_s": rolled.rollout_s, "time/update_s": dt}
+
+
+__all__ = ["RollingTeam", "chunks_of", "roll_out", "rollout_step_metrics", "step_times"]

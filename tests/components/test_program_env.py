@@ -215,7 +215,8 @@ def test_kl_in_the_reward_pays_per_run():
     ("iac", {}, "algorithm: iac trains a critic (independent)"), ("maac", {}, "algorithm: maac trains a critic"),
     ("maremax", {}, "greedy continuation"), ("madpo", {}, "pairs"),
     ("magrpo", {"num_turns": 2}, "num_turns: 2"), ("magrpo", {"joint_mode": "cross"}, "joint_mode"),
-    ("magrpo", {"early_stop_reward": 1.0}, "early_stop_reward")])
+    ("magrpo", {"early_stop_reward": 1.0}, "early_stop_reward"),
+    ("magrpo", {"max_staleness": 1}, "max_staleness: a program's calls are served by the gateway")])
 def test_what_program_runs_cannot_do_is_refused_before_any_model(algorithm, overrides, key):
     env = comarl.ProgramEnv(lambda item, client: 1.0, 3)
     with pytest.raises(ConfigError, match=re.escape(key)):

@@ -188,8 +188,8 @@ def test_a_mistyped_key_gets_did_you_mean_not_sixty_keys(tmp_path):
         load_config(DEMO, ["train.rollout.batch_size=8"])  # a key of another section
     with pytest.raises(ConfigError) as e:  # nothing close: the sections, not every key
         load_config(DEMO, ["train.colour=red"])
-    assert "none of train's keys is close; it has algorithm, critic, estimator, hardware, loss, preference, rollout, run" in \
-        str(e.value) and len(str(e.value)) < 250
+    assert ("none of train's keys is close; it has algorithm, critic, estimator, hardware, loss, preference, rollout, "
+            "run") in str(e.value) and len(str(e.value)) < 250
     with pytest.raises(TypeError, match=r"TrainConfig\(\) got an unknown argument 'num_generation' \(did you mean "
                                         r"rollout=RolloutConfig\(num_generations=\.\.\.\)"):
         TrainConfig(num_generation=4)

@@ -1,4 +1,5 @@
-"""kill -9 at random points of 2-agent runs (LoRA agents; a critic; madpo_iter), and a damaged checkpoint or a full
+"""kill -9 at random points of 2-agent runs (LoRA agents; a critic; madpo_iter; a generation worker sampling
+ahead, ``train.rollout.max_staleness: 1``), and a damaged checkpoint or a full
 disk in the middle of such a run (issue #33): each run resumes from its newest checkpoint that verifies, or stops
 with one line, and ends with exactly the tensors (weights, optimiser and critic state, RNG) of the run that was
 never interrupted.
@@ -43,6 +44,8 @@ KINDS = {
                            "preference": {"iterative": {"rounds": 2, "round_batches": 1, "steps_per_round": 2,
                                                         "replay": "all"},
                                           "pairs": {"pairs_per_item": 2}}}, "round"),
+    # the generation worker samples step t+1's batch while step t updates (#41): checkpoints hold that batch
+    "overlap": (AGENT, {"algorithm": "magrpo", "rollout": {"max_staleness": 1}}, "update"),
 }
 TRIED: list[dict] = []  # one row per kill point, for the summary
 
@@ -92,7 +95,7 @@ class Hooks:
     def install(self) -> None:
         import comarl.critics.critic as critic
         import comarl.preference.rounds as rounds
-        import comarl.rollout.settings as rollout
+        import comarl.rollout.settings as rollout  # RolloutSettings.team_generator: HF's generate_for_agents
         import comarl.training.team as team
 
         self.wrap(rollout, "generate_for_agents", "generate")

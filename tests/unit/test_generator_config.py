@@ -42,7 +42,8 @@ def test_the_generator_and_engine_settings_are_config_keys(tmp_path):
     (VLLM + ["train.hardware.vllm.dtype=fp8"], r"train\.hardware\.vllm\.dtype: must be float32, bfloat16"),
     (VLLM + ["train.hardware.vllm.max_loras=0"], r"train\.hardware\.vllm\.max_loras: must be >= 1"),
     (["train.loss.tis_cap=2"],
-     r"train\.loss\.tis_cap: corrects for the vLLM engine's log-probs; it needs train\.hardware\.generator: vllm"),
+     r"train\.loss\.tis_cap: corrects for the log-probs of a policy other than the trainer's; it needs "
+     r"train\.hardware\.generator: vllm or train\.rollout\.max_staleness >= 1"),
     (VLLM + ["train.loss.tis_cap=0"], r"train\.loss\.tis_cap: must be > 0"),
     (VLLM + ["train.algorithm=madpo", "train.loss.tis_cap=2"],
      r"train\.loss\.tis_cap: madpo learns from a sequence-level DPO"),
