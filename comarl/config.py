@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 
 from .core.config_io import (ConfigError, Moved, aliased, apply_overrides, canonical, canonical_key, from_dict,
-                             moved_out, read_yaml)
+                             moved_out, plain, read_yaml)
 from .critics.settings import CriticSettings
 from .generation.helper_settings import HelperSpec, check_helper_names
 from .generation.vllm_settings import EngineSettings
@@ -641,7 +641,8 @@ def _python_value(text: str) -> str:
 
 def refuse_hosted_agents(data: dict) -> None:
     """An agent is trained, so it cannot be a hosted endpoint (whose weights are not here): one line naming the key."""
-    for i, a in enumerate(data.get("agents") or []):
+    agents = plain(data.get("agents"))  # an override's value is still Written
+    for i, a in enumerate(agents if isinstance(agents, list) else []):
         if isinstance(a, dict) and "endpoint" in a:
             raise ConfigError(f"agents.{i}.endpoint: a hosted endpoint cannot be trained (its weights are not "
                               f"here); declare it under helpers: and use it as a comparator, judge or expert "

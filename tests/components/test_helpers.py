@@ -51,7 +51,8 @@ def test_helpers_are_read_from_the_config_and_named_by_their_keys(tmp_path):
         (["train.preference.iterative.comparator_helper=nobody"], "comparator_helper: no helper 'nobody'"),
         (["train.preference.iterative.comparator=model", "train.preference.iterative.comparator_model=tiny"],
          "comparator_helper: only read with comparator=helper"),
-        (["agents.0.endpoint.model=gpt-x"], "agents.0.endpoint: a hosted endpoint cannot be trained")]:
+        (["agents.0.endpoint.model=gpt-x"], "agents.0.endpoint: a hosted endpoint cannot be trained"),
+        (["agents=[{model: tiny}, {endpoint: {model: gpt-x}}]"], "agents.1.endpoint: a hosted endpoint cannot be")]:
         with pytest.raises(ConfigError, match=re.escape(says)):
             load_config(path, override)
 
