@@ -118,7 +118,9 @@ def serve(args) -> int:
                       request_timeout_s=args.request_timeout)
     server = GatewayServer(gateway, args.host, args.port)
     stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # Ctrl-C and SIGTERM both stop it; SIGINT is handled here rather than by Python's default, which a process
+    # started in the background of a non-interactive shell lacks (it inherits SIGINT ignored)
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         server.start()
         print(f"comarl serve: {what} as {', '.join(repr(a.name) for a in agents)} on {server.url}/v1 "
@@ -130,7 +132,8 @@ def serve(args) -> int:
     finally:
         server.stop()
         getattr(generator, "close", lambda: None)()
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
         n = gateway.requests
         print(f"comarl serve: stopped after {n} completion request{'' if n == 1 else 's'}", file=sys.stderr, flush=True)
     return 0

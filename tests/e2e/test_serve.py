@@ -85,3 +85,25 @@ def test_another_host_needs_an_api_key(trained_run):
     r = subprocess.run([sys.executable, "-m", "comarl.cli", "serve", str(trained_run), "--host", "0.0.0.0"],
                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert r.returncode == 2 and "--host: host '0.0.0.0' is reachable from other machines" in r.stderr
+
+
+def test_ctrl_c_stops_it_also_when_started_with_sigint_ignored(tmp_path):
+    """A process started in the background of a non-interactive shell inherits SIGINT ignored, and Python then
+    installs no KeyboardInterrupt; ``comarl serve`` handles SIGINT itself, so Ctrl-C (``kill -INT``) still stops it."""
+    team = tmp_path / "team.yaml"
+    team.write_text("agents: [{model: tiny, max_new_tokens: 4}]\n")
+    proc = subprocess.Popen([sys.executable, "-m", "comarl.cli", "serve", str(team), "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert " on http://127.0.0.1:" in proc.stdout.readline()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+    assert proc.returncode == 0 and "stopped after 0 completion requests" in err, err
