@@ -85,7 +85,7 @@ def test_each_agents_engine_runs_on_its_own_cores_and_they_sample_at_once():
         assert os.sched_getaffinity(0) >= set(cpus)  # the trainer's own threads are left as they were
         engines = engine_processes() - before
         assert len(engines) == 2
-        bound = sorted(thread_cpus(pid) for pid in engines)
+        bound = sorted((thread_cpus(pid) for pid in engines), key=sorted)  # sets only order by inclusion
         assert bound == [{cpus[0]}, {cpus[1]}], bound  # disjoint: one core each, every thread of the process
         prompts = [a.encode_prompts([f"Say {w}." for w in ("red", "green", "blue", "white")]) for a in agents]
         comps = gen.generate_for_agents(agents, prompts, 4)
