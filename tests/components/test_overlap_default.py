@@ -10,9 +10,7 @@ metrics and the weights' float sums within 1e-4 (relative) instead; the generate
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import platform
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -22,6 +20,7 @@ import torch
 
 import comarl
 from comarl.generation.team import generate_for_agents
+from recorded_runs import assert_matches, record, recording_generator, run_record
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "overlap_default_regression.json"
 ITEMS = [{"n": i} for i in range(4)]
@@ -42,22 +41,11 @@ def _transition(state, responses):
     return [f"t{state.turn + 1} {i}: {r[:8]}" for i, r in enumerate(responses)]
 
 
-def _digest(chunks) -> str:
-    h = hashlib.sha256()
-    for c in chunks:
-        h.update(c if isinstance(c, bytes) else str(c).encode())
-    return h.hexdigest()[:16]
-
-
 def run_scenario(name: str, **rollout_keys) -> dict:
     """Train 3 steps; returns the token digest of every generate call, the history and the weights."""
     algorithm, rollout, loss = SCENARIOS[name]
-    calls = []
-
-    def recording(agents, prompt_ids, k, **kw):
-        out = generate_for_agents(agents, prompt_ids, k, **kw)
-        calls.append(_digest([json.dumps(prompt_ids), json.dumps([c.ids for c in out])]))
-        return out
+    calls: list = []
+    recording = recording_generator(generate_for_agents, calls)
 
     agents = [comarl.AgentConfig(model="tiny", max_new_tokens=3, lr=2e-2, chat_template=False,
                                  model_kwargs={"seed": i}) for i in range(2)]
@@ -69,28 +57,7 @@ def run_scenario(name: str, **rollout_keys) -> dict:
                              run=comarl.RunConfig(batch_size=2, max_steps=3, progress_bar=False, report_to=[], seed=0))
     t = comarl.Trainer(agents, env, ITEMS, cfg, generator=recording)
     hist = t.train()
-    weights = {}
-    for n, m in enumerate(a.model for a in t.agents):
-        params = sorted(m.state_dict().items())
-        weights[f"module{n}"] = {
-            "digest": _digest(v.detach().cpu().contiguous().numpy().tobytes() for _, v in params),
-            "sum": float(sum(v.detach().double().sum() for _, v in params)),
-            "abs_sum": float(sum(v.detach().double().abs().sum() for _, v in params))}
-    metrics = [{k: v for k, v in sorted(h.items()) if not k.startswith(("time/", "tokens_per_s"))} for h in hist]
-    return {"generate_calls": calls, "metrics": metrics, "weights": weights}
-
-
-def _cpu() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
-    except OSError:
-        return ""
-
-
-def _platform() -> dict:
-    return {"torch": torch.__version__, "machine": platform.machine(), "python": sys.version.split()[0],
-            "cpu": _cpu()}
+    return run_record(calls, hist, [a.model for a in t.agents])
 
 
 def _given_zero() -> dict:
@@ -101,31 +68,12 @@ def _given_zero() -> dict:
 @pytest.mark.parametrize("given", [False, True], ids=["default", "zero_given"])
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_max_staleness_zero_reproduces_the_recorded_run(name, given):
-    recorded = json.loads(FIXTURE.read_text())
-    want = recorded["runs"][name]
-    got = run_scenario(name, **(_given_zero() if given else {}))
-    assert got["generate_calls"] == want["generate_calls"], "generated tokens differ from the recorded run"
-    exact = recorded["platform"] == _platform()
-    for step, (g, w) in enumerate(zip(got["metrics"], want["metrics"])):
-        assert sorted(g) == sorted(w), f"step {step}: metric names differ"
-        for k in w:
-            if exact:
-                assert g[k] == w[k] or (g[k] != g[k] and w[k] != w[k]), f"step {step}: {k} {g[k]} != {w[k]}"
-            else:
-                assert g[k] == pytest.approx(w[k], rel=1e-4, abs=1e-5, nan_ok=True), f"step {step}: {k}"
-    for m, w in want["weights"].items():
-        if exact:
-            assert got["weights"][m]["digest"] == w["digest"], f"{m}: weights after 3 steps differ"
-        else:
-            assert got["weights"][m]["sum"] == pytest.approx(w["sum"], rel=1e-4)
-            assert got["weights"][m]["abs_sum"] == pytest.approx(w["abs_sum"], rel=1e-4)
+    assert_matches(run_scenario(name, **(_given_zero() if given else {})), json.loads(FIXTURE.read_text()), name)
 
 
 if __name__ == "__main__":
     if "--record" not in sys.argv:
-        sys.exit("usage: PYTHONPATH=. python tests/components/test_overlap_default.py --record")
+        sys.exit("usage: PYTHONPATH=.:tests python tests/components/test_overlap_default.py --record")
     torch.set_num_threads(1)
     runs = {name: run_scenario(name) for name in sorted(SCENARIOS)}
-    FIXTURE.parent.mkdir(exist_ok=True)
-    FIXTURE.write_text(json.dumps({"platform": _platform(), "runs": runs}, indent=1) + "\n")
-    print(f"wrote {FIXTURE}")
+    record(FIXTURE, runs)

@@ -11,9 +11,7 @@ within 1e-4 (relative) instead; the generated tokens are compared exactly everyw
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import platform
 import sys
 from pathlib import Path
 
@@ -24,6 +22,7 @@ import comarl
 from comarl.critics import CriticSettings
 from comarl.envs.base import AgentRewards
 from comarl.generation.team import generate_for_agents
+from recorded_runs import assert_matches, record, recording_generator, run_record
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "stages_default_regression.json"
 ITEMS = [{"n": i} for i in range(4)]
@@ -56,22 +55,11 @@ SCENARIOS = {  # algorithm, train.rollout keys, team reward
 }
 
 
-def _digest(chunks) -> str:
-    h = hashlib.sha256()
-    for c in chunks:
-        h.update(c if isinstance(c, bytes) else str(c).encode())
-    return h.hexdigest()[:16]
-
-
 def run_scenario(name: str) -> dict:
     """Train 3 steps; returns the token digest of every generate call, the history and the weights."""
     algorithm, rollout, team_reward = SCENARIOS[name]
-    calls = []
-
-    def recording(agents, prompt_ids, k, **kw):
-        out = generate_for_agents(agents, prompt_ids, k, **kw)
-        calls.append(_digest([json.dumps(prompt_ids), json.dumps([c.ids for c in out])]))
-        return out
+    calls: list = []
+    recording = recording_generator(generate_for_agents, calls)
 
     agents = [comarl.AgentConfig(model="tiny", max_new_tokens=3, lr=2e-2, chat_template=False,
                                  model_kwargs={"seed": i}) for i in range(2)]
@@ -81,58 +69,18 @@ def run_scenario(name: str) -> dict:
         cfg.critic = CriticSettings(lr=1e-3)
     t = comarl.Trainer(agents, _env(_team_reward if team_reward else _reward), ITEMS, cfg, generator=recording)
     hist = t.train()
-    weights = {}
     modules = [a.model for a in t.agents] + ([m for m in t.critic.modules()] if t.critic is not None else [])
-    for n, m in enumerate(modules):
-        params = sorted(m.state_dict().items())
-        weights[f"module{n}"] = {
-            "digest": _digest(v.detach().cpu().contiguous().numpy().tobytes() for _, v in params),
-            "sum": float(sum(v.detach().double().sum() for _, v in params)),
-            "abs_sum": float(sum(v.detach().double().abs().sum() for _, v in params))}
-    metrics = [{k: v for k, v in sorted(h.items()) if not k.startswith(("time/", "tokens_per_s"))} for h in hist]
-    return {"generate_calls": calls, "metrics": metrics, "weights": weights}
-
-
-def _cpu() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
-    except OSError:
-        return ""
-
-
-def _platform() -> dict:
-    return {"torch": torch.__version__, "machine": platform.machine(), "python": sys.version.split()[0],
-            "cpu": _cpu()}
+    return run_record(calls, hist, modules)
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_one_stage_default_reproduces_the_recorded_run(name):
-    recorded = json.loads(FIXTURE.read_text())
-    want = recorded["runs"][name]
-    got = run_scenario(name)
-    assert got["generate_calls"] == want["generate_calls"], "generated tokens differ from the recorded run"
-    exact = recorded["platform"] == _platform()
-    for step, (g, w) in enumerate(zip(got["metrics"], want["metrics"])):
-        assert sorted(g) == sorted(w), f"step {step}: metric names differ"
-        for k in w:
-            if exact:
-                assert g[k] == w[k] or (g[k] != g[k] and w[k] != w[k]), f"step {step}: {k} {g[k]} != {w[k]}"
-            else:
-                assert g[k] == pytest.approx(w[k], rel=1e-4, abs=1e-5, nan_ok=True), f"step {step}: {k}"
-    for m, w in want["weights"].items():
-        if exact:
-            assert got["weights"][m]["digest"] == w["digest"], f"{m}: weights after 3 steps differ"
-        else:
-            assert got["weights"][m]["sum"] == pytest.approx(w["sum"], rel=1e-4)
-            assert got["weights"][m]["abs_sum"] == pytest.approx(w["abs_sum"], rel=1e-4)
+    assert_matches(run_scenario(name), json.loads(FIXTURE.read_text()), name)
 
 
 if __name__ == "__main__":
     if "--record" not in sys.argv:
-        sys.exit("usage: PYTHONPATH=. python tests/components/test_stages_default.py --record")
+        sys.exit("usage: PYTHONPATH=.:tests python tests/components/test_stages_default.py --record")
     torch.set_num_threads(1)
     runs = {name: run_scenario(name) for name in sorted(SCENARIOS)}
-    FIXTURE.parent.mkdir(exist_ok=True)
-    FIXTURE.write_text(json.dumps({"platform": _platform(), "runs": runs}, indent=1) + "\n")
-    print(f"wrote {FIXTURE}")
+    record(FIXTURE, runs)
