@@ -142,3 +142,10 @@ def test_offline_position_counts_pairs_and_a_resume_with_another_global_batch_co
     hist = resumed.train()
     assert seen == [["p8", "p9", "p10", "p11"]] and len(hist) == 1 and resumed.state.step == 5
     assert hist[0]["pref/pairs"] == 4 and hist[0]["epoch"] == 0
+
+
+def test_madpo_iter_trains_on_the_sampled_pool(tmp_path):
+    """Two rounds with replay=decay_sample and 3 pairs drawn: each round's pool holds 3 pairs."""
+    hist = trainer(tmp_path / "run", replay="decay_sample", replay_sample_size=3).train()
+    assert [h["round"] for h in hist] == [0, 1]
+    assert all(h["pref/pairs"] > 0 and h["pref/pool"] == 3 for h in hist), hist

@@ -72,12 +72,3 @@ def test_replay_settings_are_checked():
         PreferenceSettings(iterative=IterativeSettings(replay="decay", replay_sample_size=4)).validate()
     with pytest.raises(ConfigError, match="replay_sample_size"):
         PreferenceSettings(iterative=IterativeSettings(replay="decay_sample", replay_sample_size=0)).validate()
-
-
-def test_madpo_iter_trains_on_the_sampled_pool(tmp_path):
-    """Two rounds with replay=decay_sample and 3 pairs drawn: each round's pool holds 3 pairs."""
-    from test_pref_iterative import trainer
-
-    hist = trainer(tmp_path / "run", replay="decay_sample", replay_sample_size=3).train()
-    assert [h["round"] for h in hist] == [0, 1]
-    assert all(h["pref/pairs"] > 0 and h["pref/pool"] == 3 for h in hist), hist
