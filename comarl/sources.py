@@ -116,7 +116,8 @@ class PromptBatches(Plain):
         return [self.items[i] for i in dist.shard(self.cursor.next_indices())]
 
     def next(self, step: int, team: "TeamView") -> PromptBatch:
-        return PromptBatch(self.next_items(), self.env)
+        items = self.next_items()
+        return PromptBatch(items, self.env, epoch=self.cursor.epoch)
 
     def restore(self, path: Path, team: "TeamView") -> None:
         """Nothing to restore but the cursor (the loop's); refuses a checkpoint holding batches sampled ahead

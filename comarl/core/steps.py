@@ -28,12 +28,15 @@ class Prefetched:
         version: the policy version (training steps done) whose weights sampled them.
         rollout_s: seconds the worker took to sample them (beside the trainer's update).
         wait_s: seconds the trainer waited for them.
+        env_errors: items the environment failed to score while the worker sampled them (``env.on_error:
+            zero``), counted with this batch's step rather than the step the trainer was on meanwhile.
     """
 
     rollouts: list
     version: int
     rollout_s: float
     wait_s: float = 0.0
+    env_errors: int = 0
 
 
 @dataclass
@@ -46,12 +49,15 @@ class PromptBatch:
         metrics: what the source reports with the step (MARLHF rounds: ``rm/*``, ``pref/*``, the round).
         rolled: the batch's rollouts when the generation worker sampled them ahead
             (``train.rollout.max_staleness`` >= 1); None: the update rolls the items out itself.
+        epoch: the data epoch its items came from (logged as ``epoch``; a source that draws batches ahead has
+            moved its cursor on); None: the source's cursor says.
     """
 
     items: list[dict]
     env: Any
     metrics: dict[str, float] = field(default_factory=dict)
     rolled: Prefetched | None = None
+    epoch: int | None = None
 
 
 @dataclass

@@ -239,7 +239,8 @@ class Trainer:
         out.metrics.update(batch.metrics)
         self._last_examples = out.examples or self._last_examples
         self._last_step = (batch, out) if out.rollouts else None
-        errors = self.error_policy.errors - errors  # env.on_error=zero: items scored 0 this step
+        rolled = getattr(batch, "rolled", None)  # sampled ahead: its errors happened during earlier steps
+        errors = rolled.env_errors if rolled is not None else self.error_policy.errors - errors  # on_error=zero
         if dist.is_distributed():  # count completions and env errors over all ranks (the others agree already)
             mine = self.state.counters["completions"] - done
             self.state.counters["completions"] = done + int(dist.all_reduce_sum(mine))
@@ -252,7 +253,8 @@ class Trainer:
         metrics.update(self.team.peak_memory_gb())
         metrics.update(self.team.helper_metrics())  # helpers/<name>/...: requests, tokens, cost, loads
         metrics.update({f"count/{k}": v for k, v in self.state.counters.items()})
-        metrics["epoch"] = self.state.epoch
+        epoch = getattr(batch, "epoch", None)  # the batch's: a source sampling ahead has moved its cursor on
+        metrics["epoch"] = epoch if epoch is not None else self.state.epoch
         return metrics
 
     def _tree_records(self, step: int) -> list[dict]:

@@ -45,6 +45,7 @@ from ..compute.precision import autocast
 from ..core.config_io import ConfigError
 from ..core.steps import Prefetched, PromptBatch
 from ..core.types import joined_samples
+from ..envs.error_policy import error_policy_of
 from ..generation.team import generate_for_agents
 from ..models.sampling_copy import copy_bytes, copy_trained, sampling_copies
 from ..objective.logprobs import completion_logprobs
@@ -57,7 +58,8 @@ if TYPE_CHECKING:
     from ..core.seams import TeamView
 
 INFLIGHT = "inflight.pt"
-"""The checkpoint file of the batches sampled ahead: ``{"max_staleness": k, "batches": [(b, items, rolled)]}``."""
+"""The checkpoint file of the batches sampled ahead:
+``{"max_staleness": k, "batches": [(b, items, rolled, epoch)]}``."""
 
 
 class SamplingTeam:
@@ -153,6 +155,8 @@ class Overlap:
         np.random.seed(s % (2 ** 32))
         torch.manual_seed(s)
         t0 = time.perf_counter()
+        policy = error_policy_of(batch.env)  # (the trainer's thread calls no environment while the worker samples)
+        errors = policy.errors if policy is not None else 0
         with contextlib.ExitStack() as on_streams:
             for stream in self.streams:
                 on_streams.enter_context(torch.cuda.stream(stream))
@@ -164,7 +168,9 @@ class Overlap:
         for r in rollouts:
             for samples in r.agents:
                 samples.policy_version = torch.full((samples.num_samples,), version, dtype=torch.long)
-        return dataclasses.replace(batch, rolled=Prefetched(rollouts, version, time.perf_counter() - t0))
+        errors = policy.errors - errors if policy is not None else 0
+        return dataclasses.replace(batch, rolled=Prefetched(rollouts, version, time.perf_counter() - t0,
+                                                            env_errors=errors))
 
 
 @torch.no_grad()
@@ -234,7 +240,7 @@ class PrefetchedBatches:
         modules, files = self.source.checkpoint_parts(team, step)
         ahead = self.overlap.prefetcher.pending()
         files = {**files, INFLIGHT: {"max_staleness": self.overlap.k,
-                                     "batches": [(b, pb.items, pb.rolled) for b, pb in ahead.items()]}}
+                                     "batches": [(b, pb.items, pb.rolled, pb.epoch) for b, pb in ahead.items()]}}
         return modules, files
 
     def restore(self, path: Path, team: "TeamView") -> None:
@@ -246,8 +252,8 @@ class PrefetchedBatches:
         if saved["max_staleness"] != self.overlap.k:
             raise ConfigError(f"train.rollout.max_staleness: {path} was written with {saved['max_staleness']} "
                               f"(its batches sampled ahead are part of the run); resume with the same value")
-        for b, items, rolled in saved["batches"]:
-            self.overlap.prefetcher.restore(b, PromptBatch(items, self.env, rolled=rolled))
+        for b, items, rolled, epoch in saved["batches"]:
+            self.overlap.prefetcher.restore(b, PromptBatch(items, self.env, rolled=rolled, epoch=epoch))
             self.next_b = b + 1
 
     def ends_round(self, step: int) -> bool:

@@ -142,7 +142,7 @@ def test_a_resumed_run_takes_up_the_batch_sampled_ahead_and_goes_on_exactly(tmp_
     first.train()
     first.close()
     saved = torch.load(tmp_path / "cut" / "checkpoint-2" / "inflight.pt", weights_only=False)
-    assert saved["max_staleness"] == 1 and [b for b, _, _ in saved["batches"]] == [2]
+    assert saved["max_staleness"] == 1 and [b for b, *_ in saved["batches"]] == [2]
     assert saved["batches"][0][2].version == 1
     with pytest.raises(ConfigError, match=r"checkpoint-2 was written with 1 .*resume with the same value"):
         _trainer(k=2, steps=5, out=str(tmp_path / "cut"), save_steps=2, resume="latest")
@@ -168,6 +168,26 @@ def test_evaluation_samples_with_the_trainers_weights_while_the_worker_waits():
     assert all("eval/reward/mean" in h for h in hist) and len(calls) >= 3  # every evaluation went through the pause
     assert t.team.generator is t.generator
     t.close()
+
+
+def test_each_step_logs_its_own_batchs_epoch_and_environment_errors():
+    """The worker draws and scores batch t+1 during step t: its epoch and the items the environment failed to
+    score (``on_error: zero``) are still logged with step t+1, as on-policy."""
+    def broken(responses, item):
+        if item["n"] == 3:
+            raise ValueError("no score for this one")
+        return _reward(responses, item)
+
+    runs = {}
+    for k in (0, 1):
+        t = _trainer(k=k, steps=6, env=comarl.with_error_policy(_env(broken), "zero"))
+        hist = t.train()
+        t.close()
+        runs[k] = [(h["epoch"], h["count/env_errors"]) for h in hist]
+    assert [e for e, _ in runs[0]] == [0, 0, 0, 1, 1, 1]  # 6 items in batches of 2: 3 steps an epoch
+    counts = [0] + [n for _, n in runs[0]]
+    assert [b - a for a, b in zip(counts, counts[1:]) if b > a] == [2, 2]  # item 3's 2 joint actions, each epoch
+    assert runs[1] == runs[0]
 
 
 def test_an_environment_error_in_the_worker_stops_the_run_as_on_policy():
