@@ -110,6 +110,12 @@ def _in_words(verdicts: list[Verdict]) -> list[str]:
     return out + [""]
 
 
+STOPPED = {"tldr/grpo/seed1/fold2": "its wall time (1970 s) includes a 22-minute stop of the grid (SIGSTOP, "
+                                   "19:24:45-19:46:30, for idle step-time measurements: benchmarks/README.md); its "
+                                   "s/step (52) is in line with its siblings', so the stop fell outside its steps"}
+"""Grid v2 rows whose wall time includes a stop of the grid, with what the page says about it."""
+
+
 def condition_section(tables: dict[str, CondTable], fold_of: dict[str, int], posts: int) -> list[str]:
     out = ["## TL;DR grid v2: every condition", "",
            f"Mean over the whole seeds' (seed, post) cells ± the {SE_NAME} († one seed: over posts only, seed and run "
@@ -135,8 +141,11 @@ def condition_section(tables: dict[str, CondTable], fold_of: dict[str, int], pos
                if steps else "-")
             + f" | {min(walls):.0f}" + (f"-{max(walls):.0f}" if len(walls) > 1 else "")
             + f" | {max(r['peak_rss_mb'] for r in t.rows):.0f} | {min(loads):.1f}-{max(loads):.1f} |")
-    return out + ["", "s/step: the median over the condition's runs (range); the steps' own time, without the "
-                      "held-out evaluations. Loads: the 1-minute load average at the runs' starts and ends.", ""]
+    keys = {r["key"] for t in tables.values() for r in t.rows}
+    stops = "".join(f" {k}: {v}." for k, v in STOPPED.items() if k in keys)
+    note = ("s/step: the median over the condition's runs (range); the steps' own time, without the held-out "
+            "evaluations. Loads: the 1-minute load average at the runs' starts and ends.")
+    return out + ["", note + stops, ""]
 
 
 def _seeds_cell(t: CondTable) -> str:
