@@ -170,6 +170,7 @@ def test_evaluation_samples_with_the_trainers_weights_while_the_worker_waits():
     t.close()
 
 
+@pytest.mark.filterwarnings("ignore:env.on_error=zero")
 def test_each_step_logs_its_own_batchs_epoch_and_environment_errors():
     """The worker draws and scores batch t+1 during step t: its epoch and the items the environment failed to
     score (``on_error: zero``) are still logged with step t+1, as on-policy."""
