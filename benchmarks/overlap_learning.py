@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics as st
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from comarl.runs.heldout import HeldOutScore, mean_and_stderr, paired_gain  # noqa: E402
 
 
 def run_missing(out: Path, seeds: list[int], ks: list[int], threads: int) -> None:
@@ -50,17 +51,16 @@ def report(out: Path) -> str:
     per_seed, cells = [], []
     lines.append("")
     for seed in seeds:
-        a, b = rows[(seed, 1)]["heldout_after"]["per_item"], rows[(seed, 0)]["heldout_after"]["per_item"]
-        d = [x - y for x, y in zip(a, b)]
-        cells += d
-        per_seed.append(st.mean(d))
-        lines.append(f"seed {seed}: after(k=1) - after(k=0) = {st.mean(d):+.3f} ± "
-                     f"{st.stdev(d) / math.sqrt(len(d)):.3f} (paired by post, {len(d)} posts)")
+        k0, k1 = (HeldOutScore(tuple(rows[(seed, k)]["heldout_after"]["per_item"]), 1, True) for k in (0, 1))
+        m, se = paired_gain(k0, k1)  # k=1 - k=0, post by post
+        cells += [a - b for a, b in zip(k1.per_item, k0.per_item)]
+        per_seed.append(m)
+        lines.append(f"seed {seed}: after(k=1) - after(k=0) = {m:+.3f} ± {se:.3f} (paired by post, "
+                     f"{len(k0.per_item)} posts)")
     if len(seeds) >= 2:
         g = {k: [rows[(s, k)]["heldout_gain"] for s in seeds] for k in (0, 1)}
-        se_seeds = st.stdev(per_seed) / math.sqrt(len(seeds))
-        se_cells = st.stdev(cells) / math.sqrt(len(cells))
-        m = st.mean(per_seed)
+        m, se_seeds = mean_and_stderr(per_seed)
+        se_cells = mean_and_stderr(cells)[1]
         lines.append(f"mean gain over seeds {seeds}: k=0 {st.mean(g[0]):+.3f}, k=1 {st.mean(g[1]):+.3f}; "
                      f"difference k=1 - k=0 {m:+.3f}, s.e. over seeds {se_seeds:.3f}, over seed x post cells "
                      f"{se_cells:.3f}; within 2 s.e. of on-policy: {abs(m) <= 2 * max(se_seeds, se_cells)}")

@@ -116,7 +116,7 @@ class PromptBatches(Plain):
         return [self.items[i] for i in dist.shard(self.cursor.next_indices())]
 
     def next(self, step: int, team: "TeamView") -> PromptBatch:
-        items = self.next_items()
+        items = self.next_items()  # (first: drawing may start a new epoch)
         return PromptBatch(items, self.env, epoch=self.cursor.epoch)
 
     def restore(self, path: Path, team: "TeamView") -> None:
